@@ -1,0 +1,398 @@
+//! The backup engine: a streaming pipeline
+//! walk -> read -> chunk -> id and dedup -> compress -> encrypt -> pack -> write,
+//! with bounded channels between the stages, then the commit protocol
+//! (packs, index, sync, manifest).
+
+mod exclude;
+mod read;
+mod save;
+mod walk;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crossbeam_channel::bounded;
+
+pub use exclude::Excludes;
+pub use save::Compressor;
+
+use crate::backend::WriteSync;
+use crate::error::{Error, Result};
+use crate::format::{encode, BlobType, IndexFile, Manifest, Node, NodeKind, Summary, Tree};
+use crate::id::{BlobId, SnapshotId};
+use crate::progress::Progress;
+use crate::repo::{lock, Repository};
+use crate::util::{host_name, now_ns, user_name};
+use read::{FileResult, ReaderContext};
+use save::{BlobJob, Dedup, Saver};
+use walk::{SourceTrie, WalkItem, Walker};
+
+/// How hard a write path works to be durable (see `docs/format.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncLevel {
+    /// No sync: fastest, a power cut may lose the snapshot (never corrupt others).
+    None,
+    /// One `syncfs` of the repository before the manifest, then the manifest
+    /// with its own fsync (the default).
+    #[default]
+    Filesystem,
+    /// fsync every file and its directory as it is written.
+    File,
+}
+
+impl std::str::FromStr for SyncLevel {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "none" => Ok(SyncLevel::None),
+            "filesystem" => Ok(SyncLevel::Filesystem),
+            "file" => Ok(SyncLevel::File),
+            _ => Err(Error::InvalidArgument(format!("sync level must be none, filesystem or file, not {s:?}"))),
+        }
+    }
+}
+
+/// Options of one backup.
+#[derive(Clone, Debug, Default)]
+pub struct BackupOptions {
+    /// Sources.
+    pub paths: Vec<PathBuf>,
+    /// Exclude patterns.
+    pub excludes: Vec<String>,
+    /// Files of exclude patterns.
+    pub exclude_files: Vec<PathBuf>,
+    /// Skip contents of `CACHEDIR.TAG` directories.
+    pub exclude_caches: bool,
+    /// Absolute paths never to back up (the repository itself, say).
+    pub exclude_paths: Vec<PathBuf>,
+    /// Do not cross file-system boundaries.
+    pub one_file_system: bool,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// Host name to record (default: this host).
+    pub host: Option<String>,
+    /// Parent snapshot (default: latest with the same host and paths).
+    pub parent: Option<String>,
+    /// Read every file even when the parent has it.
+    pub force: bool,
+    /// Durability.
+    pub sync: SyncLevel,
+    /// Reader threads (0 = automatic).
+    pub read_threads: usize,
+    /// Compression/encryption threads (0 = one per core).
+    pub cpu_threads: usize,
+}
+
+/// What a backup made.
+#[derive(Clone, Debug)]
+pub struct BackupOutcome {
+    /// The new snapshot.
+    pub snapshot: SnapshotId,
+    /// Its manifest.
+    pub manifest: Manifest,
+}
+
+/// The first fatal error of a pipeline, and the flag every stage polls.
+#[derive(Default)]
+pub struct Abort {
+    flag: AtomicBool,
+    error: Mutex<Option<Error>>,
+}
+
+impl Abort {
+    /// Records the first error and stops every stage.
+    pub fn set(&self, e: Error) {
+        if let Ok(mut slot) = self.error.lock() {
+            if slot.is_none() {
+                *slot = Some(e);
+            }
+        }
+        self.flag.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether to stop.
+    pub fn is_set(&self) -> bool {
+        self.flag.load(Ordering::Relaxed) || crate::util::interrupted()
+    }
+
+    /// A stand-in error for a stage that stops because another failed; the
+    /// first real error is what the backup reports.
+    pub fn error_or_interrupted(&self) -> Error {
+        if crate::util::interrupted() {
+            Error::Interrupted
+        } else {
+            Error::io("backup aborted", std::io::Error::other("another stage failed"))
+        }
+    }
+
+    fn take(&self) -> Option<Error> {
+        self.error.lock().ok().and_then(|mut e| e.take())
+    }
+}
+
+/// Absolute, normalised source paths (no `..`; symlinks not followed).
+fn resolve_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    if paths.is_empty() {
+        return Err(Error::InvalidArgument("give at least one path to back up".into()));
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        let abs = std::path::absolute(p).map_err(|e| Error::io(format!("resolving {}", p.display()), e))?;
+        let mut norm = PathBuf::new();
+        for c in abs.components() {
+            match c {
+                std::path::Component::ParentDir => {
+                    norm.pop();
+                }
+                std::path::Component::CurDir => {}
+                other => norm.push(other),
+            }
+        }
+        if std::fs::symlink_metadata(&norm).is_err() {
+            return Err(Error::SourceMissing(p.clone()));
+        }
+        out.push(norm);
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+fn path_strings(paths: &[PathBuf]) -> Vec<String> {
+    paths.iter().map(|p| p.to_string_lossy().into_owned()).collect()
+}
+
+/// Stores a tree blob if new; returns its id.
+fn store_tree(repo: &Repository, dedup: &Dedup, blobs: &crossbeam_channel::Sender<BlobJob>, abort: &Abort, mut nodes: Vec<Node>) -> Result<BlobId> {
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    let data = encode(&Tree { nodes });
+    let id = repo.key().blob_id(&data);
+    if dedup.claim(&id) {
+        blobs
+            .send(BlobJob { id, kind: BlobType::Tree, data })
+            .map_err(|_| abort.error_or_interrupted())?;
+    }
+    Ok(id)
+}
+
+/// Backs up `opts.paths` into `repo` and commits a snapshot.
+#[tracing::instrument(skip_all, fields(repo = %repo.backend().location(), paths = ?opts.paths))]
+pub fn backup(repo: &Repository, opts: &BackupOptions, progress: Arc<Progress>) -> Result<BackupOutcome> {
+    let started = Instant::now();
+    let time_ns = now_ns();
+    let paths = resolve_paths(&opts.paths)?;
+    let host = opts.host.clone().unwrap_or_else(host_name);
+    let excludes = Excludes::new(&opts.excludes, &opts.exclude_files, opts.exclude_caches, opts.exclude_paths.clone())?;
+    let guard = lock::acquire(repo.backend().clone(), false, "backup")?;
+    let index = Arc::new(repo.load_index()?);
+
+    let path_strs = path_strings(&paths);
+    let parent = match (&opts.parent, opts.force) {
+        (_, true) => None,
+        (Some(spec), false) => Some(repo.find_snapshot(spec)?),
+        (None, false) => repo
+            .list_snapshots()?
+            .into_iter()
+            .rev()
+            .find(|(_, m)| m.host == host && m.paths == path_strs),
+    };
+    let parent_root = match &parent {
+        Some((id, m)) => match repo.load_tree(&index, &m.tree) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::warn!("parent snapshot {id} unreadable, reading everything: {e}");
+                None
+            }
+        },
+        None => None,
+    };
+    tracing::info!(parent = ?parent.as_ref().map(|p| p.0.short()), "backup started");
+
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    let cpu_threads = if opts.cpu_threads == 0 { cores } else { opts.cpu_threads };
+    let read_threads = if opts.read_threads == 0 { (cores * 2).clamp(2, 8) } else { opts.read_threads };
+    let write_sync = if opts.sync == SyncLevel::File { WriteSync::Now } else { WriteSync::Deferred };
+
+    let abort = Arc::new(Abort::default());
+    let dedup = Arc::new(Dedup::new(index.clone()));
+    let warnings = Arc::new(Mutex::new(Vec::<String>::new()));
+    let saver = Saver::start(repo, cpu_threads, write_sync, progress.clone(), abort.clone());
+
+    let (job_tx, job_rx) = bounded(read_threads * 4);
+    let ctx = Arc::new(ReaderContext {
+        chunker: repo.chunker(),
+        key: repo.key().clone(),
+        dedup: dedup.clone(),
+        blobs: saver.tx.clone(),
+        progress: progress.clone(),
+        abort: abort.clone(),
+    });
+    let readers: Vec<_> = (0..read_threads)
+        .map(|i| {
+            let ctx = ctx.clone();
+            let rx = job_rx.clone();
+            std::thread::Builder::new()
+                .name(format!("reader-{i}"))
+                .spawn(move || read::reader_worker(ctx, rx))
+                .expect("spawning a reader thread")
+        })
+        .collect();
+    drop(job_rx);
+    drop(ctx);
+
+    let (item_tx, item_rx) = bounded(4096);
+    let walker = Walker {
+        repo: repo.clone(),
+        index: index.clone(),
+        excludes,
+        one_file_system: opts.one_file_system,
+        items: item_tx,
+        jobs: job_tx,
+        abort: abort.clone(),
+        progress: progress.clone(),
+        warnings: warnings.clone(),
+        users: Default::default(),
+        groups: Default::default(),
+    };
+    let trie = SourceTrie::new(&paths);
+    let walk_abort = abort.clone();
+    let walk_thread = std::thread::Builder::new()
+        .name("walker".into())
+        .stack_size(64 << 20)
+        .spawn(move || {
+            if let Err(e) = walker.run(&trie, parent_root) {
+                walk_abort.set(e);
+            }
+        })
+        .expect("spawning the walker");
+
+    // The assembler: builds trees bottom-up in walk order.
+    let mut summary = Summary::default();
+    let assembled = (|| -> Result<BlobId> {
+        let mut stack: Vec<Vec<Node>> = vec![Vec::new()];
+        for item in item_rx {
+            match item {
+                WalkItem::DirStart => stack.push(Vec::new()),
+                WalkItem::Entry(node, pending) => {
+                    let mut node = *node;
+                    if let Some(rx) = pending {
+                        match rx.recv() {
+                            Ok(FileResult::Done { extents, size, bytes_read, changed }) => {
+                                if changed {
+                                    let msg = format!("{}: changed while being read", String::from_utf8_lossy(&node.name));
+                                    Progress::add(&progress.warnings, 1);
+                                    if let Ok(mut w) = warnings.lock() {
+                                        w.push(msg);
+                                    }
+                                }
+                                node.content = extents;
+                                node.size = size;
+                                summary.files_read += 1;
+                                summary.bytes_read += bytes_read;
+                            }
+                            Ok(FileResult::Unreadable(msg)) => {
+                                Progress::add(&progress.warnings, 1);
+                                if let Ok(mut w) = warnings.lock() {
+                                    w.push(msg);
+                                }
+                                continue;
+                            }
+                            Err(_) => return Err(abort.error_or_interrupted()),
+                        }
+                    } else if node.kind == NodeKind::File {
+                        summary.files_unchanged += 1;
+                    }
+                    match node.kind {
+                        NodeKind::File => {
+                            summary.files += 1;
+                            summary.total_bytes += node.size;
+                        }
+                        NodeKind::Dir => summary.dirs += 1,
+                        _ => summary.others += 1,
+                    }
+                    if let Some(top) = stack.last_mut() {
+                        top.push(node);
+                    }
+                }
+                WalkItem::DirEnd(node) => {
+                    let mut node = *node;
+                    let nodes = stack.pop().unwrap_or_default();
+                    node.subtree = Some(store_tree(repo, &dedup, &saver.tx, &abort, nodes)?);
+                    summary.dirs += 1;
+                    if let Some(top) = stack.last_mut() {
+                        top.push(node);
+                    }
+                }
+            }
+        }
+        let root = stack.pop().unwrap_or_default();
+        store_tree(repo, &dedup, &saver.tx, &abort, root)
+    })();
+    if let Err(e) = &assembled {
+        abort.set(clone_error(e));
+    }
+    let _ = walk_thread.join();
+    for r in readers {
+        let _ = r.join();
+    }
+    let packs = saver.finish();
+    if let Some(e) = abort.take() {
+        return Err(e);
+    }
+    let root = assembled?;
+    crate::util::check_interrupted()?;
+
+    // Commit: index, then everything durable, then the manifest.
+    let bytes_stored: u64 = packs.iter().map(|p| p.size).sum();
+    summary.blobs_added = packs.iter().map(|p| p.blobs.len() as u64).sum();
+    summary.bytes_added = packs.iter().flat_map(|p| &p.blobs).map(|b| u64::from(b.raw_length)).sum();
+    if !packs.is_empty() {
+        let idx = IndexFile { packs, supersedes: Vec::new() };
+        repo.save_index(&idx, write_sync)?;
+    }
+    if opts.sync == SyncLevel::Filesystem {
+        repo.backend().sync_all()?;
+    }
+    guard.check()?;
+    let all_warnings = warnings.lock().map(|w| w.clone()).unwrap_or_default();
+    summary.warnings = all_warnings.len() as u64;
+    summary.bytes_stored = bytes_stored;
+    summary.duration_ms = started.elapsed().as_millis() as u64;
+    let manifest = Manifest {
+        time_ns,
+        host,
+        paths: path_strs,
+        tags: opts.tags.clone(),
+        parent: parent.map(|p| p.0),
+        tree: root,
+        user: user_name(),
+        program: format!("vouch {}", env!("CARGO_PKG_VERSION")),
+        summary,
+        warnings: all_warnings.into_iter().take(10_000).collect(),
+    };
+    let manifest_sync = if opts.sync == SyncLevel::None { WriteSync::Deferred } else { WriteSync::Now };
+    let snapshot = repo.save_snapshot(&manifest, manifest_sync)?;
+    drop(guard);
+    tracing::info!(snapshot = %snapshot.short(), "backup committed");
+    Ok(BackupOutcome { snapshot, manifest })
+}
+
+/// Errors are not `Clone` (they hold `io::Error`); keep the message and kind.
+fn clone_error(e: &Error) -> Error {
+    match e {
+        Error::Interrupted => Error::Interrupted,
+        Error::DiskFull(c) => Error::DiskFull(c.clone()),
+        Error::Io { context, source } => Error::Io {
+            context: context.clone(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        other => Error::Damaged(other.to_string()),
+    }
+}
+
+/// Whether `child` is `parent` or below it.
+pub fn is_within(child: &Path, parent: &Path) -> bool {
+    child.starts_with(parent)
+}

@@ -1,0 +1,207 @@
+//! The storing end of the pipeline: compressor/encryptor workers, each
+//! filling its own pack, and one writer that puts finished packs into the
+//! repository. Channels are bounded: this is the backpressure.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+
+use super::Abort;
+use crate::backend::{FileKind, WriteSync};
+use crate::crypto::MasterKey;
+use crate::format::{BlobType, Compression, IndexPack};
+use crate::id::BlobId;
+use crate::progress::Progress;
+use crate::repo::pack::{FinishedPack, PackBuilder};
+use crate::repo::{MasterIndex, Repository};
+
+/// Size of the sample tried at zstd level 1 to detect incompressible data.
+const SAMPLE_LEN: usize = 32 * 1024;
+/// A sample that shrinks less than this (compressed/raw) is not compressed.
+const INCOMPRESSIBLE_RATIO: f64 = 0.97;
+
+/// A blob to store.
+pub struct BlobJob {
+    /// Its id.
+    pub id: BlobId,
+    /// Data or tree.
+    pub kind: BlobType,
+    /// Plaintext.
+    pub data: Vec<u8>,
+}
+
+/// Decides which blobs a session must store: those neither in the index nor
+/// already claimed by this session.
+pub struct Dedup {
+    index: Arc<MasterIndex>,
+    claimed: Mutex<HashSet<BlobId>>,
+}
+
+impl Dedup {
+    /// A deduplicator over `index`.
+    pub fn new(index: Arc<MasterIndex>) -> Self {
+        Self { index, claimed: Mutex::new(HashSet::new()) }
+    }
+
+    /// True if the caller must store the blob (and now owns that duty).
+    pub fn claim(&self, id: &BlobId) -> bool {
+        if self.index.contains(id) {
+            return false;
+        }
+        match self.claimed.lock() {
+            Ok(mut set) => set.insert(*id),
+            // A poisoned set: store again rather than lose data.
+            Err(_) => true,
+        }
+    }
+}
+
+/// Reusable zstd state of one worker.
+pub struct Compressor {
+    level: i32,
+    fast: Option<zstd::bulk::Compressor<'static>>,
+    full: Option<zstd::bulk::Compressor<'static>>,
+    out: Vec<u8>,
+}
+
+impl Compressor {
+    /// A compressor at `level` (0 = never compress).
+    pub fn new(level: i32) -> Self {
+        let make = |l| if level > 0 { zstd::bulk::Compressor::new(l).ok() } else { None };
+        Self { level, fast: make(1), full: make(level), out: Vec::new() }
+    }
+
+    /// Compresses when worth it: returns the method and the bytes to store.
+    pub fn compress<'a>(&'a mut self, data: &'a [u8]) -> (Compression, &'a [u8]) {
+        if self.level <= 0 || data.len() < 64 {
+            return (Compression::None, data);
+        }
+        if data.len() > 2 * SAMPLE_LEN {
+            if let Some(fast) = self.fast.as_mut() {
+                let sample = &data[..SAMPLE_LEN];
+                self.out.resize(zstd::zstd_safe::compress_bound(SAMPLE_LEN), 0);
+                match fast.compress_to_buffer(sample, &mut self.out) {
+                    Ok(n) if (n as f64) < SAMPLE_LEN as f64 * INCOMPRESSIBLE_RATIO => {}
+                    _ => return (Compression::None, data),
+                }
+            }
+        }
+        let Some(full) = self.full.as_mut() else { return (Compression::None, data) };
+        self.out.clear();
+        self.out.reserve(zstd::zstd_safe::compress_bound(data.len()));
+        match full.compress_to_buffer(data, &mut self.out) {
+            Ok(n) if n < data.len() => (Compression::Zstd, &self.out[..n]),
+            _ => (Compression::None, data),
+        }
+    }
+}
+
+/// The running storing stage.
+pub struct Saver {
+    /// Where producers send blobs.
+    pub tx: Sender<BlobJob>,
+    workers: Vec<JoinHandle<()>>,
+    writer: JoinHandle<Vec<IndexPack>>,
+}
+
+impl Saver {
+    /// Starts `threads` workers and the pack writer.
+    pub fn start(repo: &Repository, threads: usize, sync: WriteSync, progress: Arc<Progress>, abort: Arc<Abort>) -> Self {
+        let (tx, rx) = bounded::<BlobJob>(threads * 2);
+        let (pack_tx, pack_rx) = bounded::<FinishedPack>(1);
+        let pack_size = repo.config().pack_size as usize;
+        let level = repo.config().compression_level;
+        let workers = (0..threads.max(1))
+            .map(|i| {
+                let rx = rx.clone();
+                let pack_tx = pack_tx.clone();
+                let key = repo.key().clone();
+                let progress = progress.clone();
+                std::thread::Builder::new()
+                    .name(format!("saver-{i}"))
+                    .spawn(move || save_worker(rx, pack_tx, key, pack_size, level, progress))
+                    .expect("spawning a saver thread")
+            })
+            .collect();
+        let backend = repo.backend().clone();
+        let writer = std::thread::Builder::new()
+            .name("pack-writer".into())
+            .spawn(move || {
+                let mut written = Vec::new();
+                for pack in pack_rx {
+                    if abort.is_set() {
+                        continue;
+                    }
+                    match backend.write(FileKind::Pack, &pack.id.to_hex(), &pack.bytes, sync) {
+                        Ok(()) => {
+                            Progress::add(&progress.bytes_stored, pack.bytes.len() as u64);
+                            written.push(pack.index);
+                        }
+                        Err(e) => abort.set(e),
+                    }
+                }
+                written
+            })
+            .expect("spawning the pack writer");
+        Self { tx, workers, writer }
+    }
+
+    /// Flushes every partial pack and returns the records of all packs written.
+    pub fn finish(self) -> Vec<IndexPack> {
+        drop(self.tx);
+        for w in self.workers {
+            let _ = w.join();
+        }
+        self.writer.join().unwrap_or_default()
+    }
+}
+
+fn save_worker(
+    rx: Receiver<BlobJob>,
+    pack_tx: Sender<FinishedPack>,
+    key: Arc<MasterKey>,
+    pack_size: usize,
+    level: i32,
+    progress: Arc<Progress>,
+) {
+    let mut compressor = Compressor::new(level);
+    let mut pack: Option<PackBuilder> = None;
+    for job in rx {
+        let (compression, stored) = compressor.compress(&job.data);
+        let builder = pack.get_or_insert_with(|| PackBuilder::new(&key, pack_size + pack_size / 8));
+        builder.add(job.id, job.kind, job.data.len(), compression, stored);
+        Progress::add(&progress.bytes_added, job.data.len() as u64);
+        if builder.len() >= pack_size {
+            if let Some(full) = pack.take() {
+                if pack_tx.send(full.finish()).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    if let Some(p) = pack.take().filter(|p| !p.is_empty()) {
+        let _ = pack_tx.send(p.finish());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_data_is_stored_raw_and_text_compressed() {
+        let mut c = Compressor::new(3);
+        let mut random = vec![0u8; 200_000];
+        getrandom::fill(&mut random).unwrap();
+        assert_eq!(c.compress(&random).0, Compression::None);
+        let text = b"the quick brown fox jumps over the lazy dog ".repeat(5000);
+        let (m, out) = c.compress(&text);
+        assert_eq!(m, Compression::Zstd);
+        let n = out.len();
+        assert!(n < text.len() / 10);
+        assert_eq!(zstd::bulk::decompress(&c.compress(&text).1.to_vec(), text.len()).unwrap(), text);
+        assert_eq!(Compressor::new(0).compress(&text).0, Compression::None);
+    }
+}

@@ -1,0 +1,277 @@
+//! The walker: visits the sources in a fixed order (names sorted by bytes),
+//! decides for each file whether the parent snapshot already has it, hands
+//! the others to the readers, and tells the assembler, in walk order, what
+//! each directory holds.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::fs::Metadata;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+
+use super::exclude::Excludes;
+use super::read::{FileJob, FileResult};
+use super::Abort;
+use crate::error::{Error, Result};
+use crate::format::{Node, NodeKind, Tree};
+use crate::progress::Progress;
+use crate::repo::{MasterIndex, Repository};
+use crate::util::users;
+
+/// What the walker tells the assembler.
+pub enum WalkItem {
+    /// A directory's entries follow.
+    DirStart,
+    /// An entry of the current directory; files being read come with the
+    /// receiver of their result.
+    Entry(Box<Node>, Option<Receiver<FileResult>>),
+    /// The current directory is complete; here is its own metadata.
+    DirEnd(Box<Node>),
+}
+
+/// The sources as a tree of path components: inner nodes are the parents of
+/// the sources (recorded with their metadata, but only the listed children),
+/// leaves are walked completely.
+#[derive(Default, Debug)]
+pub struct SourceTrie {
+    leaf: bool,
+    children: BTreeMap<OsString, SourceTrie>,
+}
+
+impl SourceTrie {
+    /// Builds the trie of absolute paths.
+    pub fn new(paths: &[PathBuf]) -> Self {
+        let mut root = SourceTrie::default();
+        for p in paths {
+            let mut node = &mut root;
+            for c in p.components().skip(1) {
+                node = node.children.entry(c.as_os_str().to_owned()).or_default();
+            }
+            node.leaf = true;
+        }
+        root
+    }
+}
+
+/// The walking thread's state.
+pub struct Walker {
+    /// For loading the parent's trees.
+    pub repo: Repository,
+    /// The index the parent's blobs must be in.
+    pub index: Arc<MasterIndex>,
+    /// Exclusion rules.
+    pub excludes: Excludes,
+    /// Stay on each source's file system.
+    pub one_file_system: bool,
+    /// To the assembler.
+    pub items: Sender<WalkItem>,
+    /// To the readers.
+    pub jobs: Sender<FileJob>,
+    /// Abort flag.
+    pub abort: Arc<Abort>,
+    /// Counters.
+    pub progress: Arc<Progress>,
+    /// Warnings for the manifest.
+    pub warnings: Arc<Mutex<Vec<String>>>,
+    /// Name caches.
+    pub users: HashMap<u32, Option<String>>,
+    /// Name caches.
+    pub groups: HashMap<u32, Option<String>>,
+}
+
+fn find<'a>(tree: Option<&'a Tree>, name: &[u8]) -> Option<&'a Node> {
+    let tree = tree?;
+    tree.nodes
+        .binary_search_by(|n| n.name.as_slice().cmp(name))
+        .ok()
+        .map(|i| &tree.nodes[i])
+}
+
+fn kind_of(meta: &Metadata) -> NodeKind {
+    let t = meta.file_type();
+    if t.is_dir() {
+        NodeKind::Dir
+    } else if t.is_symlink() {
+        NodeKind::Symlink
+    } else if t.is_fifo() {
+        NodeKind::Fifo
+    } else if t.is_char_device() {
+        NodeKind::CharDevice
+    } else if t.is_block_device() {
+        NodeKind::BlockDevice
+    } else if t.is_socket() {
+        NodeKind::Socket
+    } else {
+        NodeKind::File
+    }
+}
+
+impl Walker {
+    fn send(&self, item: WalkItem) -> Result<()> {
+        self.items.send(item).map_err(|_| self.abort.error_or_interrupted())
+    }
+
+    fn warn(&self, msg: String) {
+        tracing::warn!("{msg}");
+        Progress::add(&self.progress.warnings, 1);
+        if let Ok(mut w) = self.warnings.lock() {
+            w.push(msg);
+        }
+    }
+
+    fn node(&mut self, name: &[u8], meta: &Metadata) -> Node {
+        let uid = meta.uid();
+        let gid = meta.gid();
+        let user = self.users.entry(uid).or_insert_with(|| users::user_name(uid)).clone();
+        let group = self.groups.entry(gid).or_insert_with(|| users::group_name(gid)).clone();
+        let kind = kind_of(meta);
+        Node {
+            name: name.to_vec(),
+            kind,
+            mode: meta.mode(),
+            uid,
+            gid,
+            user,
+            group,
+            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+            ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+            size: if kind == NodeKind::File { meta.len() } else { 0 },
+            inode: meta.ino(),
+            device: meta.dev(),
+            links: meta.nlink(),
+            rdev: meta.rdev(),
+            target: None,
+            content: Vec::new(),
+            subtree: None,
+        }
+    }
+
+    fn parent_subtree(&self, parent: Option<&Node>) -> Option<Tree> {
+        let id = parent?.subtree?;
+        match self.repo.load_tree(&self.index, &id) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::warn!("parent tree {id} unreadable, reading the directory in full: {e}");
+                None
+            }
+        }
+    }
+
+    /// Walks all sources.
+    pub fn run(mut self, trie: &SourceTrie, parent_root: Option<Tree>) -> Result<()> {
+        self.walk_virtual(Path::new("/"), trie, parent_root.as_ref())
+    }
+
+    fn walk_virtual(&mut self, dir: &Path, trie: &SourceTrie, parent: Option<&Tree>) -> Result<()> {
+        for (name, child) in &trie.children {
+            let path = dir.join(name);
+            let meta = std::fs::symlink_metadata(&path).map_err(|_| Error::SourceMissing(path.clone()))?;
+            let pnode = find(parent, name.as_bytes());
+            if child.leaf {
+                self.walk_entry(&path, name.as_bytes(), &meta, pnode, meta.dev())?;
+            } else {
+                Progress::add(&self.progress.entries, 1);
+                let node = self.node(name.as_bytes(), &meta);
+                self.send(WalkItem::DirStart)?;
+                let sub = self.parent_subtree(pnode);
+                self.walk_virtual(&path, child, sub.as_ref())?;
+                self.send(WalkItem::DirEnd(Box::new(node)))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn walk_entry(&mut self, path: &Path, name: &[u8], meta: &Metadata, pnode: Option<&Node>, root_dev: u64) -> Result<()> {
+        crate::util::check_interrupted()?;
+        if self.abort.is_set() {
+            return Err(self.abort.error_or_interrupted());
+        }
+        if self.excludes.excluded(path) {
+            return Ok(());
+        }
+        Progress::add(&self.progress.entries, 1);
+        let mut node = self.node(name, meta);
+        match node.kind {
+            NodeKind::Dir => {
+                self.send(WalkItem::DirStart)?;
+                let skip_contents = self.one_file_system && meta.dev() != root_dev;
+                if !skip_contents {
+                    let cache = self.excludes.is_cache_dir(path);
+                    let sub = self.parent_subtree(pnode);
+                    self.walk_dir_contents(path, sub.as_ref(), root_dev, cache)?;
+                }
+                self.send(WalkItem::DirEnd(Box::new(node)))
+            }
+            NodeKind::File => {
+                let unchanged = pnode.filter(|p| {
+                    p.kind == NodeKind::File
+                        && p.size == node.size
+                        && p.mtime_ns == node.mtime_ns
+                        && p.ctime_ns == node.ctime_ns
+                        && p.inode == node.inode
+                        && p.content.iter().all(|e| e.blob.is_none_or(|b| self.index.contains(&b)))
+                });
+                if let Some(p) = unchanged {
+                    node.content = p.content.clone();
+                    Progress::add(&self.progress.files_done, 1);
+                    Progress::add(&self.progress.bytes_done, node.size);
+                    return self.send(WalkItem::Entry(Box::new(node), None));
+                }
+                let sparse = meta.blocks() * 512 < meta.len() && meta.len() > 0;
+                let (tx, rx) = bounded(1);
+                let job = FileJob { path: path.to_path_buf(), node: node.clone(), sparse, reply: tx };
+                self.jobs.send(job).map_err(|_| self.abort.error_or_interrupted())?;
+                self.send(WalkItem::Entry(Box::new(node), Some(rx)))
+            }
+            NodeKind::Symlink => {
+                match std::fs::read_link(path) {
+                    Ok(t) => node.target = Some(t.as_os_str().as_bytes().to_vec()),
+                    Err(e) => {
+                        self.warn(format!("{}: cannot read link: {e}", path.display()));
+                        return Ok(());
+                    }
+                }
+                self.send(WalkItem::Entry(Box::new(node), None))
+            }
+            _ => self.send(WalkItem::Entry(Box::new(node), None)),
+        }
+    }
+
+    fn walk_dir_contents(&mut self, dir: &Path, parent: Option<&Tree>, root_dev: u64, cache: bool) -> Result<()> {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) => {
+                self.warn(format!("{}: cannot list directory: {e}", dir.display()));
+                return Ok(());
+            }
+        };
+        let mut names: Vec<OsString> = Vec::new();
+        for entry in entries {
+            match entry {
+                Ok(e) => names.push(e.file_name()),
+                Err(e) => self.warn(format!("{}: error while listing: {e}", dir.display())),
+            }
+        }
+        names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        for name in names {
+            if cache && name.as_bytes() != b"CACHEDIR.TAG" {
+                continue;
+            }
+            let path = dir.join(&name);
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.warn(format!("{}: vanished or unreadable: {e}", path.display()));
+                    continue;
+                }
+            };
+            let pnode = find(parent, name.as_bytes());
+            self.walk_entry(&path, name.as_bytes(), &meta, pnode, root_dev)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,143 @@
+//! `snapshots`, `ls`, `diff`.
+
+use clap::Args;
+use serde_json::json;
+
+use super::{Ctx, SnapshotPath};
+use crate::error::{exit_code, Result};
+use crate::format::NodeKind;
+use crate::util::{human_bytes, short_time};
+
+/// `vouch snapshots`.
+#[derive(Args, Debug)]
+pub struct SnapshotsArgs {
+    /// Only snapshots of this host.
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Only snapshots with this tag.
+    #[arg(long)]
+    pub tag: Option<String>,
+}
+
+/// Lists snapshots (from the manifests alone).
+pub fn snapshots(ctx: &Ctx, a: SnapshotsArgs) -> Result<i32> {
+    let repo = ctx.open()?;
+    let list: Vec<_> = repo
+        .list_snapshots()?
+        .into_iter()
+        .filter(|(_, m)| a.host.as_ref().is_none_or(|h| &m.host == h))
+        .filter(|(_, m)| a.tag.as_ref().is_none_or(|t| m.tags.contains(t)))
+        .collect();
+    if ctx.out.json {
+        let v: Vec<_> = list
+            .iter()
+            .map(|(id, m)| {
+                json!({
+                    "id": id.to_hex(), "short_id": id.short(), "time": crate::util::rfc3339(m.time_ns),
+                    "host": m.host, "paths": m.paths, "tags": m.tags, "parent": m.parent.map(|p| p.to_hex()),
+                    "tree": m.tree.to_hex(), "user": m.user, "program": m.program, "summary": m.summary,
+                    "warnings": m.warnings,
+                })
+            })
+            .collect();
+        ctx.out.json_line(&v);
+    } else {
+        println!("{:<10}{:<21}{:<16}{:<10}{:>12}  paths", "id", "time (UTC)", "host", "tags", "size");
+        for (id, m) in &list {
+            println!(
+                "{:<10}{:<21}{:<16}{:<10}{:>12}  {}",
+                id.short(),
+                short_time(m.time_ns),
+                m.host,
+                m.tags.join(","),
+                human_bytes(m.summary.total_bytes),
+                m.paths.join(" ")
+            );
+        }
+        println!("{} snapshots", list.len());
+    }
+    Ok(exit_code::OK)
+}
+
+/// `vouch ls`.
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    /// Snapshot.
+    #[command(flatten)]
+    pub what: SnapshotPath,
+    /// Directory inside the snapshot.
+    pub path: Option<String>,
+    /// Show details.
+    #[arg(long, short = 'l')]
+    pub long: bool,
+}
+
+/// Lists the files of a snapshot.
+pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
+    let repo = ctx.open()?;
+    let (spec, sub) = a.what.split();
+    let (_, m) = repo.find_snapshot(&spec)?;
+    let index = repo.load_index()?;
+    let path = a.path.or(sub).unwrap_or_default();
+    let base = path.trim_end_matches('/').to_string();
+    let root = if base.is_empty() || base == "/" {
+        Some(m.tree)
+    } else {
+        let node = crate::tree::find_node(&repo, &index, &m.tree, &base)?
+            .ok_or_else(|| crate::Error::NotFound(format!("no path {base:?}")))?;
+        if node.kind != NodeKind::Dir {
+            print_node(ctx, a.long, &base, &node);
+            return Ok(exit_code::OK);
+        }
+        node.subtree
+    };
+    let prefix = if base.starts_with('/') || base.is_empty() { base.clone() } else { format!("/{base}") };
+    if let Some(root) = root {
+        crate::tree::walk(&repo, &index, &root, &mut |rel, node| {
+            print_node(ctx, a.long, &format!("{prefix}/{}", String::from_utf8_lossy(rel)), node);
+            Ok(true)
+        })?;
+    }
+    Ok(exit_code::OK)
+}
+
+fn print_node(ctx: &Ctx, long: bool, path: &str, node: &crate::format::Node) {
+    if ctx.out.json {
+        ctx.out.json_line(&json!({
+            "path": path, "type": format!("{:?}", node.kind).to_lowercase(), "size": node.size,
+            "mode": node.mode, "uid": node.uid, "gid": node.gid, "mtime": crate::util::rfc3339(node.mtime_ns),
+        }));
+    } else if long {
+        println!("{:>7o} {:>6} {:>6} {:>12} {} {}", node.mode & 0o7777, node.uid, node.gid, node.size, short_time(node.mtime_ns), path);
+    } else {
+        println!("{path}");
+    }
+}
+
+/// `vouch diff`.
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// Older snapshot.
+    pub first: String,
+    /// Newer snapshot.
+    pub second: String,
+}
+
+/// Shows added (+), removed (-), changed (M), metadata-only (U) and type (T) changes.
+pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
+    let repo = ctx.open()?;
+    let (_, m1) = repo.find_snapshot(&a.first)?;
+    let (_, m2) = repo.find_snapshot(&a.second)?;
+    let index = repo.load_index()?;
+    let changes = crate::diff::diff(&repo, &index, &m1.tree, &m2.tree)?;
+    if ctx.out.json {
+        ctx.out.json_line(&changes);
+    } else {
+        for c in &changes {
+            println!("{} {}", c.kind, c.path);
+        }
+        let count = |k| changes.iter().filter(|c| c.kind == k).count();
+        ctx.out.say(format!("{} added, {} removed, {} changed, {} metadata only", count('+'), count('-'), count('M') + count('T'), count('U')));
+    }
+    Ok(exit_code::OK)
+}

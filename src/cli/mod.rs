@@ -1,0 +1,130 @@
+//! The `vouch` command line: argument definitions and dispatch. Each group
+//! of subcommands lives in its own module; all of them only call the engine.
+
+mod backup_cmd;
+mod inspect;
+mod maintain;
+mod output;
+mod password;
+mod repo_cmds;
+mod restore_cmd;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+
+pub use output::Output;
+
+use crate::backend::LocalBackend;
+use crate::error::{Error, Result};
+use crate::repo::Repository;
+
+/// Encrypted, deduplicated backups that are proven restorable.
+#[derive(Parser, Debug)]
+#[command(name = "vouch", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Repository location (a directory).
+    #[arg(short = 'r', long = "repo", env = "VOUCH_REPOSITORY", global = true)]
+    pub repo: Option<PathBuf>,
+    /// Machine-readable JSON output on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// No progress and no messages, only errors.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// More detail (repeat for more).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create a repository in an empty or new directory.
+    Init(repo_cmds::InitArgs),
+    /// Back up files and directories.
+    Backup(backup_cmd::BackupArgs),
+    /// Restore a snapshot (or a path in it) into a directory.
+    Restore(restore_cmd::RestoreArgs),
+    /// List snapshots.
+    Snapshots(inspect::SnapshotsArgs),
+    /// List the files of a snapshot.
+    Ls(inspect::LsArgs),
+    /// Show what changed between two snapshots.
+    Diff(inspect::DiffArgs),
+    /// Check the repository's structure and, with --read-data, its data.
+    Verify(maintain::VerifyArgs),
+    /// Remove snapshots by keep rules or by id (data stays until prune).
+    Forget(maintain::ForgetArgs),
+    /// Delete data no snapshot needs and repack mostly-empty packs.
+    Prune(maintain::PruneArgs),
+    /// Manage the passphrases (keys) of the repository.
+    Key(repo_cmds::KeyArgs),
+    /// Repair repository metadata.
+    Repair(repo_cmds::RepairArgs),
+}
+
+/// Shared handle for subcommands.
+pub struct Ctx {
+    /// Global options.
+    pub out: Output,
+    repo_path: Option<PathBuf>,
+}
+
+impl Ctx {
+    /// The repository path or a clear error.
+    pub fn repo_path(&self) -> Result<PathBuf> {
+        self.repo_path
+            .clone()
+            .ok_or_else(|| Error::InvalidArgument("no repository given: use --repo PATH or set VOUCH_REPOSITORY".into()))
+    }
+
+    /// Opens the repository with the passphrase from the environment or a prompt.
+    pub fn open(&self) -> Result<Repository> {
+        let path = self.repo_path()?;
+        let backend = Arc::new(LocalBackend::new(path));
+        // Check the config before asking for a passphrase.
+        Repository::read_config(backend.as_ref())?;
+        let pw = password::existing()?;
+        Repository::open(backend, &pw)
+    }
+}
+
+/// Options shared by commands that take a snapshot and a path.
+#[derive(Args, Debug, Clone)]
+pub struct SnapshotPath {
+    /// Snapshot id, unique id prefix, or `latest`; `SNAPSHOT:PATH` selects a path.
+    pub snapshot: String,
+}
+
+impl SnapshotPath {
+    /// Splits `SNAP:PATH`.
+    pub fn split(&self) -> (String, Option<String>) {
+        match self.snapshot.split_once(':') {
+            Some((s, p)) => (s.to_string(), Some(p.to_string())),
+            None => (self.snapshot.clone(), None),
+        }
+    }
+}
+
+/// Runs a parsed command line; returns the exit code.
+pub fn run(cli: Cli) -> Result<i32> {
+    let ctx = Ctx { out: Output { json: cli.json, quiet: cli.quiet, verbose: cli.verbose }, repo_path: cli.repo };
+    match cli.command {
+        Command::Init(a) => repo_cmds::init(&ctx, a),
+        Command::Backup(a) => backup_cmd::run(&ctx, a),
+        Command::Restore(a) => restore_cmd::run(&ctx, a),
+        Command::Snapshots(a) => inspect::snapshots(&ctx, a),
+        Command::Ls(a) => inspect::ls(&ctx, a),
+        Command::Diff(a) => inspect::diff(&ctx, a),
+        Command::Verify(a) => maintain::verify(&ctx, a),
+        Command::Forget(a) => maintain::forget(&ctx, a),
+        Command::Prune(a) => maintain::prune(&ctx, a),
+        Command::Key(a) => repo_cmds::key(&ctx, a),
+        Command::Repair(a) => repo_cmds::repair(&ctx, a),
+    }
+}

@@ -1,0 +1,74 @@
+//! Where passphrases come from: `VOUCH_PASSWORD`, `VOUCH_PASSWORD_FILE`,
+//! `VOUCH_PASSWORD_COMMAND`, or a prompt on the terminal. Never argv.
+
+use std::io::IsTerminal;
+use std::process::Command;
+
+use crate::error::{Error, Result};
+
+fn from_env(prefix: &str) -> Result<Option<Vec<u8>>> {
+    if let Ok(p) = std::env::var(format!("{prefix}")) {
+        return Ok(Some(p.into_bytes()));
+    }
+    if let Ok(path) = std::env::var(format!("{prefix}_FILE")) {
+        let text = std::fs::read(&path).map_err(|e| Error::NoPassword(format!("cannot read {prefix}_FILE {path}: {e}")))?;
+        return Ok(Some(first_line(text)));
+    }
+    if let Ok(cmd) = std::env::var(format!("{prefix}_COMMAND")) {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(&cmd)
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .map_err(|e| Error::NoPassword(format!("cannot run {prefix}_COMMAND: {e}")))?;
+        if !out.status.success() {
+            return Err(Error::NoPassword(format!("{prefix}_COMMAND exited with {}", out.status)));
+        }
+        return Ok(Some(first_line(out.stdout)));
+    }
+    Ok(None)
+}
+
+fn first_line(mut text: Vec<u8>) -> Vec<u8> {
+    if let Some(pos) = text.iter().position(|&b| b == b'\n') {
+        text.truncate(pos);
+    }
+    if text.last() == Some(&b'\r') {
+        text.pop();
+    }
+    text
+}
+
+fn prompt(label: &str) -> Result<Vec<u8>> {
+    if !std::io::stdin().is_terminal() {
+        return Err(Error::NoPassword("no VOUCH_PASSWORD* variable set and no terminal to ask on".into()));
+    }
+    rpassword::prompt_password(label)
+        .map(String::into_bytes)
+        .map_err(|e| Error::NoPassword(format!("cannot read from the terminal: {e}")))
+}
+
+/// The passphrase of an existing repository.
+pub fn existing() -> Result<Vec<u8>> {
+    match from_env("VOUCH_PASSWORD")? {
+        Some(p) => Ok(p),
+        None => prompt("repository passphrase: "),
+    }
+}
+
+/// A new passphrase (init: `VOUCH_PASSWORD*`; key add/passwd:
+/// `VOUCH_NEW_PASSWORD*`), asked twice on a terminal.
+pub fn new(env_prefix: &str) -> Result<Vec<u8>> {
+    if let Some(p) = from_env(env_prefix)? {
+        return Ok(p);
+    }
+    let a = prompt("new passphrase: ")?;
+    let b = prompt("repeat the new passphrase: ")?;
+    if a != b {
+        return Err(Error::InvalidArgument("the passphrases do not match".into()));
+    }
+    if a.is_empty() {
+        return Err(Error::InvalidArgument("the passphrase must not be empty".into()));
+    }
+    Ok(a)
+}

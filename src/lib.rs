@@ -1,0 +1,27 @@
+//! Vouch's data plane: the repository format, the backup, restore and
+//! verification engines, and the command-line interface built on them.
+//!
+//! The engine never imports the orchestration (`vouch-actors`) or the web
+//! layer; only `cli` and `main.rs` tie them together.
+
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod backup;
+pub mod chunker;
+pub mod cli;
+pub mod crypto;
+pub mod diff;
+mod error;
+pub mod forget;
+pub mod format;
+pub mod id;
+pub mod progress;
+pub mod prune;
+pub mod repo;
+pub mod restore;
+pub mod tree;
+pub mod util;
+pub mod verify;
+
+pub use error::{exit_code, Error, IoContext, Result};

@@ -1,0 +1,136 @@
+//! Small helpers: host and user names, times, and the interrupt flag.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Marks the process as interrupted (called from the signal handler).
+pub fn set_interrupted() {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Whether SIGINT/SIGTERM arrived.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// Returns `Err(Interrupted)` once a signal arrived.
+pub fn check_interrupted() -> crate::Result<()> {
+    if interrupted() {
+        Err(crate::Error::Interrupted)
+    } else {
+        Ok(())
+    }
+}
+
+/// Now in ns since the epoch.
+pub fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Formats ns since the epoch as RFC 3339 UTC.
+pub fn rfc3339(ns: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ns))
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_else(|| ns.to_string())
+}
+
+/// Formats ns since the epoch as `YYYY-MM-DD HH:MM:SS` UTC.
+pub fn short_time(ns: i64) -> String {
+    let fmt = time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ns))
+        .ok()
+        .and_then(|t| t.format(&fmt).ok())
+        .unwrap_or_else(|| ns.to_string())
+}
+
+/// Now as RFC 3339 UTC.
+pub fn now_rfc3339() -> String {
+    rfc3339(now_ns())
+}
+
+/// This machine's host name.
+pub fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into our buffer.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// The current user's name (or uid).
+pub fn user_name() -> String {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    users::user_name(uid).unwrap_or_else(|| uid.to_string())
+}
+
+/// Whether the process runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// User and group name lookups.
+pub mod users {
+    use std::ffi::CStr;
+
+    fn lookup(id: u32, group: bool) -> Option<String> {
+        let mut buf = vec![0u8; 16 * 1024];
+        if group {
+            let mut grp: libc::group = unsafe { std::mem::zeroed() };
+            let mut out: *mut libc::group = std::ptr::null_mut();
+            // SAFETY: all pointers are to live, correctly sized buffers.
+            let rc = unsafe { libc::getgrgid_r(id, &mut grp, buf.as_mut_ptr().cast(), buf.len(), &mut out) };
+            if rc != 0 || out.is_null() {
+                return None;
+            }
+            // SAFETY: on success gr_name points into buf, NUL-terminated.
+            Some(unsafe { CStr::from_ptr(grp.gr_name) }.to_string_lossy().into_owned())
+        } else {
+            let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+            let mut out: *mut libc::passwd = std::ptr::null_mut();
+            // SAFETY: as above.
+            let rc = unsafe { libc::getpwuid_r(id, &mut pwd, buf.as_mut_ptr().cast(), buf.len(), &mut out) };
+            if rc != 0 || out.is_null() {
+                return None;
+            }
+            // SAFETY: on success pw_name points into buf, NUL-terminated.
+            Some(unsafe { CStr::from_ptr(pwd.pw_name) }.to_string_lossy().into_owned())
+        }
+    }
+
+    /// Name of a uid.
+    pub fn user_name(uid: u32) -> Option<String> {
+        lookup(uid, false)
+    }
+
+    /// Name of a gid.
+    pub fn group_name(gid: u32) -> Option<String> {
+        lookup(gid, true)
+    }
+}
+
+/// Human-readable byte count (binary units).
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}

@@ -1,0 +1,292 @@
+//! Verification: structure (every tree and blob of every snapshot resolves
+//! through the index, every indexed pack exists with its size) and, with
+//! `read_data`, a full read-back (each pack hashes to its name, its header
+//! matches the index, each blob decrypts, decompresses and hashes to its id).
+//! The report names what is damaged and which snapshots and paths it hits.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::backend::FileKind;
+use crate::error::Result;
+use crate::format::{BlobType, NodeKind, PACK_TRAILER_LEN};
+use crate::id::{BlobId, PackId, SnapshotId};
+use crate::progress::Progress;
+use crate::repo::{lock, pack, MasterIndex, Repository};
+
+/// What to check.
+#[derive(Clone, Debug, Default)]
+pub struct VerifyOptions {
+    /// Read back data.
+    pub read_data: bool,
+    /// Read back only this fraction of packs (0 < f <= 1), chosen at random.
+    pub subset: Option<f64>,
+    /// Reader threads (0 = automatic).
+    pub threads: usize,
+}
+
+/// One problem found.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Damage {
+    /// The pack concerned, if any.
+    pub pack: Option<String>,
+    /// The blob concerned, if any.
+    pub blob: Option<String>,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// Where damage hits.
+#[derive(Clone, Debug, Serialize)]
+pub struct Affected {
+    /// Snapshot id.
+    pub snapshot: String,
+    /// Paths in it whose content or listing is damaged (first 100).
+    pub paths: Vec<String>,
+    /// How many paths in all.
+    pub path_count: u64,
+}
+
+/// The result of `vouch verify`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct VerifyReport {
+    /// Snapshots checked.
+    pub snapshots: u64,
+    /// Packs in the index.
+    pub packs: u64,
+    /// Packs read back.
+    pub packs_read: u64,
+    /// Bytes read back.
+    pub bytes_read: u64,
+    /// Blobs checked by read-back.
+    pub blobs_read: u64,
+    /// Packs present but in no index (leftovers; `prune` removes them).
+    pub unindexed_packs: u64,
+    /// Problems.
+    pub damage: Vec<Damage>,
+    /// Snapshots and paths affected by the damage.
+    pub affected: Vec<Affected>,
+    /// Wall time.
+    pub duration_ms: u64,
+}
+
+impl VerifyReport {
+    /// Whether anything is damaged.
+    pub fn is_damaged(&self) -> bool {
+        !self.damage.is_empty()
+    }
+}
+
+/// Checks the repository.
+#[tracing::instrument(skip_all, fields(repo = %repo.backend().location(), read_data = opts.read_data))]
+pub fn verify(repo: &Repository, opts: &VerifyOptions, progress: &Progress) -> Result<VerifyReport> {
+    let started = Instant::now();
+    let _guard = lock::acquire(repo.backend().clone(), false, "verify")?;
+    let index = repo.load_index()?;
+    let mut report = VerifyReport { packs: index.packs().len() as u64, ..Default::default() };
+    let mut bad_blobs: HashSet<BlobId> = HashSet::new();
+
+    // Packs exist with their sizes.
+    let on_disk: HashMap<String, u64> = repo.backend().list(FileKind::Pack)?.into_iter().collect();
+    let mut bad_packs: HashSet<PackId> = HashSet::new();
+    for p in index.packs() {
+        match on_disk.get(&p.id.to_hex()) {
+            None => {
+                report.damage.push(Damage { pack: Some(p.id.to_hex()), blob: None, problem: "pack is missing".into() });
+                bad_packs.insert(p.id);
+            }
+            Some(&size) if size != p.size => {
+                report.damage.push(Damage {
+                    pack: Some(p.id.to_hex()),
+                    blob: None,
+                    problem: format!("pack has {size} bytes, the index says {}", p.size),
+                });
+                bad_packs.insert(p.id);
+            }
+            Some(_) => {}
+        }
+    }
+    report.unindexed_packs = on_disk.keys().filter(|n| PackId::from_hex(n).map(|id| index.pack(&id).is_none()).unwrap_or(true)).count() as u64;
+
+    // Read back.
+    if opts.read_data {
+        let mut packs: Vec<PackId> = index.packs().iter().map(|p| p.id).filter(|id| !bad_packs.contains(id)).collect();
+        if let Some(f) = opts.subset {
+            let salt: [u8; 8] = crate::crypto::random_array();
+            packs.retain(|id| {
+                let h = blake3::keyed_hash(&{
+                    let mut k = [0u8; 32];
+                    k[..8].copy_from_slice(&salt);
+                    k
+                }, &id.0);
+                let x = u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or([0; 8]));
+                (x as f64 / u64::MAX as f64) < f
+            });
+        }
+        let threads = if opts.threads == 0 {
+            std::thread::available_parallelism().map(|n| n.get() * 2).unwrap_or(4).clamp(2, 8)
+        } else {
+            opts.threads
+        };
+        let queue = Mutex::new(packs.into_iter());
+        let found = Mutex::new((Vec::<Damage>::new(), HashSet::<BlobId>::new(), 0u64, 0u64, 0u64));
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| loop {
+                    if crate::util::interrupted() {
+                        return;
+                    }
+                    let next = queue.lock().ok().and_then(|mut q| q.next());
+                    let Some(id) = next else { return };
+                    let (damage, bad, bytes, blobs) = read_back(repo, &index, &id);
+                    Progress::add(&progress.bytes_done, bytes);
+                    if let Ok(mut f) = found.lock() {
+                        f.0.extend(damage);
+                        f.1.extend(bad);
+                        f.2 += 1;
+                        f.3 += bytes;
+                        f.4 += blobs;
+                    }
+                });
+            }
+        });
+        crate::util::check_interrupted()?;
+        if let Ok((damage, bad, packs_read, bytes, blobs)) = found.into_inner() {
+            report.damage.extend(damage);
+            bad_blobs.extend(bad);
+            report.packs_read = packs_read;
+            report.bytes_read = bytes;
+            report.blobs_read = blobs;
+        }
+    }
+    for (pack_info, entry) in index.iter() {
+        if bad_packs.contains(&pack_info.id) {
+            bad_blobs.insert(entry.id);
+        }
+    }
+
+    // Snapshots: every tree loads, every blob is indexed; map damage to paths.
+    let snapshots = repo.list_snapshots()?;
+    report.snapshots = snapshots.len() as u64;
+    for (sid, manifest) in &snapshots {
+        let (paths, count, problems) = affected_paths(repo, &index, sid, &manifest.tree, &bad_blobs);
+        report.damage.extend(problems);
+        if count > 0 {
+            report.affected.push(Affected { snapshot: sid.to_hex(), paths, path_count: count });
+        }
+    }
+    report.damage.sort();
+    report.damage.dedup();
+    report.duration_ms = started.elapsed().as_millis() as u64;
+    Ok(report)
+}
+
+/// Reads one pack and checks everything in it.
+fn read_back(repo: &Repository, index: &MasterIndex, id: &PackId) -> (Vec<Damage>, Vec<BlobId>, u64, u64) {
+    let mut damage = Vec::new();
+    let indexed: Vec<_> = index.iter().filter(|(p, _)| p.id == *id).map(|(_, e)| *e).collect();
+    let all_bad = |problem: String, damage: &mut Vec<Damage>| {
+        damage.push(Damage { pack: Some(id.to_hex()), blob: None, problem });
+        indexed.iter().map(|e| e.id).collect::<Vec<_>>()
+    };
+    let bytes = match repo.backend().read(FileKind::Pack, &id.to_hex()) {
+        Ok(b) => b,
+        Err(e) => {
+            let bad = all_bad(format!("pack unreadable: {e}"), &mut damage);
+            return (damage, bad, 0, 0);
+        }
+    };
+    let n = bytes.len() as u64;
+    let mut bad = Vec::new();
+    if PackId::hash_of(&bytes) != *id {
+        damage.push(Damage { pack: Some(id.to_hex()), blob: None, problem: "pack content does not hash to its name".into() });
+    }
+    let salt = index.pack(id).map(|p| p.salt).unwrap_or_default();
+    match pack::read_whole(repo.key(), *id, &bytes) {
+        Ok(rec) => {
+            let listed: HashSet<_> = rec.blobs.iter().map(|b| (b.id, b.offset)).collect();
+            for e in &indexed {
+                if !listed.contains(&(e.id, e.offset)) {
+                    damage.push(Damage { pack: Some(id.to_hex()), blob: Some(e.id.to_hex()), problem: "index lists a blob the pack header does not".into() });
+                }
+            }
+        }
+        Err(e) => damage.push(Damage { pack: Some(id.to_hex()), blob: None, problem: format!("pack header: {e}") }),
+    }
+    let data_end = bytes.len().saturating_sub(PACK_TRAILER_LEN);
+    let mut blobs = 0;
+    for e in &indexed {
+        blobs += 1;
+        let (start, end) = (e.offset as usize, e.offset as usize + e.length as usize);
+        let result = if end > data_end {
+            Err(crate::Error::Damaged("blob extends past the pack's data".into()))
+        } else {
+            pack::open_blob(repo.key(), &salt, e, &bytes[start..end]).map(|_| ())
+        };
+        if let Err(err) = result {
+            damage.push(Damage { pack: Some(id.to_hex()), blob: Some(e.id.to_hex()), problem: err.to_string() });
+            bad.push(e.id);
+        }
+    }
+    (damage, bad, n, blobs)
+}
+
+/// Walks a snapshot; returns damaged paths (first 100), their count, and
+/// structural problems (missing blobs, unreadable trees).
+fn affected_paths(repo: &Repository, index: &MasterIndex, sid: &SnapshotId, root: &BlobId, bad: &HashSet<BlobId>) -> (Vec<String>, u64, Vec<Damage>) {
+    let mut paths = BTreeSet::new();
+    let mut count = 0u64;
+    let mut problems = Vec::new();
+    let mut stack: Vec<(String, BlobId)> = vec![(String::new(), *root)];
+    while let Some((prefix, tree_id)) = stack.pop() {
+        let here = if prefix.is_empty() { "/".to_string() } else { prefix.clone() };
+        if !index.contains(&tree_id) {
+            problems.push(Damage { pack: None, blob: Some(tree_id.to_hex()), problem: format!("tree of {here} in snapshot {} is not in the index", sid.short()) });
+            count += 1;
+            paths.insert(here);
+            continue;
+        }
+        let tree = match repo.load_tree(index, &tree_id) {
+            Ok(t) => t,
+            Err(e) => {
+                problems.push(Damage { pack: None, blob: Some(tree_id.to_hex()), problem: format!("tree of {here} in snapshot {}: {e}", sid.short()) });
+                count += 1;
+                paths.insert(here);
+                continue;
+            }
+        };
+        for node in &tree.nodes {
+            let path = format!("{prefix}/{}", node.display_name());
+            match node.kind {
+                NodeKind::Dir => {
+                    if let Some(s) = node.subtree {
+                        stack.push((path, s));
+                    }
+                }
+                NodeKind::File => {
+                    let mut hit = false;
+                    for blob in node.content.iter().filter_map(|e| e.blob) {
+                        if !index.contains(&blob) {
+                            problems.push(Damage { pack: None, blob: Some(blob.to_hex()), problem: format!("content of {path} in snapshot {} is not in the index", sid.short()) });
+                            hit = true;
+                        } else if bad.contains(&blob) {
+                            hit = true;
+                        }
+                    }
+                    if hit {
+                        count += 1;
+                        if paths.len() < 100 {
+                            paths.insert(path);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let _ = BlobType::Tree;
+    (paths.into_iter().collect(), count, problems)
+}

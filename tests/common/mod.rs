@@ -1,0 +1,149 @@
+//! Shared helpers of the end-to-end tests: run the real `vouch` binary on
+//! real files in temporary directories.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const PASSWORD: &str = "correct horse battery staple";
+
+/// A scratch area with a repository path.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub repo: PathBuf,
+}
+
+impl Env {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = dir.path().join("repo");
+        Env { dir, repo }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// A `vouch` command against this repository with the test passphrase.
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_vouch"));
+        c.env_remove("VOUCH_PASSWORD_FILE")
+            .env_remove("VOUCH_PASSWORD_COMMAND")
+            .env("VOUCH_REPOSITORY", &self.repo)
+            .env("VOUCH_PASSWORD", PASSWORD)
+            .stdin(std::process::Stdio::null());
+        c
+    }
+
+    /// Runs with arguments; returns the output.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().expect("running vouch")
+    }
+
+    /// Runs and asserts the exit code; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        self.expect(args, 0)
+    }
+
+    pub fn expect(&self, args: &[&str], code: i32) -> String {
+        let out = self.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "vouch {args:?}\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Creates the repository with cheap KDF settings and small chunks.
+    pub fn init(&self) {
+        self.ok(&[
+            "init",
+            "--kdf-memory-kib", "1024",
+            "--kdf-iterations", "1",
+            "--chunk-min-kib", "16",
+            "--chunk-avg-kib", "64",
+            "--chunk-max-kib", "256",
+            "--pack-size-mib", "1",
+        ]);
+    }
+
+    /// Backs up and returns the snapshot id.
+    pub fn backup(&self, paths: &[&Path]) -> String {
+        let mut args = vec!["backup".to_string(), "--json".to_string()];
+        args.extend(paths.iter().map(|p| p.display().to_string()));
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = self.ok(&a);
+        summary_of(&out)["snapshot"].as_str().expect("snapshot id").to_string()
+    }
+}
+
+/// The last JSON line of an output.
+pub fn summary_of(out: &str) -> serde_json::Value {
+    let line = out.lines().rev().find(|l| l.starts_with('{')).unwrap_or("{}");
+    serde_json::from_str(line).expect("json line")
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    vouch_chaos::Rng::new(seed).fill(&mut v);
+    v
+}
+
+/// What a tree looks like: path -> (kind, mode, size, mtime, content hash, link target, inode group).
+pub fn describe(root: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut inodes: BTreeMap<(u64, u64), String> = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let mut entries: Vec<_> = fs::read_dir(&dir).unwrap().flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if rel == ".vouch-restore-in-progress" {
+                continue;
+            }
+            let m = fs::symlink_metadata(&p).unwrap();
+            let t = m.file_type();
+            let desc = if t.is_dir() {
+                stack.push(p.clone());
+                format!("dir mode={:o} mtime={}", m.mode() & 0o7777, m.mtime())
+            } else if t.is_symlink() {
+                format!("symlink -> {}", fs::read_link(&p).unwrap().display())
+            } else if t.is_file() {
+                let data = fs::read(&p).unwrap();
+                let link = if m.nlink() > 1 {
+                    let first = inodes.entry((m.dev(), m.ino())).or_insert_with(|| rel.clone()).clone();
+                    format!(" link-group={first}")
+                } else {
+                    String::new()
+                };
+                format!(
+                    "file mode={:o} size={} mtime={}.{} hash={}{link}",
+                    m.mode() & 0o7777,
+                    m.len(),
+                    m.mtime(),
+                    m.mtime_nsec(),
+                    blake3::hash(&data).to_hex()
+                )
+            } else if t.is_fifo() {
+                format!("fifo mode={:o}", m.mode() & 0o7777)
+            } else {
+                "other".to_string()
+            };
+            out.insert(rel, desc);
+        }
+    }
+    out
+}
+
+pub fn is_root() -> bool {
+    vouch_chaos::is_root()
+}
