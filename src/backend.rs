@@ -71,7 +71,8 @@ pub trait Backend: Send + Sync {
     /// Whole file.
     fn read(&self, kind: FileKind, name: &str) -> Result<Vec<u8>>;
     /// `length` bytes at `offset`; an error if the file is shorter.
-    fn read_range(&self, kind: FileKind, name: &str, offset: u64, length: usize) -> Result<Vec<u8>>;
+    fn read_range(&self, kind: FileKind, name: &str, offset: u64, length: usize)
+        -> Result<Vec<u8>>;
     /// Atomically creates or replaces a file.
     fn write(&self, kind: FileKind, name: &str, data: &[u8], sync: WriteSync) -> Result<()>;
     /// Removes a file; removing a missing file is not an error.
@@ -176,10 +177,11 @@ impl Backend for LocalBackend {
 
     fn list(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
         if kind == FileKind::Config {
-            let size = fs::metadata(self.path(kind, ""))
-                .map(|m| m.len())
-                .ok();
-            return Ok(size.map(|s| ("config".to_string(), s)).into_iter().collect());
+            let size = fs::metadata(self.path(kind, "")).map(|m| m.len()).ok();
+            return Ok(size
+                .map(|s| ("config".to_string(), s))
+                .into_iter()
+                .collect());
         }
         let mut out = Vec::new();
         for dir in self.dirs_of(kind) {
@@ -190,11 +192,15 @@ impl Backend for LocalBackend {
             };
             for entry in entries {
                 let entry = entry.ctx(|| format!("listing {}", dir.display()))?;
-                let Ok(name) = entry.file_name().into_string() else { continue };
+                let Ok(name) = entry.file_name().into_string() else {
+                    continue;
+                };
                 if is_temporary(&name) {
                     continue;
                 }
-                let meta = entry.metadata().ctx(|| format!("stat {}", entry.path().display()))?;
+                let meta = entry
+                    .metadata()
+                    .ctx(|| format!("stat {}", entry.path().display()))?;
                 if meta.is_file() {
                     out.push((name, meta.len()));
                 }
@@ -209,10 +215,17 @@ impl Backend for LocalBackend {
         fs::read(&p).ctx(|| format!("reading {}", p.display()))
     }
 
-    fn read_range(&self, kind: FileKind, name: &str, offset: u64, length: usize) -> Result<Vec<u8>> {
+    fn read_range(
+        &self,
+        kind: FileKind,
+        name: &str,
+        offset: u64,
+        length: usize,
+    ) -> Result<Vec<u8>> {
         let p = self.path(kind, name);
         let mut f = File::open(&p).ctx(|| format!("opening {}", p.display()))?;
-        f.seek(SeekFrom::Start(offset)).ctx(|| format!("seeking in {}", p.display()))?;
+        f.seek(SeekFrom::Start(offset))
+            .ctx(|| format!("seeking in {}", p.display()))?;
         let mut buf = vec![0u8; length];
         f.read_exact(&mut buf)
             .ctx(|| format!("reading {length} bytes at {offset} of {}", p.display()))?;
@@ -222,16 +235,27 @@ impl Backend for LocalBackend {
     fn write(&self, kind: FileKind, name: &str, data: &[u8], sync: WriteSync) -> Result<()> {
         let path = self.path(kind, name);
         let dir = path.parent().unwrap_or(&self.root).to_path_buf();
-        let tmp = dir.join(format!(".tmp-{}", hex::encode(crate::crypto::random_array::<8>())));
+        let tmp = dir.join(format!(
+            ".tmp-{}",
+            hex::encode(crate::crypto::random_array::<8>())
+        ));
         let result = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)
-                .ctx(|| format!("creating {}", tmp.display()))?;
-            f.write_all(data).ctx(|| format!("writing {}", path.display()))?;
+            let open = || OpenOptions::new().write(true).create_new(true).open(&tmp);
+            let mut f = match open() {
+                // A directory lost in a copy (git, some sync tools drop empty
+                // ones) is recreated.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    fs::create_dir_all(&dir).ctx(|| format!("creating {}", dir.display()))?;
+                    open()
+                }
+                other => other,
+            }
+            .ctx(|| format!("creating {}", tmp.display()))?;
+            f.write_all(data)
+                .ctx(|| format!("writing {}", path.display()))?;
             if sync == WriteSync::Now {
-                f.sync_data().ctx(|| format!("syncing {}", path.display()))?;
+                f.sync_data()
+                    .ctx(|| format!("syncing {}", path.display()))?;
             }
             drop(f);
             fs::rename(&tmp, &path).ctx(|| format!("renaming into {}", path.display()))
@@ -274,7 +298,10 @@ impl Backend for LocalBackend {
             // SAFETY: syncfs only reads the valid descriptor we own.
             let rc = unsafe { libc::syncfs(dir.as_raw_fd()) };
             if rc != 0 {
-                return Err(Error::io("syncing the repository file system", std::io::Error::last_os_error()));
+                return Err(Error::io(
+                    "syncing the repository file system",
+                    std::io::Error::last_os_error(),
+                ));
             }
             Ok(())
         }
@@ -282,7 +309,9 @@ impl Backend for LocalBackend {
         {
             let mut dirs = std::collections::BTreeSet::new();
             for p in &pending {
-                File::open(p).and_then(|f| f.sync_all()).ctx(|| format!("syncing {}", p.display()))?;
+                File::open(p)
+                    .and_then(|f| f.sync_all())
+                    .ctx(|| format!("syncing {}", p.display()))?;
                 if let Some(d) = p.parent() {
                     dirs.insert(d.to_path_buf());
                 }
@@ -301,10 +330,13 @@ impl Backend for LocalBackend {
             dirs.extend(self.dirs_of(kind));
         }
         for dir in dirs {
-            let Ok(entries) = fs::read_dir(&dir) else { continue };
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
             for entry in entries.flatten() {
                 if entry.file_name().to_str().is_some_and(is_temporary) {
-                    fs::remove_file(entry.path()).ctx(|| format!("removing {}", entry.path().display()))?;
+                    fs::remove_file(entry.path())
+                        .ctx(|| format!("removing {}", entry.path().display()))?;
                     removed += 1;
                 }
             }
@@ -320,19 +352,28 @@ mod tests {
 
     fn conformance(b: &dyn Backend) {
         b.create().unwrap();
-        assert!(b.create().is_err(), "create on a non-empty location must fail");
+        assert!(
+            b.create().is_err(),
+            "create on a non-empty location must fail"
+        );
         assert!(b.list(FileKind::Index).unwrap().is_empty());
         let name = "ab".to_string() + &"0".repeat(62);
-        b.write(FileKind::Pack, &name, b"0123456789", WriteSync::Deferred).unwrap();
+        b.write(FileKind::Pack, &name, b"0123456789", WriteSync::Deferred)
+            .unwrap();
         assert!(b.exists(FileKind::Pack, &name).unwrap());
         assert_eq!(b.list(FileKind::Pack).unwrap(), vec![(name.clone(), 10)]);
         assert_eq!(b.read(FileKind::Pack, &name).unwrap(), b"0123456789");
         assert_eq!(b.read_range(FileKind::Pack, &name, 3, 4).unwrap(), b"3456");
-        assert!(b.read_range(FileKind::Pack, &name, 8, 4).is_err(), "short read must fail");
-        b.write(FileKind::Pack, &name, b"new", WriteSync::Now).unwrap();
+        assert!(
+            b.read_range(FileKind::Pack, &name, 8, 4).is_err(),
+            "short read must fail"
+        );
+        b.write(FileKind::Pack, &name, b"new", WriteSync::Now)
+            .unwrap();
         assert_eq!(b.read(FileKind::Pack, &name).unwrap(), b"new");
         b.sync_all().unwrap();
-        b.write(FileKind::Config, "", b"{}", WriteSync::Now).unwrap();
+        b.write(FileKind::Config, "", b"{}", WriteSync::Now)
+            .unwrap();
         assert_eq!(b.read(FileKind::Config, "").unwrap(), b"{}");
         b.delete(FileKind::Pack, &name).unwrap();
         b.delete(FileKind::Pack, &name).unwrap();

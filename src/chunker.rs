@@ -129,7 +129,11 @@ mod tests {
     use crate::crypto::MasterKey;
 
     fn small_params() -> ChunkerParams {
-        ChunkerParams { min_size: 4096, avg_size: 16384, max_size: 65536 }
+        ChunkerParams {
+            min_size: 4096,
+            avg_size: 16384,
+            max_size: 65536,
+        }
     }
 
     fn pseudo_random(n: usize, seed: u64) -> Vec<u8> {
@@ -173,12 +177,21 @@ mod tests {
         edited.extend_from_slice(&data);
         let ends = |lens: Vec<usize>, shift: usize| -> std::collections::HashSet<usize> {
             let mut pos = 0;
-            lens.into_iter().map(|l| { pos += l; pos - shift }).collect()
+            lens.into_iter()
+                .map(|l| {
+                    pos += l;
+                    pos - shift
+                })
+                .collect()
         };
         let before = ends(a.cut_all(&data), 0);
         let after = ends(a.cut_all(&edited), 8);
         let shared = before.intersection(&after).count();
-        assert!(shared * 10 >= before.len() * 8, "{shared} of {}", before.len());
+        assert!(
+            shared * 10 >= before.len() * 8,
+            "{shared} of {}",
+            before.len()
+        );
     }
 
     #[test]
@@ -187,7 +200,11 @@ mod tests {
         assert!(c.cut_all(&[]).is_empty());
         assert_eq!(c.cut_all(&[1, 2, 3]), vec![3]);
         let mut n = 0;
-        c.stream(&[][..], |_| { n += 1; Ok(()) }).unwrap();
+        c.stream(&[][..], |_| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
         assert_eq!(n, 0);
     }
 }

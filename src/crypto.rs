@@ -194,9 +194,11 @@ pub struct KdfError(String);
 impl KdfParams {
     /// Derives the 32-byte wrapping key from a passphrase and salt.
     pub fn derive(&self, passphrase: &[u8], salt: &[u8]) -> Result<[u8; 32], KdfError> {
-        let params = argon2::Params::new(self.memory_kib, self.iterations, self.parallelism, Some(32))
-            .map_err(|e| KdfError(e.to_string()))?;
-        let argon = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
+        let params =
+            argon2::Params::new(self.memory_kib, self.iterations, self.parallelism, Some(32))
+                .map_err(|e| KdfError(e.to_string()))?;
+        let argon =
+            argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
         let mut out = [0u8; 32];
         argon
             .hash_password_into(passphrase, salt, &mut out)
@@ -258,10 +260,24 @@ mod tests {
 
     #[test]
     fn kdf_is_deterministic_and_salted() {
-        let p = KdfParams { memory_kib: 1024, iterations: 1, parallelism: 1 };
-        assert_eq!(p.derive(b"pw", b"saltsaltsalt").unwrap(), p.derive(b"pw", b"saltsaltsalt").unwrap());
-        assert_ne!(p.derive(b"pw", b"saltsaltsalt").unwrap(), p.derive(b"pw", b"othersaltxyz").unwrap());
-        let bad = KdfParams { memory_kib: 1, iterations: 0, parallelism: 0 };
+        let p = KdfParams {
+            memory_kib: 1024,
+            iterations: 1,
+            parallelism: 1,
+        };
+        assert_eq!(
+            p.derive(b"pw", b"saltsaltsalt").unwrap(),
+            p.derive(b"pw", b"saltsaltsalt").unwrap()
+        );
+        assert_ne!(
+            p.derive(b"pw", b"saltsaltsalt").unwrap(),
+            p.derive(b"pw", b"othersaltxyz").unwrap()
+        );
+        let bad = KdfParams {
+            memory_kib: 1,
+            iterations: 0,
+            parallelism: 0,
+        };
         assert!(bad.derive(b"pw", b"saltsaltsalt").is_err());
     }
 

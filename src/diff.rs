@@ -44,17 +44,41 @@ fn load(repo: &Repository, index: &MasterIndex, id: Option<BlobId>) -> Result<Tr
     }
 }
 
-fn all_below(repo: &Repository, index: &MasterIndex, node: &Node, path: &str, kind: char, out: &mut Vec<Change>) -> Result<()> {
-    out.push(Change { kind, path: path.to_string() });
+fn all_below(
+    repo: &Repository,
+    index: &MasterIndex,
+    node: &Node,
+    path: &str,
+    kind: char,
+    out: &mut Vec<Change>,
+) -> Result<()> {
+    out.push(Change {
+        kind,
+        path: path.to_string(),
+    });
     if node.kind == NodeKind::Dir {
         for child in load(repo, index, node.subtree)?.nodes {
-            all_below(repo, index, &child, &format!("{path}/{}", child.display_name()), kind, out)?;
+            all_below(
+                repo,
+                index,
+                &child,
+                &format!("{path}/{}", child.display_name()),
+                kind,
+                out,
+            )?;
         }
     }
     Ok(())
 }
 
-fn diff_trees(repo: &Repository, index: &MasterIndex, a: Option<BlobId>, b: Option<BlobId>, prefix: &str, out: &mut Vec<Change>) -> Result<()> {
+fn diff_trees(
+    repo: &Repository,
+    index: &MasterIndex,
+    a: Option<BlobId>,
+    b: Option<BlobId>,
+    prefix: &str,
+    out: &mut Vec<Change>,
+) -> Result<()> {
     if a == b {
         return Ok(());
     }
@@ -69,12 +93,26 @@ fn diff_trees(repo: &Repository, index: &MasterIndex, a: Option<BlobId>, b: Opti
         match order {
             std::cmp::Ordering::Less => {
                 let n = &ta.nodes[i];
-                all_below(repo, index, n, &format!("{prefix}/{}", n.display_name()), '-', out)?;
+                all_below(
+                    repo,
+                    index,
+                    n,
+                    &format!("{prefix}/{}", n.display_name()),
+                    '-',
+                    out,
+                )?;
                 i += 1;
             }
             std::cmp::Ordering::Greater => {
                 let n = &tb.nodes[j];
-                all_below(repo, index, n, &format!("{prefix}/{}", n.display_name()), '+', out)?;
+                all_below(
+                    repo,
+                    index,
+                    n,
+                    &format!("{prefix}/{}", n.display_name()),
+                    '+',
+                    out,
+                )?;
                 j += 1;
             }
             std::cmp::Ordering::Equal => {
@@ -82,7 +120,10 @@ fn diff_trees(repo: &Repository, index: &MasterIndex, a: Option<BlobId>, b: Opti
                 let path = format!("{prefix}/{}", x.display_name());
                 if x.kind == NodeKind::Dir && y.kind == NodeKind::Dir {
                     if x.mode != y.mode || x.uid != y.uid || x.gid != y.gid {
-                        out.push(Change { kind: 'U', path: path.clone() });
+                        out.push(Change {
+                            kind: 'U',
+                            path: path.clone(),
+                        });
                     }
                     diff_trees(repo, index, x.subtree, y.subtree, &path, out)?;
                 } else if let Some(k) = changed(x, y) {

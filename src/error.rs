@@ -54,7 +54,9 @@ pub enum Error {
     #[error("no passphrase: {0}")]
     NoPassword(String),
     /// Format version newer than this binary knows.
-    #[error("repository format version {found} is newer than this vouch supports (up to {supported})")]
+    #[error(
+        "repository format version {found} is newer than this vouch supports (up to {supported})"
+    )]
     UnsupportedFormat {
         /// The version found on disk.
         found: u32,

@@ -8,7 +8,11 @@ use serde::Serialize;
 use vouch_events::retention::{apply_retention, KeepPolicy, RetentionCandidate};
 
 use crate::error::{Error, Result};
+use crate::format::Manifest;
 use crate::id::SnapshotId;
+
+/// Snapshots are grouped by host and paths.
+type GroupKey = (String, Vec<String>);
 use crate::repo::{lock, Repository};
 
 /// The decision for one snapshot.
@@ -36,27 +40,51 @@ pub struct ForgetGroup {
 }
 
 /// Applies `policy`; deletes unless `dry_run`.
-pub fn forget(repo: &Repository, policy: &KeepPolicy, dry_run: bool, now_ns: i64) -> Result<Vec<ForgetGroup>> {
+pub fn forget(
+    repo: &Repository,
+    policy: &KeepPolicy,
+    dry_run: bool,
+    now_ns: i64,
+) -> Result<Vec<ForgetGroup>> {
     if policy.is_empty() {
         return Err(Error::InvalidArgument(
             "no keep rule given: refusing to forget every snapshot (give --keep-* rules, or snapshot ids)".into(),
         ));
     }
-    let _guard = if dry_run { None } else { Some(lock::acquire(repo.backend().clone(), false, "forget")?) };
-    let mut groups: BTreeMap<(String, Vec<String>), Vec<(SnapshotId, crate::format::Manifest)>> = BTreeMap::new();
+    let _guard = if dry_run {
+        None
+    } else {
+        Some(lock::acquire(repo.backend().clone(), false, "forget")?)
+    };
+    let mut groups: BTreeMap<GroupKey, Vec<(SnapshotId, Manifest)>> = BTreeMap::new();
     for (id, m) in repo.list_snapshots()? {
-        groups.entry((m.host.clone(), m.paths.clone())).or_default().push((id, m));
+        groups
+            .entry((m.host.clone(), m.paths.clone()))
+            .or_default()
+            .push((id, m));
     }
     let mut out = Vec::new();
     for ((host, paths), snaps) in groups {
         let candidates: Vec<RetentionCandidate<SnapshotId>> = snaps
             .iter()
-            .map(|(id, m)| RetentionCandidate { id: *id, time_unix_ns: m.time_ns, tags: m.tags.clone() })
+            .map(|(id, m)| RetentionCandidate {
+                id: *id,
+                time_unix_ns: m.time_ns,
+                tags: m.tags.clone(),
+            })
             .collect();
         let decisions = apply_retention(policy, &candidates, now_ns);
-        let mut group = ForgetGroup { host, paths, decisions: Vec::new() };
+        let mut group = ForgetGroup {
+            host,
+            paths,
+            decisions: Vec::new(),
+        };
         for d in decisions {
-            let time = snaps.iter().find(|(id, _)| *id == d.id).map(|(_, m)| crate::util::rfc3339(m.time_ns)).unwrap_or_default();
+            let time = snaps
+                .iter()
+                .find(|(id, _)| *id == d.id)
+                .map(|(_, m)| crate::util::rfc3339(m.time_ns))
+                .unwrap_or_default();
             if !d.keep && !dry_run {
                 repo.delete_snapshot(&d.id)?;
             }
@@ -74,7 +102,11 @@ pub fn forget(repo: &Repository, policy: &KeepPolicy, dry_run: bool, now_ns: i64
 
 /// Deletes the named snapshots.
 pub fn forget_ids(repo: &Repository, specs: &[String], dry_run: bool) -> Result<Vec<SnapshotId>> {
-    let _guard = if dry_run { None } else { Some(lock::acquire(repo.backend().clone(), false, "forget")?) };
+    let _guard = if dry_run {
+        None
+    } else {
+        Some(lock::acquire(repo.backend().clone(), false, "forget")?)
+    };
     let mut ids = Vec::new();
     for s in specs {
         let (id, _) = repo.find_snapshot(s)?;

@@ -97,7 +97,8 @@ impl<'de> Visitor<'de> for IdVisitor {
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
         let mut out = [0u8; ID_LEN];
-        hex::decode_to_slice(v, &mut out).map_err(|_| E::invalid_value(de::Unexpected::Str(v), &self))?;
+        hex::decode_to_slice(v, &mut out)
+            .map_err(|_| E::invalid_value(de::Unexpected::Str(v), &self))?;
         Ok(out)
     }
 

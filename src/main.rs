@@ -11,7 +11,8 @@ fn main() {
     };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("VOUCH_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter)),
+            tracing_subscriber::EnvFilter::try_from_env("VOUCH_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter)),
         )
         .with_writer(std::io::stderr)
         .with_target(false)

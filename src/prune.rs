@@ -25,7 +25,10 @@ pub struct PruneOptions {
 
 impl Default for PruneOptions {
     fn default() -> Self {
-        Self { repack_below: 0.5, dry_run: false }
+        Self {
+            repack_below: 0.5,
+            dry_run: false,
+        }
     }
 }
 
@@ -59,7 +62,11 @@ pub struct PruneReport {
 pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
     let guard = lock::acquire(repo.backend().clone(), true, "prune")?;
     let index = repo.load_index()?;
-    let mut report = PruneReport { dry_run: opts.dry_run, packs_before: index.packs().len() as u64, ..Default::default() };
+    let mut report = PruneReport {
+        dry_run: opts.dry_run,
+        packs_before: index.packs().len() as u64,
+        ..Default::default()
+    };
 
     // Mark.
     let mut used: HashSet<BlobId> = HashSet::new();
@@ -116,7 +123,8 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
     report.packs_repacked = repack.len() as u64;
     report.leftover_packs = leftovers.len() as u64;
     let size_of = |id: &PackId| index.pack(id).map(|p| p.size).unwrap_or(0);
-    let freed: u64 = delete.iter().chain(&repack).map(size_of).sum::<u64>() + leftovers.iter().map(|l| l.1).sum::<u64>();
+    let freed: u64 = delete.iter().chain(&repack).map(size_of).sum::<u64>()
+        + leftovers.iter().map(|l| l.1).sum::<u64>();
     if opts.dry_run {
         report.bytes_freed = freed;
         return Ok(report);
@@ -130,7 +138,12 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
     let mut compressor = crate::backup::Compressor::new(repo.config().compression_level);
     let flush = |b: PackBuilder, new_packs: &mut Vec<_>, written: &mut u64| -> Result<()> {
         let p = b.finish();
-        repo.backend().write(FileKind::Pack, &p.id.to_hex(), &p.bytes, WriteSync::Deferred)?;
+        repo.backend().write(
+            FileKind::Pack,
+            &p.id.to_hex(),
+            &p.bytes,
+            WriteSync::Deferred,
+        )?;
         *written += p.bytes.len() as u64;
         new_packs.push(p.index);
         Ok(())
@@ -138,10 +151,13 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
     for pid in &repack {
         for blob in used_in.get(pid).into_iter().flatten() {
             crate::util::check_interrupted()?;
-            let Some((_, entry)) = index.get(blob) else { continue };
+            let Some((_, entry)) = index.get(blob) else {
+                continue;
+            };
             let entry = *entry;
             let plain = repo.read_blob(&index, blob)?;
-            let b = builder.get_or_insert_with(|| PackBuilder::new(repo.key(), pack_size + pack_size / 8));
+            let b = builder
+                .get_or_insert_with(|| PackBuilder::new(repo.key(), pack_size + pack_size / 8));
             let (compression, stored) = compressor.compress(&plain);
             b.add(entry.id, entry.kind, plain.len(), compression, stored);
             if b.len() >= pack_size {
@@ -164,7 +180,10 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
     }
     packs.extend(new_packs);
     repo.backend().sync_all()?;
-    let new_index = IndexFile { packs, supersedes: index.files.clone() };
+    let new_index = IndexFile {
+        packs,
+        supersedes: index.files.clone(),
+    };
     guard.check()?;
     repo.save_index(&new_index, WriteSync::Now)?;
     for old in &index.files {
@@ -177,7 +196,11 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
         repo.backend().delete(FileKind::Pack, name)?;
     }
     report.temporary_files = repo.backend().remove_temporary()? as u64;
-    tracing::info!(deleted = report.packs_deleted, repacked = report.packs_repacked, "prune done");
+    tracing::info!(
+        deleted = report.packs_deleted,
+        repacked = report.packs_repacked,
+        "prune done"
+    );
     Ok(report)
 }
 
@@ -193,7 +216,9 @@ pub fn repair_index(repo: &Repository) -> Result<(u64, u64)> {
     let mut packs = Vec::new();
     let mut unreadable = 0u64;
     for (name, _) in repo.backend().list(FileKind::Pack)? {
-        let Ok(id) = PackId::from_hex(&name) else { continue };
+        let Ok(id) = PackId::from_hex(&name) else {
+            continue;
+        };
         let bytes = repo.backend().read(FileKind::Pack, &name)?;
         match crate::repo::pack::read_whole(repo.key(), id, &bytes) {
             Ok(rec) if PackId::hash_of(&bytes) == id => packs.push(rec),
@@ -204,7 +229,13 @@ pub fn repair_index(repo: &Repository) -> Result<(u64, u64)> {
         }
     }
     let n = packs.len() as u64;
-    repo.save_index(&IndexFile { packs, supersedes: old.clone() }, WriteSync::Now)?;
+    repo.save_index(
+        &IndexFile {
+            packs,
+            supersedes: old.clone(),
+        },
+        WriteSync::Now,
+    )?;
     for id in old {
         repo.backend().delete(FileKind::Index, &id.to_hex())?;
     }

@@ -44,9 +44,17 @@ fn walk_tree(
 }
 
 /// Finds the node at `path` (`/a/b` or `a/b`); `None` for the root.
-pub fn find_node(repo: &Repository, index: &MasterIndex, root: &BlobId, path: &str) -> Result<Option<Node>> {
+pub fn find_node(
+    repo: &Repository,
+    index: &MasterIndex,
+    root: &BlobId,
+    path: &str,
+) -> Result<Option<Node>> {
     let mut tree = repo.load_tree(index, root)?;
-    let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    let comps: Vec<&str> = path
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
     let mut found = None;
     for (i, comp) in comps.iter().enumerate() {
         let node = tree

@@ -36,7 +36,10 @@ pub fn now_ns() -> i64 {
 pub fn rfc3339(ns: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ns))
         .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
         .unwrap_or_else(|| ns.to_string())
 }
 
@@ -89,22 +92,34 @@ pub mod users {
             let mut grp: libc::group = unsafe { std::mem::zeroed() };
             let mut out: *mut libc::group = std::ptr::null_mut();
             // SAFETY: all pointers are to live, correctly sized buffers.
-            let rc = unsafe { libc::getgrgid_r(id, &mut grp, buf.as_mut_ptr().cast(), buf.len(), &mut out) };
+            let rc = unsafe {
+                libc::getgrgid_r(id, &mut grp, buf.as_mut_ptr().cast(), buf.len(), &mut out)
+            };
             if rc != 0 || out.is_null() {
                 return None;
             }
             // SAFETY: on success gr_name points into buf, NUL-terminated.
-            Some(unsafe { CStr::from_ptr(grp.gr_name) }.to_string_lossy().into_owned())
+            Some(
+                unsafe { CStr::from_ptr(grp.gr_name) }
+                    .to_string_lossy()
+                    .into_owned(),
+            )
         } else {
             let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
             let mut out: *mut libc::passwd = std::ptr::null_mut();
             // SAFETY: as above.
-            let rc = unsafe { libc::getpwuid_r(id, &mut pwd, buf.as_mut_ptr().cast(), buf.len(), &mut out) };
+            let rc = unsafe {
+                libc::getpwuid_r(id, &mut pwd, buf.as_mut_ptr().cast(), buf.len(), &mut out)
+            };
             if rc != 0 || out.is_null() {
                 return None;
             }
             // SAFETY: on success pw_name points into buf, NUL-terminated.
-            Some(unsafe { CStr::from_ptr(pwd.pw_name) }.to_string_lossy().into_owned())
+            Some(
+                unsafe { CStr::from_ptr(pwd.pw_name) }
+                    .to_string_lossy()
+                    .into_owned(),
+            )
         }
     }
 

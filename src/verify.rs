@@ -82,11 +82,18 @@ impl VerifyReport {
 
 /// Checks the repository.
 #[tracing::instrument(skip_all, fields(repo = %repo.backend().location(), read_data = opts.read_data))]
-pub fn verify(repo: &Repository, opts: &VerifyOptions, progress: &Progress) -> Result<VerifyReport> {
+pub fn verify(
+    repo: &Repository,
+    opts: &VerifyOptions,
+    progress: &Progress,
+) -> Result<VerifyReport> {
     let started = Instant::now();
     let _guard = lock::acquire(repo.backend().clone(), false, "verify")?;
     let index = repo.load_index()?;
-    let mut report = VerifyReport { packs: index.packs().len() as u64, ..Default::default() };
+    let mut report = VerifyReport {
+        packs: index.packs().len() as u64,
+        ..Default::default()
+    };
     let mut bad_blobs: HashSet<BlobId> = HashSet::new();
 
     // Packs exist with their sizes.
@@ -95,7 +102,11 @@ pub fn verify(repo: &Repository, opts: &VerifyOptions, progress: &Progress) -> R
     for p in index.packs() {
         match on_disk.get(&p.id.to_hex()) {
             None => {
-                report.damage.push(Damage { pack: Some(p.id.to_hex()), blob: None, problem: "pack is missing".into() });
+                report.damage.push(Damage {
+                    pack: Some(p.id.to_hex()),
+                    blob: None,
+                    problem: "pack is missing".into(),
+                });
                 bad_packs.insert(p.id);
             }
             Some(&size) if size != p.size => {
@@ -109,30 +120,54 @@ pub fn verify(repo: &Repository, opts: &VerifyOptions, progress: &Progress) -> R
             Some(_) => {}
         }
     }
-    report.unindexed_packs = on_disk.keys().filter(|n| PackId::from_hex(n).map(|id| index.pack(&id).is_none()).unwrap_or(true)).count() as u64;
+    report.unindexed_packs = on_disk
+        .keys()
+        .filter(|n| {
+            PackId::from_hex(n)
+                .map(|id| index.pack(&id).is_none())
+                .unwrap_or(true)
+        })
+        .count() as u64;
 
     // Read back.
     if opts.read_data {
-        let mut packs: Vec<PackId> = index.packs().iter().map(|p| p.id).filter(|id| !bad_packs.contains(id)).collect();
+        let mut packs: Vec<PackId> = index
+            .packs()
+            .iter()
+            .map(|p| p.id)
+            .filter(|id| !bad_packs.contains(id))
+            .collect();
         if let Some(f) = opts.subset {
             let salt: [u8; 8] = crate::crypto::random_array();
             packs.retain(|id| {
-                let h = blake3::keyed_hash(&{
-                    let mut k = [0u8; 32];
-                    k[..8].copy_from_slice(&salt);
-                    k
-                }, &id.0);
+                let h = blake3::keyed_hash(
+                    &{
+                        let mut k = [0u8; 32];
+                        k[..8].copy_from_slice(&salt);
+                        k
+                    },
+                    &id.0,
+                );
                 let x = u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or([0; 8]));
                 (x as f64 / u64::MAX as f64) < f
             });
         }
         let threads = if opts.threads == 0 {
-            std::thread::available_parallelism().map(|n| n.get() * 2).unwrap_or(4).clamp(2, 8)
+            std::thread::available_parallelism()
+                .map(|n| n.get() * 2)
+                .unwrap_or(4)
+                .clamp(2, 8)
         } else {
             opts.threads
         };
         let queue = Mutex::new(packs.into_iter());
-        let found = Mutex::new((Vec::<Damage>::new(), HashSet::<BlobId>::new(), 0u64, 0u64, 0u64));
+        let found = Mutex::new((
+            Vec::<Damage>::new(),
+            HashSet::<BlobId>::new(),
+            0u64,
+            0u64,
+            0u64,
+        ));
         std::thread::scope(|s| {
             for _ in 0..threads {
                 s.spawn(|| loop {
@@ -172,10 +207,15 @@ pub fn verify(repo: &Repository, opts: &VerifyOptions, progress: &Progress) -> R
     let snapshots = repo.list_snapshots()?;
     report.snapshots = snapshots.len() as u64;
     for (sid, manifest) in &snapshots {
-        let (paths, count, problems) = affected_paths(repo, &index, sid, &manifest.tree, &bad_blobs);
+        let (paths, count, problems) =
+            affected_paths(repo, &index, sid, &manifest.tree, &bad_blobs);
         report.damage.extend(problems);
         if count > 0 {
-            report.affected.push(Affected { snapshot: sid.to_hex(), paths, path_count: count });
+            report.affected.push(Affected {
+                snapshot: sid.to_hex(),
+                paths,
+                path_count: count,
+            });
         }
     }
     report.damage.sort();
@@ -185,11 +225,23 @@ pub fn verify(repo: &Repository, opts: &VerifyOptions, progress: &Progress) -> R
 }
 
 /// Reads one pack and checks everything in it.
-fn read_back(repo: &Repository, index: &MasterIndex, id: &PackId) -> (Vec<Damage>, Vec<BlobId>, u64, u64) {
+fn read_back(
+    repo: &Repository,
+    index: &MasterIndex,
+    id: &PackId,
+) -> (Vec<Damage>, Vec<BlobId>, u64, u64) {
     let mut damage = Vec::new();
-    let indexed: Vec<_> = index.iter().filter(|(p, _)| p.id == *id).map(|(_, e)| *e).collect();
+    let indexed: Vec<_> = index
+        .iter()
+        .filter(|(p, _)| p.id == *id)
+        .map(|(_, e)| *e)
+        .collect();
     let all_bad = |problem: String, damage: &mut Vec<Damage>| {
-        damage.push(Damage { pack: Some(id.to_hex()), blob: None, problem });
+        damage.push(Damage {
+            pack: Some(id.to_hex()),
+            blob: None,
+            problem,
+        });
         indexed.iter().map(|e| e.id).collect::<Vec<_>>()
     };
     let bytes = match repo.backend().read(FileKind::Pack, &id.to_hex()) {
@@ -202,7 +254,11 @@ fn read_back(repo: &Repository, index: &MasterIndex, id: &PackId) -> (Vec<Damage
     let n = bytes.len() as u64;
     let mut bad = Vec::new();
     if PackId::hash_of(&bytes) != *id {
-        damage.push(Damage { pack: Some(id.to_hex()), blob: None, problem: "pack content does not hash to its name".into() });
+        damage.push(Damage {
+            pack: Some(id.to_hex()),
+            blob: None,
+            problem: "pack content does not hash to its name".into(),
+        });
     }
     let salt = index.pack(id).map(|p| p.salt).unwrap_or_default();
     match pack::read_whole(repo.key(), *id, &bytes) {
@@ -210,11 +266,19 @@ fn read_back(repo: &Repository, index: &MasterIndex, id: &PackId) -> (Vec<Damage
             let listed: HashSet<_> = rec.blobs.iter().map(|b| (b.id, b.offset)).collect();
             for e in &indexed {
                 if !listed.contains(&(e.id, e.offset)) {
-                    damage.push(Damage { pack: Some(id.to_hex()), blob: Some(e.id.to_hex()), problem: "index lists a blob the pack header does not".into() });
+                    damage.push(Damage {
+                        pack: Some(id.to_hex()),
+                        blob: Some(e.id.to_hex()),
+                        problem: "index lists a blob the pack header does not".into(),
+                    });
                 }
             }
         }
-        Err(e) => damage.push(Damage { pack: Some(id.to_hex()), blob: None, problem: format!("pack header: {e}") }),
+        Err(e) => damage.push(Damage {
+            pack: Some(id.to_hex()),
+            blob: None,
+            problem: format!("pack header: {e}"),
+        }),
     }
     let data_end = bytes.len().saturating_sub(PACK_TRAILER_LEN);
     let mut blobs = 0;
@@ -222,12 +286,18 @@ fn read_back(repo: &Repository, index: &MasterIndex, id: &PackId) -> (Vec<Damage
         blobs += 1;
         let (start, end) = (e.offset as usize, e.offset as usize + e.length as usize);
         let result = if end > data_end {
-            Err(crate::Error::Damaged("blob extends past the pack's data".into()))
+            Err(crate::Error::Damaged(
+                "blob extends past the pack's data".into(),
+            ))
         } else {
             pack::open_blob(repo.key(), &salt, e, &bytes[start..end]).map(|_| ())
         };
         if let Err(err) = result {
-            damage.push(Damage { pack: Some(id.to_hex()), blob: Some(e.id.to_hex()), problem: err.to_string() });
+            damage.push(Damage {
+                pack: Some(id.to_hex()),
+                blob: Some(e.id.to_hex()),
+                problem: err.to_string(),
+            });
             bad.push(e.id);
         }
     }
@@ -236,15 +306,32 @@ fn read_back(repo: &Repository, index: &MasterIndex, id: &PackId) -> (Vec<Damage
 
 /// Walks a snapshot; returns damaged paths (first 100), their count, and
 /// structural problems (missing blobs, unreadable trees).
-fn affected_paths(repo: &Repository, index: &MasterIndex, sid: &SnapshotId, root: &BlobId, bad: &HashSet<BlobId>) -> (Vec<String>, u64, Vec<Damage>) {
+fn affected_paths(
+    repo: &Repository,
+    index: &MasterIndex,
+    sid: &SnapshotId,
+    root: &BlobId,
+    bad: &HashSet<BlobId>,
+) -> (Vec<String>, u64, Vec<Damage>) {
     let mut paths = BTreeSet::new();
     let mut count = 0u64;
     let mut problems = Vec::new();
     let mut stack: Vec<(String, BlobId)> = vec![(String::new(), *root)];
     while let Some((prefix, tree_id)) = stack.pop() {
-        let here = if prefix.is_empty() { "/".to_string() } else { prefix.clone() };
+        let here = if prefix.is_empty() {
+            "/".to_string()
+        } else {
+            prefix.clone()
+        };
         if !index.contains(&tree_id) {
-            problems.push(Damage { pack: None, blob: Some(tree_id.to_hex()), problem: format!("tree of {here} in snapshot {} is not in the index", sid.short()) });
+            problems.push(Damage {
+                pack: None,
+                blob: Some(tree_id.to_hex()),
+                problem: format!(
+                    "tree of {here} in snapshot {} is not in the index",
+                    sid.short()
+                ),
+            });
             count += 1;
             paths.insert(here);
             continue;
@@ -252,7 +339,11 @@ fn affected_paths(repo: &Repository, index: &MasterIndex, sid: &SnapshotId, root
         let tree = match repo.load_tree(index, &tree_id) {
             Ok(t) => t,
             Err(e) => {
-                problems.push(Damage { pack: None, blob: Some(tree_id.to_hex()), problem: format!("tree of {here} in snapshot {}: {e}", sid.short()) });
+                problems.push(Damage {
+                    pack: None,
+                    blob: Some(tree_id.to_hex()),
+                    problem: format!("tree of {here} in snapshot {}: {e}", sid.short()),
+                });
                 count += 1;
                 paths.insert(here);
                 continue;
@@ -270,7 +361,14 @@ fn affected_paths(repo: &Repository, index: &MasterIndex, sid: &SnapshotId, root
                     let mut hit = false;
                     for blob in node.content.iter().filter_map(|e| e.blob) {
                         if !index.contains(&blob) {
-                            problems.push(Damage { pack: None, blob: Some(blob.to_hex()), problem: format!("content of {path} in snapshot {} is not in the index", sid.short()) });
+                            problems.push(Damage {
+                                pack: None,
+                                blob: Some(blob.to_hex()),
+                                problem: format!(
+                                    "content of {path} in snapshot {} is not in the index",
+                                    sid.short()
+                                ),
+                            });
                             hit = true;
                         } else if bad.contains(&blob) {
                             hit = true;

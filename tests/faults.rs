@@ -21,7 +21,10 @@ const INTERRUPTED: i32 = 130;
 
 fn one_line_error(out: &std::process::Output) -> String {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    let first = err.lines().find(|l| l.starts_with("vouch: ")).unwrap_or_else(|| panic!("no error line in {err:?}"));
+    let first = err
+        .lines()
+        .find(|l| l.starts_with("vouch: "))
+        .unwrap_or_else(|| panic!("no error line in {err:?}"));
     assert!(err.contains("hint: "), "no hint in {err:?}");
     first.to_string()
 }
@@ -39,7 +42,12 @@ fn small_repo() -> (Env, std::path::PathBuf) {
 #[test]
 fn wrong_passphrase() {
     let (env, _) = small_repo();
-    let out = env.cmd().env("VOUCH_PASSWORD", "nope").arg("snapshots").output().unwrap();
+    let out = env
+        .cmd()
+        .env("VOUCH_PASSWORD", "nope")
+        .arg("snapshots")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(WRONG_PASSWORD));
     assert!(one_line_error(&out).contains("wrong passphrase"));
 }
@@ -49,18 +57,37 @@ fn passphrase_from_file_and_command() {
     let (env, _) = small_repo();
     let pwfile = env.path("pw");
     fs::write(&pwfile, format!("{}\n", common::PASSWORD)).unwrap();
-    let out = env.cmd().env_remove("VOUCH_PASSWORD").env("VOUCH_PASSWORD_FILE", &pwfile).arg("snapshots").output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let out = env
         .cmd()
         .env_remove("VOUCH_PASSWORD")
-        .env("VOUCH_PASSWORD_COMMAND", format!("cat {}", pwfile.display()))
+        .env("VOUCH_PASSWORD_FILE", &pwfile)
+        .arg("snapshots")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = env
+        .cmd()
+        .env_remove("VOUCH_PASSWORD")
+        .env(
+            "VOUCH_PASSWORD_COMMAND",
+            format!("cat {}", pwfile.display()),
+        )
         .arg("snapshots")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
     // No passphrase and no terminal: a clear error, not a hang.
-    let out = env.cmd().env_remove("VOUCH_PASSWORD").arg("snapshots").output().unwrap();
+    let out = env
+        .cmd()
+        .env_remove("VOUCH_PASSWORD")
+        .arg("snapshots")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(WRONG_PASSWORD));
     assert!(one_line_error(&out).contains("no passphrase"));
 }
@@ -83,7 +110,11 @@ fn newer_format_and_corrupt_config() {
     let (env, _) = small_repo();
     let config = env.repo.join("config");
     let original = fs::read_to_string(&config).unwrap();
-    fs::write(&config, original.replace("\"version\": 1", "\"version\": 7")).unwrap();
+    fs::write(
+        &config,
+        original.replace("\"version\": 1", "\"version\": 7"),
+    )
+    .unwrap();
     let out = env.run(&["snapshots"]);
     assert_eq!(out.status.code(), Some(UNSUPPORTED));
     assert!(one_line_error(&out).contains("version 7"));
@@ -98,7 +129,12 @@ fn newer_format_and_corrupt_config() {
 #[test]
 fn corrupt_key_file() {
     let (env, _) = small_repo();
-    let key = fs::read_dir(env.repo.join("keys")).unwrap().next().unwrap().unwrap().path();
+    let key = fs::read_dir(env.repo.join("keys"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
     let original = fs::read(&key).unwrap();
     fs::write(&key, &original[..original.len() / 2]).unwrap();
     let out = env.run(&["snapshots"]);
@@ -115,17 +151,33 @@ fn truncated_and_missing_packs_are_reported_with_what_they_affect() {
     assert!(!packs.is_empty());
     vouch_chaos::truncate(&packs[0], 100).unwrap();
     let out = env.run(&["verify"]);
-    assert_eq!(out.status.code(), Some(DAMAGED), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(DAMAGED),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is affected"), "{err}");
     fs::remove_file(&packs[0]).unwrap();
     let out = env.run(&["verify", "--json"]);
     assert_eq!(out.status.code(), Some(DAMAGED));
     let v = common::summary_of(&String::from_utf8_lossy(&out.stdout));
-    assert!(v["report"]["damage"][0]["problem"].as_str().unwrap().contains("missing"), "{v}");
+    assert!(
+        v["report"]["damage"][0]["problem"]
+            .as_str()
+            .unwrap()
+            .contains("missing"),
+        "{v}"
+    );
     let target = env.path("t");
     let out = env.run(&["restore", "latest", "--target", target.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(DAMAGED), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(DAMAGED),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -139,10 +191,23 @@ fn source_missing_and_target_not_empty() {
     fs::write(target.join("precious"), b"mine").unwrap();
     let out = env.run(&["restore", "latest", "--target", target.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(NOT_EMPTY));
-    assert_eq!(fs::read(target.join("precious")).unwrap(), b"mine", "nothing may be touched");
-    env.ok(&["restore", "latest", "--target", target.to_str().unwrap(), "--overwrite"]);
+    assert_eq!(
+        fs::read(target.join("precious")).unwrap(),
+        b"mine",
+        "nothing may be touched"
+    );
+    env.ok(&[
+        "restore",
+        "latest",
+        "--target",
+        target.to_str().unwrap(),
+        "--overwrite",
+    ]);
     let restored = target.join(src.strip_prefix("/").unwrap()).join("f");
-    assert_eq!(fs::read(restored).unwrap(), fs::read(src.join("f")).unwrap());
+    assert_eq!(
+        fs::read(restored).unwrap(),
+        fs::read(src.join("f")).unwrap()
+    );
 }
 
 #[test]
@@ -154,13 +219,21 @@ fn disk_full_while_backing_up_and_restoring() {
     let env = Env::new();
     let mnt = env.path("small");
     let _fs = vouch_chaos::Tmpfs::mount(&mnt, 4 << 20).unwrap();
-    let env2 = Env { dir: tempfile::tempdir().unwrap(), repo: mnt.join("repo") };
+    let env2 = Env {
+        dir: tempfile::tempdir().unwrap(),
+        repo: mnt.join("repo"),
+    };
     env2.init();
     let src = env.path("src");
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("big"), random_bytes(8 << 20, 5)).unwrap();
     let out = env2.run(&["backup", src.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(DISK_FULL), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(DISK_FULL),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(one_line_error(&out).contains("disk full"));
     // The repository still works: a smaller backup succeeds after prune frees space.
     env2.ok(&["prune"]);
@@ -171,8 +244,18 @@ fn disk_full_while_backing_up_and_restoring() {
     // Restore into a full disk, then resume once there is room.
     let small_target = env.path("small-target");
     let _t = vouch_chaos::Tmpfs::mount(&small_target, 512 << 10).unwrap();
-    let out = env2.run(&["restore", "latest", "--target", small_target.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(DISK_FULL), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = env2.run(&[
+        "restore",
+        "latest",
+        "--target",
+        small_target.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(DISK_FULL),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -184,13 +267,27 @@ fn sigint_during_backup_leaves_a_usable_repository() {
     for i in 0..40 {
         fs::write(src.join(format!("f{i}")), random_bytes(1 << 20, i)).unwrap();
     }
-    let mut child = env.cmd().args(["backup", "--sync-level", "file", src.to_str().unwrap()]).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = env
+        .cmd()
+        .args(["backup", "--sync-level", "file", src.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(150));
     vouch_chaos::interrupt(&child).unwrap();
     let status = child.wait().unwrap();
     // Either it was interrupted, or it was fast enough to finish.
-    assert!(matches!(status.code(), Some(INTERRUPTED) | Some(0)), "{status}");
-    assert!(fs::read_dir(env.repo.join("locks")).unwrap().next().is_none(), "lock left behind");
+    assert!(
+        matches!(status.code(), Some(INTERRUPTED) | Some(0)),
+        "{status}"
+    );
+    assert!(
+        fs::read_dir(env.repo.join("locks"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "lock left behind"
+    );
     env.ok(&["verify", "--read-data"]);
     env.ok(&["backup", src.to_str().unwrap()]);
     env.ok(&["prune"]);
@@ -209,18 +306,36 @@ fn interrupted_restore_resumes_with_the_same_command() {
     let snap = env.backup(&[&src]);
     let target = env.path("t");
     let spec = format!("{snap}:{}", src.display());
-    let args = ["restore", spec.as_str(), "--target", target.to_str().unwrap(), "--threads", "1"];
+    let args = [
+        "restore",
+        spec.as_str(),
+        "--target",
+        target.to_str().unwrap(),
+        "--threads",
+        "1",
+    ];
     // Kill it part-way (SIGKILL: no cleanup at all).
     let mut resumed = false;
     for delay in [30u64, 60, 120] {
-        let out = vouch_chaos::run_and_kill(env.cmd().args(args).stdout(Stdio::null()).stderr(Stdio::null()), Duration::from_millis(delay)).unwrap();
-        if out == vouch_chaos::KillOutcome::Killed && target.join(".vouch-restore-in-progress").exists() {
+        let out = vouch_chaos::run_and_kill(
+            env.cmd()
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+            Duration::from_millis(delay),
+        )
+        .unwrap();
+        if out == vouch_chaos::KillOutcome::Killed
+            && target.join(".vouch-restore-in-progress").exists()
+        {
             resumed = true;
             break;
         }
         let _ = fs::remove_dir_all(&target);
     }
-    let out = env.ok(&[args[0], args[1], args[2], args[3], args[4], args[5], "--json", "--verify"]);
+    let out = env.ok(&[
+        args[0], args[1], args[2], args[3], args[4], args[5], "--json", "--verify",
+    ]);
     let v = common::summary_of(&out);
     if resumed {
         assert_eq!(v["summary"]["resumed"], true, "{v}");

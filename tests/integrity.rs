@@ -12,7 +12,11 @@ fn populated() -> (Env, std::path::PathBuf) {
     let src = env.path("src");
     fs::create_dir_all(src.join("d")).unwrap();
     for i in 0..12 {
-        fs::write(src.join(format!("d/f{i}")), random_bytes(150_000 + i * 1000, i as u64)).unwrap();
+        fs::write(
+            src.join(format!("d/f{i}")),
+            random_bytes(150_000 + i * 1000, i as u64),
+        )
+        .unwrap();
     }
     fs::write(src.join("text"), b"lorem ipsum ".repeat(50_000)).unwrap();
     env.backup(&[&src]);
@@ -33,10 +37,18 @@ fn every_flipped_bit_is_found() {
         let original = fs::read(pack).unwrap();
         let (offset, bit) = vouch_chaos::flip_random_bit(pack, &mut rng).unwrap();
         let out = env.run(&["verify", "--read-data", "--json"]);
-        assert_eq!(out.status.code(), Some(13), "round {round}: flip at {offset}:{bit} of {} not found (seed {seed})", pack.display());
+        assert_eq!(
+            out.status.code(),
+            Some(13),
+            "round {round}: flip at {offset}:{bit} of {} not found (seed {seed})",
+            pack.display()
+        );
         let v = summary_of(&String::from_utf8_lossy(&out.stdout));
         assert_eq!(v["damaged"], true);
-        assert!(!v["report"]["affected"].as_array().unwrap().is_empty(), "no affected snapshot named: {v}");
+        assert!(
+            !v["report"]["affected"].as_array().unwrap().is_empty(),
+            "no affected snapshot named: {v}"
+        );
         fs::write(pack, original).unwrap();
     }
     env.ok(&["verify", "--read-data"]);
@@ -52,29 +64,109 @@ fn repair_index_rebuilds_from_packs() {
     env.ok(&["repair", "index"]);
     env.ok(&["verify", "--read-data"]);
     let t = env.path("t");
-    env.ok(&["restore", &format!("latest:{}", src.display()), "--target", t.to_str().unwrap(), "--verify"]);
+    env.ok(&[
+        "restore",
+        &format!("latest:{}", src.display()),
+        "--target",
+        t.to_str().unwrap(),
+        "--verify",
+    ]);
 }
 
 #[test]
 fn keys_add_list_remove_passwd() {
     let (env, _) = populated();
-    env.cmd().env("VOUCH_NEW_PASSWORD", "second").args(["key", "add", "--kdf-memory-kib", "1024", "--kdf-iterations", "1"]).status().unwrap();
+    env.cmd()
+        .env("VOUCH_NEW_PASSWORD", "second")
+        .args([
+            "key",
+            "add",
+            "--kdf-memory-kib",
+            "1024",
+            "--kdf-iterations",
+            "1",
+        ])
+        .status()
+        .unwrap();
     let list = env.ok(&["key", "list", "--json"]);
     let keys: serde_json::Value = serde_json::from_str(list.trim()).unwrap();
     assert_eq!(keys.as_array().unwrap().len(), 2);
-    let second_ok = env.cmd().env("VOUCH_PASSWORD", "second").arg("snapshots").output().unwrap();
+    let second_ok = env
+        .cmd()
+        .env("VOUCH_PASSWORD", "second")
+        .arg("snapshots")
+        .output()
+        .unwrap();
     assert_eq!(second_ok.status.code(), Some(0));
     // The key in use cannot be removed; the other one can.
-    let current = keys.as_array().unwrap().iter().find(|k| k["current"] == true).unwrap()["id"].as_str().unwrap().to_string();
-    let other = keys.as_array().unwrap().iter().find(|k| k["current"] == false).unwrap()["id"].as_str().unwrap().to_string();
-    assert_eq!(env.run(&["key", "remove", &current[..8]]).status.code(), Some(2));
+    let current = keys
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["current"] == true)
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let other = keys
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["current"] == false)
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        env.run(&["key", "remove", &current[..8]]).status.code(),
+        Some(2)
+    );
     env.ok(&["key", "remove", &other[..8]]);
-    assert_eq!(env.cmd().env("VOUCH_PASSWORD", "second").arg("snapshots").output().unwrap().status.code(), Some(11));
+    assert_eq!(
+        env.cmd()
+            .env("VOUCH_PASSWORD", "second")
+            .arg("snapshots")
+            .output()
+            .unwrap()
+            .status
+            .code(),
+        Some(11)
+    );
     // passwd replaces the key in use.
-    let out = env.cmd().env("VOUCH_NEW_PASSWORD", "third").args(["key", "passwd", "--kdf-memory-kib", "1024", "--kdf-iterations", "1"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(env.run(&["snapshots"]).status.code(), Some(11), "old passphrase must stop working");
-    assert_eq!(env.cmd().env("VOUCH_PASSWORD", "third").arg("snapshots").output().unwrap().status.code(), Some(0));
+    let out = env
+        .cmd()
+        .env("VOUCH_NEW_PASSWORD", "third")
+        .args([
+            "key",
+            "passwd",
+            "--kdf-memory-kib",
+            "1024",
+            "--kdf-iterations",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        env.run(&["snapshots"]).status.code(),
+        Some(11),
+        "old passphrase must stop working"
+    );
+    assert_eq!(
+        env.cmd()
+            .env("VOUCH_PASSWORD", "third")
+            .arg("snapshots")
+            .output()
+            .unwrap()
+            .status
+            .code(),
+        Some(0)
+    );
 }
 
 #[test]
@@ -89,21 +181,42 @@ fn forget_and_prune_free_space_and_keep_the_rest_restorable() {
     let decisions = v["groups"][0]["decisions"].as_array().unwrap();
     assert_eq!(decisions.len(), 4);
     assert_eq!(decisions.iter().filter(|d| d["keep"] == true).count(), 2);
-    assert_eq!(vouch_chaos::files_below(&env.repo.join("snapshots")).len(), 4, "dry run must not delete");
-    assert_eq!(env.run(&["forget"]).status.code(), Some(2), "no rules must be refused");
+    assert_eq!(
+        vouch_chaos::files_below(&env.repo.join("snapshots")).len(),
+        4,
+        "dry run must not delete"
+    );
+    assert_eq!(
+        env.run(&["forget"]).status.code(),
+        Some(2),
+        "no rules must be refused"
+    );
 
     env.ok(&["forget", "--keep-last", "1"]);
-    let before: u64 = vouch_chaos::files_below(&env.repo.join("data")).iter().map(|p| fs::metadata(p).unwrap().len()).sum();
+    let before: u64 = vouch_chaos::files_below(&env.repo.join("data"))
+        .iter()
+        .map(|p| fs::metadata(p).unwrap().len())
+        .sum();
     let out = env.ok(&["prune", "--json"]);
-    let after: u64 = vouch_chaos::files_below(&env.repo.join("data")).iter().map(|p| fs::metadata(p).unwrap().len()).sum();
+    let after: u64 = vouch_chaos::files_below(&env.repo.join("data"))
+        .iter()
+        .map(|p| fs::metadata(p).unwrap().len())
+        .sum();
     let r = summary_of(&out);
     assert!(after <= before, "{r}");
     env.ok(&["verify", "--read-data"]);
     let t = env.path("t");
-    env.ok(&["restore", &format!("latest:{}", src.display()), "--target", t.to_str().unwrap(), "--verify"]);
+    env.ok(&[
+        "restore",
+        &format!("latest:{}", src.display()),
+        "--target",
+        t.to_str().unwrap(),
+        "--verify",
+    ]);
     assert_eq!(common::describe(&src), common::describe(&t));
     // Forgetting everything and pruning leaves (almost) nothing.
-    let snaps: serde_json::Value = serde_json::from_str(env.ok(&["snapshots", "--json"]).trim()).unwrap();
+    let snaps: serde_json::Value =
+        serde_json::from_str(env.ok(&["snapshots", "--json"]).trim()).unwrap();
     let id = snaps[0]["id"].as_str().unwrap().to_string();
     env.ok(&["forget", &id]);
     env.ok(&["prune"]);

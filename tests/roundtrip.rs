@@ -14,12 +14,28 @@ fn special_tree(root: &std::path::Path) {
     fs::create_dir_all(root.join("empty-dir")).unwrap();
     fs::write(root.join("empty-file"), b"").unwrap();
     fs::write(root.join("small.txt"), b"hello vouch\n").unwrap();
-    fs::write(root.join("dir/random.bin"), random_bytes(3 * 1024 * 1024 + 17, 1)).unwrap();
-    fs::write(root.join("dir/sub/text.txt"), b"some text that compresses well ".repeat(20_000)).unwrap();
-    fs::write(root.join("dir/sub/deeper/dup.bin"), random_bytes(300_000, 2)).unwrap();
+    fs::write(
+        root.join("dir/random.bin"),
+        random_bytes(3 * 1024 * 1024 + 17, 1),
+    )
+    .unwrap();
+    fs::write(
+        root.join("dir/sub/text.txt"),
+        b"some text that compresses well ".repeat(20_000),
+    )
+    .unwrap();
+    fs::write(
+        root.join("dir/sub/deeper/dup.bin"),
+        random_bytes(300_000, 2),
+    )
+    .unwrap();
     fs::write(root.join("dir/dup-copy.bin"), random_bytes(300_000, 2)).unwrap();
     // A name that is not UTF-8.
-    fs::write(root.join(std::ffi::OsStr::from_bytes(b"latin1-\xe9t\xe9")), b"non-utf8 name").unwrap();
+    fs::write(
+        root.join(std::ffi::OsStr::from_bytes(b"latin1-\xe9t\xe9")),
+        b"non-utf8 name",
+    )
+    .unwrap();
     symlink("small.txt", root.join("link-to-small")).unwrap();
     symlink("/nonexistent/target", root.join("dangling-link")).unwrap();
     fs::hard_link(root.join("small.txt"), root.join("dir/hardlink-to-small")).unwrap();
@@ -43,7 +59,14 @@ fn round_trip_preserves_content_and_metadata() {
     let snap = env.backup(&[&src]);
 
     let target = env.path("restored");
-    let out = env.ok(&["restore", &format!("{snap}:{}", src.display()), "--target", target.to_str().unwrap(), "--verify", "--json"]);
+    let out = env.ok(&[
+        "restore",
+        &format!("{snap}:{}", src.display()),
+        "--target",
+        target.to_str().unwrap(),
+        "--verify",
+        "--json",
+    ]);
     let s = summary_of(&out);
     assert!(s["summary"]["files_verified"].as_u64().unwrap() >= 8, "{s}");
     assert_eq!(describe(&src), describe(&target));
@@ -53,7 +76,11 @@ fn round_trip_preserves_content_and_metadata() {
     assert_eq!(a.ino(), b.ino());
     let sparse = fs::metadata(target.join("sparse.img")).unwrap();
     assert_eq!(sparse.len(), 8 << 20);
-    assert!(sparse.blocks() * 512 < 1 << 20, "sparse file restored with {} blocks", sparse.blocks());
+    assert!(
+        sparse.blocks() * 512 < 1 << 20,
+        "sparse file restored with {} blocks",
+        sparse.blocks()
+    );
     assert!(!target.join(".vouch-restore-in-progress").exists());
 }
 
@@ -78,8 +105,16 @@ fn full_restore_recreates_absolute_paths_and_ls_diff_work() {
     let ls = env.ok(&["ls", "latest", src.to_str().unwrap()]);
     assert!(ls.contains("/b"), "{ls}");
     let diff = env.ok(&["diff", &s1, &s2]);
-    assert!(diff.lines().any(|l| l.starts_with("+ ") && l.ends_with("/b")), "{diff}");
-    assert!(diff.lines().any(|l| l.starts_with("M ") && l.ends_with("/a")), "{diff}");
+    assert!(
+        diff.lines()
+            .any(|l| l.starts_with("+ ") && l.ends_with("/b")),
+        "{diff}"
+    );
+    assert!(
+        diff.lines()
+            .any(|l| l.starts_with("M ") && l.ends_with("/a")),
+        "{diff}"
+    );
     let snaps = env.ok(&["snapshots", "--json"]);
     let v: serde_json::Value = serde_json::from_str(snaps.trim()).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 2);
@@ -93,20 +128,30 @@ fn unchanged_files_are_not_read_again_and_data_deduplicates() {
     let src = env.path("src");
     fs::create_dir_all(src.join("d")).unwrap();
     for i in 0..50 {
-        fs::write(src.join(format!("d/f{i}")), random_bytes(10_000 + i, i as u64)).unwrap();
+        fs::write(
+            src.join(format!("d/f{i}")),
+            random_bytes(10_000 + i, i as u64),
+        )
+        .unwrap();
     }
     let first = summary_of(&env.ok(&["backup", "--json", src.to_str().unwrap()]));
     assert_eq!(first["summary"]["files_read"], 50);
     let second = summary_of(&env.ok(&["backup", "--json", src.to_str().unwrap()]));
     assert_eq!(second["summary"]["files_read"], 0, "{second}");
     assert_eq!(second["summary"]["files_unchanged"], 50);
-    assert_eq!(second["summary"]["bytes_stored"], 0, "nothing new must be stored: {second}");
+    assert_eq!(
+        second["summary"]["bytes_stored"], 0,
+        "nothing new must be stored: {second}"
+    );
     // Same content under another name is stored once.
     fs::copy(src.join("d/f1"), src.join("copy")).unwrap();
     let third = summary_of(&env.ok(&["backup", "--json", src.to_str().unwrap()]));
     assert_eq!(third["summary"]["files_read"], 1);
     // Only directory listings are new: the copied content is not stored again.
-    assert!(third["summary"]["bytes_added"].as_u64().unwrap() < 10_000, "{third}");
+    assert!(
+        third["summary"]["bytes_added"].as_u64().unwrap() < 10_000,
+        "{third}"
+    );
 }
 
 #[test]
@@ -117,9 +162,19 @@ fn excludes_and_cache_dirs() {
     fs::create_dir_all(src.join("cache")).unwrap();
     fs::write(src.join("keep.c"), b"c").unwrap();
     fs::write(src.join("drop.o"), b"o").unwrap();
-    fs::write(src.join("cache/CACHEDIR.TAG"), b"Signature: 8a477f597d28d172789f06886806bc55\n").unwrap();
+    fs::write(
+        src.join("cache/CACHEDIR.TAG"),
+        b"Signature: 8a477f597d28d172789f06886806bc55\n",
+    )
+    .unwrap();
     fs::write(src.join("cache/big"), b"cached").unwrap();
-    env.ok(&["backup", "--exclude", "*.o", "--exclude-caches", src.to_str().unwrap()]);
+    env.ok(&[
+        "backup",
+        "--exclude",
+        "*.o",
+        "--exclude-caches",
+        src.to_str().unwrap(),
+    ]);
     let ls = env.ok(&["ls", "latest"]);
     assert!(ls.contains("keep.c"));
     assert!(!ls.contains("drop.o"), "{ls}");

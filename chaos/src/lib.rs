@@ -108,7 +108,9 @@ pub fn files_below(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in entries.flatten() {
             let p = e.path();
             match e.file_type() {
@@ -125,7 +127,10 @@ pub fn files_below(dir: &Path) -> Vec<PathBuf> {
 fn signal(pid: u32, sig: libc::c_int) -> Result<()> {
     // SAFETY: kill only sends a signal.
     if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
-        return Err(ChaosError::Io(format!("signal {sig} to {pid}"), io::Error::last_os_error()));
+        return Err(ChaosError::Io(
+            format!("signal {sig} to {pid}"),
+            io::Error::last_os_error(),
+        ));
     }
     Ok(())
 }
@@ -161,10 +166,15 @@ pub enum KillOutcome {
 
 /// Runs `cmd`, and SIGKILLs it after `delay` unless it finished before.
 pub fn run_and_kill(cmd: &mut Command, delay: Duration) -> Result<KillOutcome> {
-    let mut child = cmd.spawn().map_err(|e| ChaosError::Io("spawning".into(), e))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| ChaosError::Io("spawning".into(), e))?;
     let deadline = Instant::now() + delay;
     loop {
-        if let Some(status) = child.try_wait().map_err(|e| ChaosError::Io("waiting".into(), e))? {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(|e| ChaosError::Io("waiting".into(), e))?
+        {
             return Ok(KillOutcome::Finished(status.code().unwrap_or(-1)));
         }
         if Instant::now() >= deadline {
@@ -193,16 +203,22 @@ impl Tmpfs {
         if !is_root() {
             return Err(ChaosError::NotRoot("mounting a tmpfs".into()));
         }
-        std::fs::create_dir_all(path).map_err(|e| ChaosError::Io(format!("creating {}", path.display()), e))?;
+        std::fs::create_dir_all(path)
+            .map_err(|e| ChaosError::Io(format!("creating {}", path.display()), e))?;
         let status = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size_bytes}"), "tmpfs"])
             .arg(path)
             .status()
             .map_err(|e| ChaosError::Io("running mount".into(), e))?;
         if !status.success() {
-            return Err(ChaosError::Io("mount".into(), io::Error::other(format!("mount exited with {status}"))));
+            return Err(ChaosError::Io(
+                "mount".into(),
+                io::Error::other(format!("mount exited with {status}")),
+            ));
         }
-        Ok(Self { path: path.to_path_buf() })
+        Ok(Self {
+            path: path.to_path_buf(),
+        })
     }
 
     /// Where it is mounted.

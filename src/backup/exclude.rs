@@ -22,10 +22,16 @@ pub struct Excludes {
 impl Excludes {
     /// Compiles patterns: a pattern with a `/` matches the absolute path
     /// (`*` stops at `/`, `**` crosses it), any other matches the file name.
-    pub fn new(patterns: &[String], exclude_files: &[PathBuf], caches: bool, paths: Vec<PathBuf>) -> Result<Self> {
+    pub fn new(
+        patterns: &[String],
+        exclude_files: &[PathBuf],
+        caches: bool,
+        paths: Vec<PathBuf>,
+    ) -> Result<Self> {
         let mut all: Vec<String> = patterns.to_vec();
         for f in exclude_files {
-            let text = std::fs::read_to_string(f).ctx(|| format!("reading exclude file {}", f.display()))?;
+            let text = std::fs::read_to_string(f)
+                .ctx(|| format!("reading exclude file {}", f.display()))?;
             all.extend(
                 text.lines()
                     .map(str::trim)
@@ -58,7 +64,12 @@ impl Excludes {
                 .map(Some)
                 .map_err(|e| Error::InvalidArgument(format!("bad exclude patterns: {e}")))
         };
-        Ok(Self { by_name: build(names, n_names)?, by_path: build(full, n_full)?, paths, caches })
+        Ok(Self {
+            by_name: build(names, n_names)?,
+            by_path: build(full, n_full)?,
+            paths,
+            caches,
+        })
     }
 
     /// Whether `path` (absolute) is excluded.
@@ -103,7 +114,10 @@ mod tests {
         assert!(e.excluded(Path::new("/x/y/z.o")));
         assert!(!e.excluded(Path::new("/x/y/z.c")));
         assert!(e.excluded(Path::new("/src/tmp/file")));
-        assert!(!e.excluded(Path::new("/src/tmp/dir/file")), "* does not cross /");
+        assert!(
+            !e.excluded(Path::new("/src/tmp/dir/file")),
+            "* does not cross /"
+        );
         assert!(e.excluded(Path::new("/a/b/c/deep")));
         assert!(e.excluded(Path::new("/repo")));
         assert!(Excludes::new(&["[".into()], &[], false, vec![]).is_err());

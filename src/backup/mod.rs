@@ -49,7 +49,9 @@ impl std::str::FromStr for SyncLevel {
             "none" => Ok(SyncLevel::None),
             "filesystem" => Ok(SyncLevel::Filesystem),
             "file" => Ok(SyncLevel::File),
-            _ => Err(Error::InvalidArgument(format!("sync level must be none, filesystem or file, not {s:?}"))),
+            _ => Err(Error::InvalidArgument(format!(
+                "sync level must be none, filesystem or file, not {s:?}"
+            ))),
         }
     }
 }
@@ -123,7 +125,10 @@ impl Abort {
         if crate::util::interrupted() {
             Error::Interrupted
         } else {
-            Error::io("backup aborted", std::io::Error::other("another stage failed"))
+            Error::io(
+                "backup aborted",
+                std::io::Error::other("another stage failed"),
+            )
         }
     }
 
@@ -135,11 +140,14 @@ impl Abort {
 /// Absolute, normalised source paths (no `..`; symlinks not followed).
 fn resolve_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     if paths.is_empty() {
-        return Err(Error::InvalidArgument("give at least one path to back up".into()));
+        return Err(Error::InvalidArgument(
+            "give at least one path to back up".into(),
+        ));
     }
     let mut out = Vec::new();
     for p in paths {
-        let abs = std::path::absolute(p).map_err(|e| Error::io(format!("resolving {}", p.display()), e))?;
+        let abs = std::path::absolute(p)
+            .map_err(|e| Error::io(format!("resolving {}", p.display()), e))?;
         let mut norm = PathBuf::new();
         for c in abs.components() {
             match c {
@@ -161,17 +169,30 @@ fn resolve_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
 }
 
 fn path_strings(paths: &[PathBuf]) -> Vec<String> {
-    paths.iter().map(|p| p.to_string_lossy().into_owned()).collect()
+    paths
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect()
 }
 
 /// Stores a tree blob if new; returns its id.
-fn store_tree(repo: &Repository, dedup: &Dedup, blobs: &crossbeam_channel::Sender<BlobJob>, abort: &Abort, mut nodes: Vec<Node>) -> Result<BlobId> {
+fn store_tree(
+    repo: &Repository,
+    dedup: &Dedup,
+    blobs: &crossbeam_channel::Sender<BlobJob>,
+    abort: &Abort,
+    mut nodes: Vec<Node>,
+) -> Result<BlobId> {
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
     let data = encode(&Tree { nodes });
     let id = repo.key().blob_id(&data);
     if dedup.claim(&id) {
         blobs
-            .send(BlobJob { id, kind: BlobType::Tree, data })
+            .send(BlobJob {
+                id,
+                kind: BlobType::Tree,
+                data,
+            })
             .map_err(|_| abort.error_or_interrupted())?;
     }
     Ok(id)
@@ -179,12 +200,21 @@ fn store_tree(repo: &Repository, dedup: &Dedup, blobs: &crossbeam_channel::Sende
 
 /// Backs up `opts.paths` into `repo` and commits a snapshot.
 #[tracing::instrument(skip_all, fields(repo = %repo.backend().location(), paths = ?opts.paths))]
-pub fn backup(repo: &Repository, opts: &BackupOptions, progress: Arc<Progress>) -> Result<BackupOutcome> {
+pub fn backup(
+    repo: &Repository,
+    opts: &BackupOptions,
+    progress: Arc<Progress>,
+) -> Result<BackupOutcome> {
     let started = Instant::now();
     let time_ns = now_ns();
     let paths = resolve_paths(&opts.paths)?;
     let host = opts.host.clone().unwrap_or_else(host_name);
-    let excludes = Excludes::new(&opts.excludes, &opts.exclude_files, opts.exclude_caches, opts.exclude_paths.clone())?;
+    let excludes = Excludes::new(
+        &opts.excludes,
+        &opts.exclude_files,
+        opts.exclude_caches,
+        opts.exclude_paths.clone(),
+    )?;
     let guard = lock::acquire(repo.backend().clone(), false, "backup")?;
     let index = Arc::new(repo.load_index()?);
 
@@ -210,15 +240,35 @@ pub fn backup(repo: &Repository, opts: &BackupOptions, progress: Arc<Progress>) 
     };
     tracing::info!(parent = ?parent.as_ref().map(|p| p.0.short()), "backup started");
 
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
-    let cpu_threads = if opts.cpu_threads == 0 { cores } else { opts.cpu_threads };
-    let read_threads = if opts.read_threads == 0 { (cores * 2).clamp(2, 8) } else { opts.read_threads };
-    let write_sync = if opts.sync == SyncLevel::File { WriteSync::Now } else { WriteSync::Deferred };
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    let cpu_threads = if opts.cpu_threads == 0 {
+        cores
+    } else {
+        opts.cpu_threads
+    };
+    let read_threads = if opts.read_threads == 0 {
+        (cores * 2).clamp(2, 8)
+    } else {
+        opts.read_threads
+    };
+    let write_sync = if opts.sync == SyncLevel::File {
+        WriteSync::Now
+    } else {
+        WriteSync::Deferred
+    };
 
     let abort = Arc::new(Abort::default());
     let dedup = Arc::new(Dedup::new(index.clone()));
     let warnings = Arc::new(Mutex::new(Vec::<String>::new()));
-    let saver = Saver::start(repo, cpu_threads, write_sync, progress.clone(), abort.clone());
+    let saver = Saver::start(
+        repo,
+        cpu_threads,
+        write_sync,
+        progress.clone(),
+        abort.clone(),
+    );
 
     let (job_tx, job_rx) = bounded(read_threads * 4);
     let ctx = Arc::new(ReaderContext {
@@ -279,9 +329,17 @@ pub fn backup(repo: &Repository, opts: &BackupOptions, progress: Arc<Progress>) 
                     let mut node = *node;
                     if let Some(rx) = pending {
                         match rx.recv() {
-                            Ok(FileResult::Done { extents, size, bytes_read, changed }) => {
+                            Ok(FileResult::Done {
+                                extents,
+                                size,
+                                bytes_read,
+                                changed,
+                            }) => {
                                 if changed {
-                                    let msg = format!("{}: changed while being read", String::from_utf8_lossy(&node.name));
+                                    let msg = format!(
+                                        "{}: changed while being read",
+                                        String::from_utf8_lossy(&node.name)
+                                    );
                                     Progress::add(&progress.warnings, 1);
                                     if let Ok(mut w) = warnings.lock() {
                                         w.push(msg);
@@ -347,9 +405,16 @@ pub fn backup(repo: &Repository, opts: &BackupOptions, progress: Arc<Progress>) 
     // Commit: index, then everything durable, then the manifest.
     let bytes_stored: u64 = packs.iter().map(|p| p.size).sum();
     summary.blobs_added = packs.iter().map(|p| p.blobs.len() as u64).sum();
-    summary.bytes_added = packs.iter().flat_map(|p| &p.blobs).map(|b| u64::from(b.raw_length)).sum();
+    summary.bytes_added = packs
+        .iter()
+        .flat_map(|p| &p.blobs)
+        .map(|b| u64::from(b.raw_length))
+        .sum();
     if !packs.is_empty() {
-        let idx = IndexFile { packs, supersedes: Vec::new() };
+        let idx = IndexFile {
+            packs,
+            supersedes: Vec::new(),
+        };
         repo.save_index(&idx, write_sync)?;
     }
     if opts.sync == SyncLevel::Filesystem {
@@ -372,7 +437,11 @@ pub fn backup(repo: &Repository, opts: &BackupOptions, progress: Arc<Progress>) 
         summary,
         warnings: all_warnings.into_iter().take(10_000).collect(),
     };
-    let manifest_sync = if opts.sync == SyncLevel::None { WriteSync::Deferred } else { WriteSync::Now };
+    let manifest_sync = if opts.sync == SyncLevel::None {
+        WriteSync::Deferred
+    } else {
+        WriteSync::Now
+    };
     let snapshot = repo.save_snapshot(&manifest, manifest_sync)?;
     drop(guard);
     tracing::info!(snapshot = %snapshot.short(), "backup committed");

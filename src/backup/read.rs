@@ -72,7 +72,9 @@ pub fn reader_worker(ctx: Arc<ReaderContext>, jobs: Receiver<FileJob>) {
         }
         let result = match read_file(&ctx, &job) {
             Ok(r) => r,
-            Err(Error::Io { context, source }) => FileResult::Unreadable(format!("{context}: {source}")),
+            Err(Error::Io { context, source }) => {
+                FileResult::Unreadable(format!("{context}: {source}"))
+            }
             Err(e) => {
                 ctx.abort.set(e);
                 continue;
@@ -90,10 +92,17 @@ fn store_chunk(ctx: &ReaderContext, data: Vec<u8>) -> Result<Extent> {
     Progress::add(&ctx.progress.bytes_done, length);
     if ctx.dedup.claim(&id) {
         ctx.blobs
-            .send(BlobJob { id, kind: BlobType::Data, data })
+            .send(BlobJob {
+                id,
+                kind: BlobType::Data,
+                data,
+            })
             .map_err(|_| ctx.abort.error_or_interrupted())?;
     }
-    Ok(Extent { blob: Some(id), length })
+    Ok(Extent {
+        blob: Some(id),
+        length,
+    })
 }
 
 fn read_file(ctx: &ReaderContext, job: &FileJob) -> Result<FileResult> {
@@ -145,12 +154,23 @@ fn read_file(ctx: &ReaderContext, job: &FileJob) -> Result<FileResult> {
         || after.mtime() != before.mtime()
         || after.mtime_nsec() != before.mtime_nsec()
         || size != job.node.size;
-    Ok(FileResult::Done { extents, size, bytes_read, changed })
+    Ok(FileResult::Done {
+        extents,
+        size,
+        bytes_read,
+        changed,
+    })
 }
 
 /// Reads a sparse file region by region (SEEK_DATA / SEEK_HOLE); holes become
 /// extents without a blob.
-fn read_sparse(ctx: &ReaderContext, file: &mut File, len: u64, extents: &mut Vec<Extent>, bytes_read: &mut u64) -> Result<u64> {
+fn read_sparse(
+    ctx: &ReaderContext,
+    file: &mut File,
+    len: u64,
+    extents: &mut Vec<Extent>,
+    bytes_read: &mut u64,
+) -> Result<u64> {
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
     let mut pos: u64 = 0;
@@ -159,7 +179,10 @@ fn read_sparse(ctx: &ReaderContext, file: &mut File, len: u64, extents: &mut Vec
         let data = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
         let data = if data < 0 { len } else { data as u64 };
         if data > pos {
-            extents.push(Extent { blob: None, length: data.min(len) - pos });
+            extents.push(Extent {
+                blob: None,
+                length: data.min(len) - pos,
+            });
             pos = data.min(len);
             if pos >= len {
                 break;
@@ -167,8 +190,13 @@ fn read_sparse(ctx: &ReaderContext, file: &mut File, len: u64, extents: &mut Vec
         }
         // SAFETY: as above.
         let hole = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_HOLE) };
-        let hole = if hole < 0 { len } else { (hole as u64).min(len) };
-        file.seek(SeekFrom::Start(pos)).map_err(|e| Error::io("seeking in a sparse file", e))?;
+        let hole = if hole < 0 {
+            len
+        } else {
+            (hole as u64).min(len)
+        };
+        file.seek(SeekFrom::Start(pos))
+            .map_err(|e| Error::io("seeking in a sparse file", e))?;
         let region = (&mut *file).take(hole - pos);
         let n = ctx.chunker.stream(region, |chunk| {
             crate::util::check_interrupted()?;

@@ -42,7 +42,10 @@ pub struct Dedup {
 impl Dedup {
     /// A deduplicator over `index`.
     pub fn new(index: Arc<MasterIndex>) -> Self {
-        Self { index, claimed: Mutex::new(HashSet::new()) }
+        Self {
+            index,
+            claimed: Mutex::new(HashSet::new()),
+        }
     }
 
     /// True if the caller must store the blob (and now owns that duty).
@@ -69,8 +72,19 @@ pub struct Compressor {
 impl Compressor {
     /// A compressor at `level` (0 = never compress).
     pub fn new(level: i32) -> Self {
-        let make = |l| if level > 0 { zstd::bulk::Compressor::new(l).ok() } else { None };
-        Self { level, fast: make(1), full: make(level), out: Vec::new() }
+        let make = |l| {
+            if level > 0 {
+                zstd::bulk::Compressor::new(l).ok()
+            } else {
+                None
+            }
+        };
+        Self {
+            level,
+            fast: make(1),
+            full: make(level),
+            out: Vec::new(),
+        }
     }
 
     /// Compresses when worth it: returns the method and the bytes to store.
@@ -81,16 +95,20 @@ impl Compressor {
         if data.len() > 2 * SAMPLE_LEN {
             if let Some(fast) = self.fast.as_mut() {
                 let sample = &data[..SAMPLE_LEN];
-                self.out.resize(zstd::zstd_safe::compress_bound(SAMPLE_LEN), 0);
+                self.out
+                    .resize(zstd::zstd_safe::compress_bound(SAMPLE_LEN), 0);
                 match fast.compress_to_buffer(sample, &mut self.out) {
                     Ok(n) if (n as f64) < SAMPLE_LEN as f64 * INCOMPRESSIBLE_RATIO => {}
                     _ => return (Compression::None, data),
                 }
             }
         }
-        let Some(full) = self.full.as_mut() else { return (Compression::None, data) };
+        let Some(full) = self.full.as_mut() else {
+            return (Compression::None, data);
+        };
         self.out.clear();
-        self.out.reserve(zstd::zstd_safe::compress_bound(data.len()));
+        self.out
+            .reserve(zstd::zstd_safe::compress_bound(data.len()));
         match full.compress_to_buffer(data, &mut self.out) {
             Ok(n) if n < data.len() => (Compression::Zstd, &self.out[..n]),
             _ => (Compression::None, data),
@@ -108,7 +126,13 @@ pub struct Saver {
 
 impl Saver {
     /// Starts `threads` workers and the pack writer.
-    pub fn start(repo: &Repository, threads: usize, sync: WriteSync, progress: Arc<Progress>, abort: Arc<Abort>) -> Self {
+    pub fn start(
+        repo: &Repository,
+        threads: usize,
+        sync: WriteSync,
+        progress: Arc<Progress>,
+        abort: Arc<Abort>,
+    ) -> Self {
         let (tx, rx) = bounded::<BlobJob>(threads * 2);
         let (pack_tx, pack_rx) = bounded::<FinishedPack>(1);
         let pack_size = repo.config().pack_size as usize;
@@ -145,7 +169,11 @@ impl Saver {
                 written
             })
             .expect("spawning the pack writer");
-        Self { tx, workers, writer }
+        Self {
+            tx,
+            workers,
+            writer,
+        }
     }
 
     /// Flushes every partial pack and returns the records of all packs written.
@@ -201,7 +229,10 @@ mod tests {
         assert_eq!(m, Compression::Zstd);
         let n = out.len();
         assert!(n < text.len() / 10);
-        assert_eq!(zstd::bulk::decompress(&c.compress(&text).1.to_vec(), text.len()).unwrap(), text);
+        assert_eq!(
+            zstd::bulk::decompress(c.compress(&text).1, text.len()).unwrap(),
+            text
+        );
         assert_eq!(Compressor::new(0).compress(&text).0, Compression::None);
     }
 }

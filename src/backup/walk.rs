@@ -112,7 +112,9 @@ fn kind_of(meta: &Metadata) -> NodeKind {
 
 impl Walker {
     fn send(&self, item: WalkItem) -> Result<()> {
-        self.items.send(item).map_err(|_| self.abort.error_or_interrupted())
+        self.items
+            .send(item)
+            .map_err(|_| self.abort.error_or_interrupted())
     }
 
     fn warn(&self, msg: String) {
@@ -126,8 +128,16 @@ impl Walker {
     fn node(&mut self, name: &[u8], meta: &Metadata) -> Node {
         let uid = meta.uid();
         let gid = meta.gid();
-        let user = self.users.entry(uid).or_insert_with(|| users::user_name(uid)).clone();
-        let group = self.groups.entry(gid).or_insert_with(|| users::group_name(gid)).clone();
+        let user = self
+            .users
+            .entry(uid)
+            .or_insert_with(|| users::user_name(uid))
+            .clone();
+        let group = self
+            .groups
+            .entry(gid)
+            .or_insert_with(|| users::group_name(gid))
+            .clone();
         let kind = kind_of(meta);
         Node {
             name: name.to_vec(),
@@ -139,7 +149,11 @@ impl Walker {
             group,
             mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
             ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
-            size: if kind == NodeKind::File { meta.len() } else { 0 },
+            size: if kind == NodeKind::File {
+                meta.len()
+            } else {
+                0
+            },
             inode: meta.ino(),
             device: meta.dev(),
             links: meta.nlink(),
@@ -169,7 +183,8 @@ impl Walker {
     fn walk_virtual(&mut self, dir: &Path, trie: &SourceTrie, parent: Option<&Tree>) -> Result<()> {
         for (name, child) in &trie.children {
             let path = dir.join(name);
-            let meta = std::fs::symlink_metadata(&path).map_err(|_| Error::SourceMissing(path.clone()))?;
+            let meta =
+                std::fs::symlink_metadata(&path).map_err(|_| Error::SourceMissing(path.clone()))?;
             let pnode = find(parent, name.as_bytes());
             if child.leaf {
                 self.walk_entry(&path, name.as_bytes(), &meta, pnode, meta.dev())?;
@@ -185,7 +200,14 @@ impl Walker {
         Ok(())
     }
 
-    fn walk_entry(&mut self, path: &Path, name: &[u8], meta: &Metadata, pnode: Option<&Node>, root_dev: u64) -> Result<()> {
+    fn walk_entry(
+        &mut self,
+        path: &Path,
+        name: &[u8],
+        meta: &Metadata,
+        pnode: Option<&Node>,
+        root_dev: u64,
+    ) -> Result<()> {
         crate::util::check_interrupted()?;
         if self.abort.is_set() {
             return Err(self.abort.error_or_interrupted());
@@ -213,7 +235,9 @@ impl Walker {
                         && p.mtime_ns == node.mtime_ns
                         && p.ctime_ns == node.ctime_ns
                         && p.inode == node.inode
-                        && p.content.iter().all(|e| e.blob.is_none_or(|b| self.index.contains(&b)))
+                        && p.content
+                            .iter()
+                            .all(|e| e.blob.is_none_or(|b| self.index.contains(&b)))
                 });
                 if let Some(p) = unchanged {
                     node.content = p.content.clone();
@@ -223,8 +247,15 @@ impl Walker {
                 }
                 let sparse = meta.blocks() * 512 < meta.len() && meta.len() > 0;
                 let (tx, rx) = bounded(1);
-                let job = FileJob { path: path.to_path_buf(), node: node.clone(), sparse, reply: tx };
-                self.jobs.send(job).map_err(|_| self.abort.error_or_interrupted())?;
+                let job = FileJob {
+                    path: path.to_path_buf(),
+                    node: node.clone(),
+                    sparse,
+                    reply: tx,
+                };
+                self.jobs
+                    .send(job)
+                    .map_err(|_| self.abort.error_or_interrupted())?;
                 self.send(WalkItem::Entry(Box::new(node), Some(rx)))
             }
             NodeKind::Symlink => {
@@ -241,7 +272,13 @@ impl Walker {
         }
     }
 
-    fn walk_dir_contents(&mut self, dir: &Path, parent: Option<&Tree>, root_dev: u64, cache: bool) -> Result<()> {
+    fn walk_dir_contents(
+        &mut self,
+        dir: &Path,
+        parent: Option<&Tree>,
+        root_dev: u64,
+        cache: bool,
+    ) -> Result<()> {
         let entries = match std::fs::read_dir(dir) {
             Ok(e) => e,
             Err(e) => {

@@ -75,7 +75,11 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
     reporter.finish();
     let outcome = result?;
     let s = &outcome.manifest.summary;
-    let code = if s.warnings > 0 { exit_code::PARTIAL } else { exit_code::OK };
+    let code = if s.warnings > 0 {
+        exit_code::PARTIAL
+    } else {
+        exit_code::OK
+    };
     if ctx.out.json {
         ctx.out.json_line(&json!({
             "type": "summary",
@@ -103,7 +107,10 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
             s.duration_ms as f64 / 1000.0
         ));
         if s.warnings > 0 {
-            eprintln!("snapshot made, but {} sources could not be read completely (exit code 3)", s.warnings);
+            eprintln!(
+                "snapshot made, but {} sources could not be read completely (exit code 3)",
+                s.warnings
+            );
         }
     }
     Ok(code)

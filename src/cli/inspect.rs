@@ -42,7 +42,10 @@ pub fn snapshots(ctx: &Ctx, a: SnapshotsArgs) -> Result<i32> {
             .collect();
         ctx.out.json_line(&v);
     } else {
-        println!("{:<10}{:<21}{:<16}{:<10}{:>12}  paths", "id", "time (UTC)", "host", "tags", "size");
+        println!(
+            "{:<10}{:<21}{:<16}{:<10}{:>12}  paths",
+            "id", "time (UTC)", "host", "tags", "size"
+        );
         for (id, m) in &list {
             println!(
                 "{:<10}{:<21}{:<16}{:<10}{:>12}  {}",
@@ -91,10 +94,19 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
         }
         node.subtree
     };
-    let prefix = if base.starts_with('/') || base.is_empty() { base.clone() } else { format!("/{base}") };
+    let prefix = if base.starts_with('/') || base.is_empty() {
+        base.clone()
+    } else {
+        format!("/{base}")
+    };
     if let Some(root) = root {
         crate::tree::walk(&repo, &index, &root, &mut |rel, node| {
-            print_node(ctx, a.long, &format!("{prefix}/{}", String::from_utf8_lossy(rel)), node);
+            print_node(
+                ctx,
+                a.long,
+                &format!("{prefix}/{}", String::from_utf8_lossy(rel)),
+                node,
+            );
             Ok(true)
         })?;
     }
@@ -108,7 +120,15 @@ fn print_node(ctx: &Ctx, long: bool, path: &str, node: &crate::format::Node) {
             "mode": node.mode, "uid": node.uid, "gid": node.gid, "mtime": crate::util::rfc3339(node.mtime_ns),
         }));
     } else if long {
-        println!("{:>7o} {:>6} {:>6} {:>12} {} {}", node.mode & 0o7777, node.uid, node.gid, node.size, short_time(node.mtime_ns), path);
+        println!(
+            "{:>7o} {:>6} {:>6} {:>12} {} {}",
+            node.mode & 0o7777,
+            node.uid,
+            node.gid,
+            node.size,
+            short_time(node.mtime_ns),
+            path
+        );
     } else {
         println!("{path}");
     }
@@ -137,7 +157,13 @@ pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
             println!("{} {}", c.kind, c.path);
         }
         let count = |k| changes.iter().filter(|c| c.kind == k).count();
-        ctx.out.say(format!("{} added, {} removed, {} changed, {} metadata only", count('+'), count('-'), count('M') + count('T'), count('U')));
+        ctx.out.say(format!(
+            "{} added, {} removed, {} changed, {} metadata only",
+            count('+'),
+            count('-'),
+            count('M') + count('T'),
+            count('U')
+        ));
     }
     Ok(exit_code::OK)
 }

@@ -28,48 +28,92 @@ pub fn verify(ctx: &Ctx, a: VerifyArgs) -> Result<i32> {
     let subset = match &a.read_data_subset {
         None => None,
         Some(s) => {
-            let n: f64 = s
-                .trim_end_matches('%')
-                .parse()
-                .map_err(|_| Error::InvalidArgument(format!("--read-data-subset takes a percentage like 10%, not {s:?}")))?;
+            let n: f64 = s.trim_end_matches('%').parse().map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "--read-data-subset takes a percentage like 10%, not {s:?}"
+                ))
+            })?;
             if !(n > 0.0 && n <= 100.0) {
-                return Err(Error::InvalidArgument("--read-data-subset must be in (0, 100]%".into()));
+                return Err(Error::InvalidArgument(
+                    "--read-data-subset must be in (0, 100]%".into(),
+                ));
             }
             Some(n / 100.0)
         }
     };
-    let opts = crate::verify::VerifyOptions { read_data: a.read_data || subset.is_some(), subset, threads: 0 };
+    let opts = crate::verify::VerifyOptions {
+        read_data: a.read_data || subset.is_some(),
+        subset,
+        threads: 0,
+    };
     let progress = Arc::new(Progress::default());
     let reporter = ctx.out.progress("verify", progress.clone());
     let report = crate::verify::verify(&repo, &opts, &progress);
     reporter.finish();
     let report = report?;
     if ctx.out.json {
-        ctx.out.json_line(&json!({"type": "verify", "damaged": report.is_damaged(), "report": report}));
+        ctx.out.json_line(
+            &json!({"type": "verify", "damaged": report.is_damaged(), "report": report}),
+        );
     } else {
         for d in &report.damage {
             eprintln!(
                 "damage: {}{}{}",
-                d.pack.as_ref().map(|p| format!("pack {} ", &p[..8.min(p.len())])).unwrap_or_default(),
-                d.blob.as_ref().map(|b| format!("blob {} ", &b[..8.min(b.len())])).unwrap_or_default(),
+                d.pack
+                    .as_ref()
+                    .map(|p| format!("pack {} ", &p[..8.min(p.len())]))
+                    .unwrap_or_default(),
+                d.blob
+                    .as_ref()
+                    .map(|b| format!("blob {} ", &b[..8.min(b.len())]))
+                    .unwrap_or_default(),
                 d.problem
             );
         }
         for a in &report.affected {
-            eprintln!("snapshot {} is affected: {} paths, e.g. {}", &a.snapshot[..8], a.path_count, a.paths.iter().take(5).cloned().collect::<Vec<_>>().join(", "));
+            eprintln!(
+                "snapshot {} is affected: {} paths, e.g. {}",
+                &a.snapshot[..8],
+                a.path_count,
+                a.paths
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
         }
         ctx.out.say(format!(
             "{} snapshots, {} packs checked{}; {}",
             report.snapshots,
             report.packs,
-            if opts.read_data { format!(", {} packs ({}) read back", report.packs_read, human_bytes(report.bytes_read)) } else { String::new() },
-            if report.is_damaged() { format!("{} problems found", report.damage.len()) } else { "no damage found".into() }
+            if opts.read_data {
+                format!(
+                    ", {} packs ({}) read back",
+                    report.packs_read,
+                    human_bytes(report.bytes_read)
+                )
+            } else {
+                String::new()
+            },
+            if report.is_damaged() {
+                format!("{} problems found", report.damage.len())
+            } else {
+                "no damage found".into()
+            }
         ));
         if report.unindexed_packs > 0 {
-            ctx.out.say(format!("{} packs are in no index (leftovers of interrupted backups; prune removes them)", report.unindexed_packs));
+            ctx.out.say(format!(
+                "{} packs are in no index (leftovers of interrupted backups; prune removes them)",
+                report.unindexed_packs
+            ));
         }
     }
-    Ok(if report.is_damaged() { exit_code::DAMAGED } else { exit_code::OK })
+    Ok(if report.is_damaged() {
+        exit_code::DAMAGED
+    } else {
+        exit_code::OK
+    })
 }
 
 /// `vouch forget`.
@@ -124,36 +168,55 @@ pub fn forget(ctx: &Ctx, a: ForgetArgs) -> Result<i32> {
     };
     if !a.snapshots.is_empty() {
         if !policy.is_empty() {
-            return Err(Error::InvalidArgument("give snapshot ids or keep rules, not both".into()));
+            return Err(Error::InvalidArgument(
+                "give snapshot ids or keep rules, not both".into(),
+            ));
         }
         let ids = crate::forget::forget_ids(&repo, &a.snapshots, a.dry_run)?;
         if ctx.out.json {
             ctx.out.json_line(&json!({"type": "forget", "dry_run": a.dry_run, "removed": ids.iter().map(|i| i.to_hex()).collect::<Vec<_>>()}));
         } else {
             for id in &ids {
-                ctx.out.say(format!("{} {}", if a.dry_run { "would remove" } else { "removed" }, id.short()));
+                ctx.out.say(format!(
+                    "{} {}",
+                    if a.dry_run { "would remove" } else { "removed" },
+                    id.short()
+                ));
             }
         }
     } else {
         let groups = crate::forget::forget(&repo, &policy, a.dry_run, crate::util::now_ns())?;
         if ctx.out.json {
-            ctx.out.json_line(&json!({"type": "forget", "dry_run": a.dry_run, "groups": groups}));
+            ctx.out
+                .json_line(&json!({"type": "forget", "dry_run": a.dry_run, "groups": groups}));
         } else {
             for g in &groups {
-                ctx.out.say(format!("host {} paths {}:", g.host, g.paths.join(" ")));
+                ctx.out
+                    .say(format!("host {} paths {}:", g.host, g.paths.join(" ")));
                 for d in &g.decisions {
                     let verb = match (d.keep, a.dry_run) {
                         (true, _) => "keep  ",
                         (false, true) => "would remove",
                         (false, false) => "remove",
                     };
-                    ctx.out.say(format!("  {verb} {} {} {}", &d.snapshot[..8], d.time, d.reasons.join(", ")));
+                    ctx.out.say(format!(
+                        "  {verb} {} {} {}",
+                        &d.snapshot[..8],
+                        d.time,
+                        d.reasons.join(", ")
+                    ));
                 }
             }
         }
     }
     if a.prune && !a.dry_run {
-        return prune(ctx, PruneArgs { dry_run: false, repack_below: 50.0 });
+        return prune(
+            ctx,
+            PruneArgs {
+                dry_run: false,
+                repack_below: 50.0,
+            },
+        );
     }
     Ok(exit_code::OK)
 }
@@ -172,7 +235,10 @@ pub struct PruneArgs {
 /// Prunes.
 pub fn prune(ctx: &Ctx, a: PruneArgs) -> Result<i32> {
     let repo = ctx.open()?;
-    let opts = crate::prune::PruneOptions { repack_below: (a.repack_below / 100.0).clamp(0.0, 1.0), dry_run: a.dry_run };
+    let opts = crate::prune::PruneOptions {
+        repack_below: (a.repack_below / 100.0).clamp(0.0, 1.0),
+        dry_run: a.dry_run,
+    };
     let r = crate::prune::prune(&repo, &opts)?;
     if ctx.out.json {
         ctx.out.json_line(&json!({"type": "prune", "report": r}));

@@ -78,9 +78,11 @@ pub struct Ctx {
 impl Ctx {
     /// The repository path or a clear error.
     pub fn repo_path(&self) -> Result<PathBuf> {
-        self.repo_path
-            .clone()
-            .ok_or_else(|| Error::InvalidArgument("no repository given: use --repo PATH or set VOUCH_REPOSITORY".into()))
+        self.repo_path.clone().ok_or_else(|| {
+            Error::InvalidArgument(
+                "no repository given: use --repo PATH or set VOUCH_REPOSITORY".into(),
+            )
+        })
     }
 
     /// Opens the repository with the passphrase from the environment or a prompt.
@@ -113,7 +115,14 @@ impl SnapshotPath {
 
 /// Runs a parsed command line; returns the exit code.
 pub fn run(cli: Cli) -> Result<i32> {
-    let ctx = Ctx { out: Output { json: cli.json, quiet: cli.quiet, verbose: cli.verbose }, repo_path: cli.repo };
+    let ctx = Ctx {
+        out: Output {
+            json: cli.json,
+            quiet: cli.quiet,
+            verbose: cli.verbose,
+        },
+        repo_path: cli.repo,
+    };
     match cli.command {
         Command::Init(a) => repo_cmds::init(&ctx, a),
         Command::Backup(a) => backup_cmd::run(&ctx, a),

@@ -126,11 +126,21 @@ fn report_loop(what: &'static str, p: Arc<Progress>, stop: Arc<AtomicBool>, json
                 );
                 if line.bytes_total > 0 {
                     let pct = 100.0 * line.bytes_done as f64 / line.bytes_total as f64;
-                    let eta = if rate > 0.0 { (line.bytes_total.saturating_sub(line.bytes_done)) as f64 / rate } else { 0.0 };
-                    msg.push_str(&format!(" of {} ({pct:.0}%, ETA {eta:.0}s)", crate::util::human_bytes(line.bytes_total)));
+                    let eta = if rate > 0.0 {
+                        (line.bytes_total.saturating_sub(line.bytes_done)) as f64 / rate
+                    } else {
+                        0.0
+                    };
+                    msg.push_str(&format!(
+                        " of {} ({pct:.0}%, ETA {eta:.0}s)",
+                        crate::util::human_bytes(line.bytes_total)
+                    ));
                 }
                 if line.bytes_added > 0 {
-                    msg.push_str(&format!(", {} new", crate::util::human_bytes(line.bytes_added)));
+                    msg.push_str(&format!(
+                        ", {} new",
+                        crate::util::human_bytes(line.bytes_added)
+                    ));
                 }
                 if line.warnings > 0 {
                     msg.push_str(&format!(", {} warnings", line.warnings));

@@ -7,11 +7,12 @@ use std::process::Command;
 use crate::error::{Error, Result};
 
 fn from_env(prefix: &str) -> Result<Option<Vec<u8>>> {
-    if let Ok(p) = std::env::var(format!("{prefix}")) {
+    if let Ok(p) = std::env::var(prefix) {
         return Ok(Some(p.into_bytes()));
     }
     if let Ok(path) = std::env::var(format!("{prefix}_FILE")) {
-        let text = std::fs::read(&path).map_err(|e| Error::NoPassword(format!("cannot read {prefix}_FILE {path}: {e}")))?;
+        let text = std::fs::read(&path)
+            .map_err(|e| Error::NoPassword(format!("cannot read {prefix}_FILE {path}: {e}")))?;
         return Ok(Some(first_line(text)));
     }
     if let Ok(cmd) = std::env::var(format!("{prefix}_COMMAND")) {
@@ -22,7 +23,10 @@ fn from_env(prefix: &str) -> Result<Option<Vec<u8>>> {
             .output()
             .map_err(|e| Error::NoPassword(format!("cannot run {prefix}_COMMAND: {e}")))?;
         if !out.status.success() {
-            return Err(Error::NoPassword(format!("{prefix}_COMMAND exited with {}", out.status)));
+            return Err(Error::NoPassword(format!(
+                "{prefix}_COMMAND exited with {}",
+                out.status
+            )));
         }
         return Ok(Some(first_line(out.stdout)));
     }
@@ -41,7 +45,9 @@ fn first_line(mut text: Vec<u8>) -> Vec<u8> {
 
 fn prompt(label: &str) -> Result<Vec<u8>> {
     if !std::io::stdin().is_terminal() {
-        return Err(Error::NoPassword("no VOUCH_PASSWORD* variable set and no terminal to ask on".into()));
+        return Err(Error::NoPassword(
+            "no VOUCH_PASSWORD* variable set and no terminal to ask on".into(),
+        ));
     }
     rpassword::prompt_password(label)
         .map(String::into_bytes)
@@ -65,10 +71,14 @@ pub fn new(env_prefix: &str) -> Result<Vec<u8>> {
     let a = prompt("new passphrase: ")?;
     let b = prompt("repeat the new passphrase: ")?;
     if a != b {
-        return Err(Error::InvalidArgument("the passphrases do not match".into()));
+        return Err(Error::InvalidArgument(
+            "the passphrases do not match".into(),
+        ));
     }
     if a.is_empty() {
-        return Err(Error::InvalidArgument("the passphrase must not be empty".into()));
+        return Err(Error::InvalidArgument(
+            "the passphrase must not be empty".into(),
+        ));
     }
     Ok(a)
 }

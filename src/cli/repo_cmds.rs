@@ -25,7 +25,11 @@ pub struct KdfArgs {
 
 impl KdfArgs {
     fn params(&self) -> KdfParams {
-        KdfParams { memory_kib: self.kdf_memory_kib, iterations: self.kdf_iterations, parallelism: 1 }
+        KdfParams {
+            memory_kib: self.kdf_memory_kib,
+            iterations: self.kdf_iterations,
+            parallelism: 1,
+        }
     }
 }
 
@@ -68,10 +72,18 @@ pub fn init(ctx: &Ctx, a: InitArgs) -> Result<i32> {
     };
     let repo = Repository::init(Arc::new(LocalBackend::new(&path)), &pw, &opts)?;
     if ctx.out.json {
-        ctx.out.json_line(&json!({"type": "init", "repository": path, "id": repo.config().id.to_hex()}));
+        ctx.out.json_line(
+            &json!({"type": "init", "repository": path, "id": repo.config().id.to_hex()}),
+        );
     } else {
-        ctx.out.say(format!("created repository {} at {}", repo.config().id.short(), path.display()));
-        ctx.out.say("keep the passphrase safe: without it the data cannot be read by anyone, including you");
+        ctx.out.say(format!(
+            "created repository {} at {}",
+            repo.config().id.short(),
+            path.display()
+        ));
+        ctx.out.say(
+            "keep the passphrase safe: without it the data cannot be read by anyone, including you",
+        );
     }
     Ok(exit_code::OK)
 }
@@ -109,7 +121,8 @@ pub fn key(ctx: &Ctx, a: KeyArgs) -> Result<i32> {
             let id = repo.add_key(&pw, k.params())?;
             ctx.out.say(format!("added key {}", id.short()));
             if ctx.out.json {
-                ctx.out.json_line(&json!({"type": "key_added", "id": id.to_hex()}));
+                ctx.out
+                    .json_line(&json!({"type": "key_added", "id": id.to_hex()}));
             }
         }
         KeyAction::List => {
@@ -119,7 +132,14 @@ pub fn key(ctx: &Ctx, a: KeyArgs) -> Result<i32> {
             } else {
                 println!("{:<3}{:<10}{:<27}{:<20}user", "", "id", "created", "host");
                 for k in keys {
-                    println!("{:<3}{:<10}{:<27}{:<20}{}", if k.current { "*" } else { "" }, k.id.short(), k.created, k.host, k.user);
+                    println!(
+                        "{:<3}{:<10}{:<27}{:<20}{}",
+                        if k.current { "*" } else { "" },
+                        k.id.short(),
+                        k.created,
+                        k.host,
+                        k.user
+                    );
                 }
             }
         }
@@ -131,8 +151,13 @@ pub fn key(ctx: &Ctx, a: KeyArgs) -> Result<i32> {
         KeyAction::Passwd(k) => {
             let pw = password::new("VOUCH_NEW_PASSWORD")?;
             let new_id = repo.add_key(&pw, k.params())?;
-            repo.backend().delete(crate::backend::FileKind::Key, &repo.key_id().to_hex())?;
-            ctx.out.say(format!("passphrase changed: key {} replaces {}", new_id.short(), repo.key_id().short()));
+            repo.backend()
+                .delete(crate::backend::FileKind::Key, &repo.key_id().to_hex())?;
+            ctx.out.say(format!(
+                "passphrase changed: key {} replaces {}",
+                new_id.short(),
+                repo.key_id().short()
+            ));
         }
     }
     Ok(exit_code::OK)
@@ -160,9 +185,13 @@ pub fn repair(ctx: &Ctx, a: RepairArgs) -> Result<i32> {
         RepairWhat::Index => {
             let (packs, damaged) = crate::prune::repair_index(&repo)?;
             if ctx.out.json {
-                ctx.out.json_line(&json!({"type": "repair_index", "packs": packs, "damaged_packs": damaged}));
+                ctx.out.json_line(
+                    &json!({"type": "repair_index", "packs": packs, "damaged_packs": damaged}),
+                );
             } else {
-                ctx.out.say(format!("index rebuilt from {packs} packs ({damaged} damaged packs left out)"));
+                ctx.out.say(format!(
+                    "index rebuilt from {packs} packs ({damaged} damaged packs left out)"
+                ));
             }
         }
     }

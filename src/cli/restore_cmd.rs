@@ -65,7 +65,8 @@ pub fn run(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
         Err(e) => return Err(e),
     };
     if ctx.out.json {
-        ctx.out.json_line(&json!({"type": "summary", "snapshot": id.to_hex(), "summary": s}));
+        ctx.out
+            .json_line(&json!({"type": "summary", "snapshot": id.to_hex(), "summary": s}));
     } else {
         for w in &s.warnings {
             eprintln!("warning: {w}");

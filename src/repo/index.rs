@@ -44,13 +44,20 @@ impl MasterIndex {
             Some(&p) => p,
             None => {
                 let p = self.packs.len() as u32;
-                self.packs.push(PackInfo { id: pack.id, size: pack.size, salt: pack.salt });
+                self.packs.push(PackInfo {
+                    id: pack.id,
+                    size: pack.size,
+                    salt: pack.salt,
+                });
                 self.pack_pos.insert(pack.id, p);
                 p
             }
         };
         for entry in &pack.blobs {
-            self.blobs.entry(entry.id).or_insert(BlobLocation { pack: pos, entry: *entry });
+            self.blobs.entry(entry.id).or_insert(BlobLocation {
+                pack: pos,
+                entry: *entry,
+            });
         }
     }
 
@@ -115,7 +122,12 @@ impl MasterIndex {
             .map(|(p, mut blobs)| {
                 blobs.sort_by_key(|b| b.offset);
                 let info = &self.packs[p as usize];
-                IndexPack { id: info.id, size: info.size, salt: info.salt, blobs }
+                IndexPack {
+                    id: info.id,
+                    size: info.size,
+                    salt: info.salt,
+                    blobs,
+                }
             })
             .collect();
         out.sort_by_key(|p| p.id);

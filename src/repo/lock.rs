@@ -67,7 +67,11 @@ impl LockFile {
     fn describe(&self) -> String {
         format!(
             "{} lock for {} by pid {} on {} (user {}), taken {}",
-            if self.exclusive { "exclusive" } else { "shared" },
+            if self.exclusive {
+                "exclusive"
+            } else {
+                "shared"
+            },
             self.purpose,
             self.pid,
             self.host,
@@ -156,10 +160,20 @@ pub fn acquire(backend: Arc<dyn Backend>, exclusive: bool, purpose: &str) -> Res
             .spawn(move || refresh_loop(backend, name, file, stop))
             .ok()
     };
-    Ok(LockGuard { backend, name, stop, refresher })
+    Ok(LockGuard {
+        backend,
+        name,
+        stop,
+        refresher,
+    })
 }
 
-fn refresh_loop(backend: Arc<dyn Backend>, name: String, mut file: LockFile, stop: Arc<AtomicBool>) {
+fn refresh_loop(
+    backend: Arc<dyn Backend>,
+    name: String,
+    mut file: LockFile,
+    stop: Arc<AtomicBool>,
+) {
     let step = Duration::from_millis(200);
     let mut waited = Duration::ZERO;
     while !stop.load(Ordering::Relaxed) {
@@ -226,7 +240,10 @@ mod tests {
         let s1 = acquire(b.clone(), false, "backup").unwrap();
         let _s2 = acquire(b.clone(), false, "backup").unwrap();
         let err = acquire(b.clone(), true, "prune").unwrap_err();
-        assert!(matches!(err, Error::Locked(ref m) if m.contains("backup")), "{err}");
+        assert!(
+            matches!(err, Error::Locked(ref m) if m.contains("backup")),
+            "{err}"
+        );
         s1.check().unwrap();
         drop(s1);
         drop(_s2);
@@ -249,9 +266,26 @@ mod tests {
             created_ns: now,
             refreshed_ns: now,
         };
-        b.write(FileKind::Lock, "dead", &serde_json::to_vec(&dead).unwrap(), WriteSync::Now).unwrap();
-        let old = LockFile { host: "elsewhere".into(), pid: 1, refreshed_ns: now - 3_600_000_000_000, ..dead };
-        b.write(FileKind::Lock, "old", &serde_json::to_vec(&old).unwrap(), WriteSync::Now).unwrap();
+        b.write(
+            FileKind::Lock,
+            "dead",
+            &serde_json::to_vec(&dead).unwrap(),
+            WriteSync::Now,
+        )
+        .unwrap();
+        let old = LockFile {
+            host: "elsewhere".into(),
+            pid: 1,
+            refreshed_ns: now - 3_600_000_000_000,
+            ..dead
+        };
+        b.write(
+            FileKind::Lock,
+            "old",
+            &serde_json::to_vec(&old).unwrap(),
+            WriteSync::Now,
+        )
+        .unwrap();
         let g = acquire(b.clone(), true, "prune").unwrap();
         assert_eq!(b.list(FileKind::Lock).unwrap().len(), 1);
         b.delete(FileKind::Lock, &g.name).unwrap();

@@ -57,7 +57,9 @@ pub struct Repository {
 
 impl std::fmt::Debug for Repository {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Repository").field("location", &self.backend.location()).finish()
+        f.debug_struct("Repository")
+            .field("location", &self.backend.location())
+            .finish()
     }
 }
 
@@ -95,7 +97,10 @@ fn wrap_key(key: &MasterKey, passphrase: &[u8], params: KdfParams) -> Result<Key
 
 fn unwrap_key(file: &KeyFile, passphrase: &[u8], what: &str) -> Result<Option<MasterKey>> {
     if file.kdf != "argon2id" {
-        return Err(Error::corrupt(what, format!("unknown key derivation {:?}", file.kdf)));
+        return Err(Error::corrupt(
+            what,
+            format!("unknown key derivation {:?}", file.kdf),
+        ));
     }
     let salt = hex::decode(&file.salt).map_err(|e| Error::corrupt(what, e))?;
     let wrapped = hex::decode(&file.wrapped).map_err(|e| Error::corrupt(what, e))?;
@@ -113,20 +118,32 @@ fn unwrap_key(file: &KeyFile, passphrase: &[u8], what: &str) -> Result<Option<Ma
 
 impl Repository {
     /// Creates a repository in an empty location.
-    pub fn init(backend: Arc<dyn Backend>, passphrase: &[u8], opts: &InitOptions) -> Result<Repository> {
+    pub fn init(
+        backend: Arc<dyn Backend>,
+        passphrase: &[u8],
+        opts: &InitOptions,
+    ) -> Result<Repository> {
         if passphrase.is_empty() {
-            return Err(Error::InvalidArgument("the passphrase must not be empty".into()));
+            return Err(Error::InvalidArgument(
+                "the passphrase must not be empty".into(),
+            ));
         }
         let c = opts.chunker;
         let even = c.min_size % 2 == 0 && c.avg_size % 2 == 0 && c.max_size % 2 == 0;
-        if !(even && 64 <= c.min_size && c.min_size <= c.avg_size && c.avg_size <= c.max_size && c.max_size <= 16 << 20)
+        if !(even
+            && 64 <= c.min_size
+            && c.min_size <= c.avg_size
+            && c.avg_size <= c.max_size
+            && c.max_size <= 16 << 20)
         {
             return Err(Error::InvalidArgument(format!(
                 "chunk sizes must be even with 64 <= min <= avg <= max <= 16 MiB: {c:?}"
             )));
         }
         if !(0..=22).contains(&opts.compression_level) {
-            return Err(Error::InvalidArgument("compression level must be 0..=22".into()));
+            return Err(Error::InvalidArgument(
+                "compression level must be 0..=22".into(),
+            ));
         }
         backend.create()?;
         let config = Config {
@@ -145,7 +162,12 @@ impl Repository {
         let json = serde_json::to_vec_pretty(&config).map_err(|e| Error::corrupt("config", e))?;
         // The config is written last: its presence marks a complete repository.
         backend.write(FileKind::Config, "", &json, WriteSync::Now)?;
-        Ok(Repository { backend, config, key: Arc::new(key), key_id })
+        Ok(Repository {
+            backend,
+            config,
+            key: Arc::new(key),
+            key_id,
+        })
     }
 
     /// Reads and checks the config without a key.
@@ -158,9 +180,13 @@ impl Repository {
             serde_json::from_slice(&bytes).map_err(|e| Error::corrupt("config", e))?;
         let version = value.get("version").and_then(|v| v.as_u64()).unwrap_or(0) as u32;
         if version > MAX_SUPPORTED_VERSION {
-            return Err(Error::UnsupportedFormat { found: version, supported: MAX_SUPPORTED_VERSION });
+            return Err(Error::UnsupportedFormat {
+                found: version,
+                supported: MAX_SUPPORTED_VERSION,
+            });
         }
-        let config: Config = serde_json::from_value(value).map_err(|e| Error::corrupt("config", e))?;
+        let config: Config =
+            serde_json::from_value(value).map_err(|e| Error::corrupt("config", e))?;
         if config.version == 0 {
             return Err(Error::corrupt("config", "version 0"));
         }
@@ -192,7 +218,12 @@ impl Repository {
             match unwrap_key(&file, passphrase, &what) {
                 Ok(Some(key)) => {
                     let key_id = KeyId::from_hex(&name).map_err(|e| Error::corrupt(&what, e))?;
-                    return Ok(Repository { backend, config, key: Arc::new(key), key_id });
+                    return Ok(Repository {
+                        backend,
+                        config,
+                        key: Arc::new(key),
+                        key_id,
+                    });
                 }
                 Ok(None) => {}
                 Err(e) => corrupt = Some(e),
@@ -227,12 +258,15 @@ impl Repository {
     /// Adds a key for another passphrase.
     pub fn add_key(&self, passphrase: &[u8], params: KdfParams) -> Result<KeyId> {
         if passphrase.is_empty() {
-            return Err(Error::InvalidArgument("the passphrase must not be empty".into()));
+            return Err(Error::InvalidArgument(
+                "the passphrase must not be empty".into(),
+            ));
         }
         let id = KeyId::random();
         let file = wrap_key(&self.key, passphrase, params)?;
         let json = serde_json::to_vec_pretty(&file).map_err(|e| Error::corrupt("key", e))?;
-        self.backend.write(FileKind::Key, &id.to_hex(), &json, WriteSync::Now)?;
+        self.backend
+            .write(FileKind::Key, &id.to_hex(), &json, WriteSync::Now)?;
         Ok(id)
     }
 
@@ -244,7 +278,13 @@ impl Repository {
             let id = KeyId::from_hex(&name).map_err(|e| Error::corrupt(&what, e))?;
             let file: KeyFile = serde_json::from_slice(&self.backend.read(FileKind::Key, &name)?)
                 .map_err(|e| Error::corrupt(&what, e))?;
-            out.push(KeyInfo { id, current: id == self.key_id, created: file.created, host: file.host, user: file.user });
+            out.push(KeyInfo {
+                id,
+                current: id == self.key_id,
+                created: file.created,
+                host: file.host,
+                user: file.user,
+            });
         }
         Ok(out)
     }
@@ -280,7 +320,9 @@ impl Repository {
         match matches.as_slice() {
             [one] => KeyId::from_hex(one).map_err(|e| Error::corrupt("key", e)),
             [] => Err(Error::NotFound(format!("no key matches {spec:?}"))),
-            _ => Err(Error::InvalidArgument(format!("key prefix {spec:?} is ambiguous"))),
+            _ => Err(Error::InvalidArgument(format!(
+                "key prefix {spec:?} is ambiguous"
+            ))),
         }
     }
 
@@ -291,7 +333,8 @@ impl Repository {
     pub fn save_snapshot(&self, manifest: &Manifest, sync: WriteSync) -> Result<SnapshotId> {
         let bytes = sealed::seal(&self.key, SealedKind::Snapshot, &encode(manifest));
         let id = SnapshotId::hash_of(&bytes);
-        self.backend.write(FileKind::Snapshot, &id.to_hex(), &bytes, sync)?;
+        self.backend
+            .write(FileKind::Snapshot, &id.to_hex(), &bytes, sync)?;
         Ok(id)
     }
 
@@ -335,7 +378,8 @@ impl Repository {
             .collect();
         match names.as_slice() {
             [one] => {
-                let id = SnapshotId::from_hex(one).map_err(|e| Error::corrupt("snapshot name", e))?;
+                let id =
+                    SnapshotId::from_hex(one).map_err(|e| Error::corrupt("snapshot name", e))?;
                 Ok((id, self.load_snapshot(&id)?))
             }
             [] => Err(Error::NotFound(format!("no snapshot matches {spec:?}"))),
@@ -357,7 +401,8 @@ impl Repository {
     pub fn save_index(&self, file: &IndexFile, sync: WriteSync) -> Result<IndexId> {
         let bytes = sealed::seal(&self.key, SealedKind::Index, &encode(file));
         let id = IndexId::hash_of(&bytes);
-        self.backend.write(FileKind::Index, &id.to_hex(), &bytes, sync)?;
+        self.backend
+            .write(FileKind::Index, &id.to_hex(), &bytes, sync)?;
         Ok(id)
     }
 
@@ -373,10 +418,15 @@ impl Repository {
     pub fn load_index(&self) -> Result<MasterIndex> {
         let mut files = Vec::new();
         for (name, _) in self.backend.list(FileKind::Index)? {
-            let Ok(id) = IndexId::from_hex(&name) else { continue };
+            let Ok(id) = IndexId::from_hex(&name) else {
+                continue;
+            };
             files.push((id, self.load_index_file(&id)?));
         }
-        let superseded: HashSet<IndexId> = files.iter().flat_map(|(_, f)| f.supersedes.iter().copied()).collect();
+        let superseded: HashSet<IndexId> = files
+            .iter()
+            .flat_map(|(_, f)| f.supersedes.iter().copied())
+            .collect();
         let mut index = MasterIndex::default();
         for (id, file) in &files {
             if !superseded.contains(id) {
@@ -395,7 +445,12 @@ impl Repository {
             .ok_or_else(|| Error::Damaged(format!("blob {id} is not in the index")))?;
         let sealed = self
             .backend
-            .read_range(FileKind::Pack, &pack.id.to_hex(), u64::from(entry.offset), entry.length as usize)
+            .read_range(
+                FileKind::Pack,
+                &pack.id.to_hex(),
+                u64::from(entry.offset),
+                entry.length as usize,
+            )
             .map_err(|e| Error::Damaged(format!("pack {} unreadable: {e}", pack.id)))?;
         pack::open_blob(&self.key, &pack.salt, entry, &sealed)
     }

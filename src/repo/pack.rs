@@ -6,8 +6,8 @@
 use crate::crypto::{FileCipher, MasterKey, SALT_LEN};
 use crate::error::{Error, Result};
 use crate::format::{
-    blob_aad, decode, encode, BlobEntry, BlobType, Compression, IndexPack, PackHeader, PACK_HEADER_AAD,
-    PACK_MAGIC, PACK_TRAILER_LEN,
+    blob_aad, decode, encode, BlobEntry, BlobType, Compression, IndexPack, PackHeader,
+    PACK_HEADER_AAD, PACK_MAGIC, PACK_TRAILER_LEN,
 };
 use crate::id::{BlobId, PackId};
 
@@ -52,9 +52,17 @@ impl PackBuilder {
     }
 
     /// Seals `stored` (the possibly compressed plaintext) into the pack.
-    pub fn add(&mut self, id: BlobId, kind: BlobType, raw_length: usize, compression: Compression, stored: &[u8]) {
+    pub fn add(
+        &mut self,
+        id: BlobId,
+        kind: BlobType,
+        raw_length: usize,
+        compression: Compression,
+        stored: &[u8],
+    ) {
         let offset = self.buf.len();
-        self.cipher.seal_into(&blob_aad(kind, &id), stored, &mut self.buf);
+        self.cipher
+            .seal_into(&blob_aad(kind, &id), stored, &mut self.buf);
         self.blobs.push(BlobEntry {
             id,
             kind,
@@ -67,9 +75,12 @@ impl PackBuilder {
 
     /// Appends header and trailer and names the pack.
     pub fn finish(mut self) -> FinishedPack {
-        let header = encode(&PackHeader { blobs: self.blobs.clone() });
+        let header = encode(&PackHeader {
+            blobs: self.blobs.clone(),
+        });
         let before = self.buf.len();
-        self.cipher.seal_into(PACK_HEADER_AAD, &header, &mut self.buf);
+        self.cipher
+            .seal_into(PACK_HEADER_AAD, &header, &mut self.buf);
         let header_len = (self.buf.len() - before) as u32;
         self.buf.extend_from_slice(&self.salt);
         self.buf.extend_from_slice(&header_len.to_le_bytes());
@@ -80,7 +91,12 @@ impl PackBuilder {
         FinishedPack {
             id,
             bytes: self.buf,
-            index: IndexPack { id, size, salt: self.salt, blobs: self.blobs },
+            index: IndexPack {
+                id,
+                size,
+                salt: self.salt,
+                blobs: self.blobs,
+            },
         }
     }
 }
@@ -90,7 +106,9 @@ impl PackBuilder {
 /// `tail` must be the end of the pack, at least the trailer and header.
 pub fn parse_trailer(tail: &[u8]) -> Result<([u8; SALT_LEN], usize)> {
     if tail.len() < PACK_TRAILER_LEN || &tail[tail.len() - 8..] != PACK_MAGIC {
-        return Err(Error::Damaged("pack trailer missing or damaged (bad magic)".into()));
+        return Err(Error::Damaged(
+            "pack trailer missing or damaged (bad magic)".into(),
+        ));
     }
     let t = &tail[tail.len() - PACK_TRAILER_LEN..];
     let mut salt = [0u8; SALT_LEN];
@@ -100,7 +118,11 @@ pub fn parse_trailer(tail: &[u8]) -> Result<([u8; SALT_LEN], usize)> {
 }
 
 /// Decrypts a pack's header given the bytes of the header and the salt.
-pub fn open_header(key: &MasterKey, salt: &[u8; SALT_LEN], sealed_header: &[u8]) -> Result<PackHeader> {
+pub fn open_header(
+    key: &MasterKey,
+    salt: &[u8; SALT_LEN],
+    sealed_header: &[u8],
+) -> Result<PackHeader> {
     let plain = key
         .file_cipher(salt)
         .open(PACK_HEADER_AAD, sealed_header)
@@ -118,14 +140,27 @@ pub fn read_whole(key: &MasterKey, id: PackId, bytes: &[u8]) -> Result<IndexPack
     let header = open_header(key, &salt, &bytes[start..end])?;
     for b in &header.blobs {
         if b.offset as usize + b.length as usize > start {
-            return Err(Error::Damaged(format!("blob {} extends past the pack's data", b.id.short())));
+            return Err(Error::Damaged(format!(
+                "blob {} extends past the pack's data",
+                b.id.short()
+            )));
         }
     }
-    Ok(IndexPack { id, size: bytes.len() as u64, salt, blobs: header.blobs })
+    Ok(IndexPack {
+        id,
+        size: bytes.len() as u64,
+        salt,
+        blobs: header.blobs,
+    })
 }
 
 /// Decrypts, decompresses and checks one blob.
-pub fn open_blob(key: &MasterKey, salt: &[u8; SALT_LEN], entry: &BlobEntry, sealed: &[u8]) -> Result<Vec<u8>> {
+pub fn open_blob(
+    key: &MasterKey,
+    salt: &[u8; SALT_LEN],
+    entry: &BlobEntry,
+    sealed: &[u8],
+) -> Result<Vec<u8>> {
     let stored = key
         .file_cipher(salt)
         .open(&blob_aad(entry.kind, &entry.id), sealed)
@@ -136,7 +171,10 @@ pub fn open_blob(key: &MasterKey, salt: &[u8; SALT_LEN], entry: &BlobEntry, seal
             .map_err(|e| Error::Damaged(format!("blob {} does not decompress: {e}", entry.id)))?,
     };
     if plain.len() != entry.raw_length as usize || key.blob_id(&plain) != entry.id {
-        return Err(Error::Damaged(format!("blob {} does not hash to its id", entry.id)));
+        return Err(Error::Damaged(format!(
+            "blob {} does not hash to its id",
+            entry.id
+        )));
     }
     Ok(plain)
 }

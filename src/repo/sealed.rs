@@ -5,7 +5,9 @@
 
 use crate::crypto::{MasterKey, SALT_LEN};
 use crate::error::{Error, Result};
-use crate::format::{SealedKind, FORMAT_VERSION, MAX_SUPPORTED_VERSION, SEALED_MAGIC, SEALED_PREFIX_LEN};
+use crate::format::{
+    SealedKind, FORMAT_VERSION, MAX_SUPPORTED_VERSION, SEALED_MAGIC, SEALED_PREFIX_LEN,
+};
 
 /// zstd level for metadata files (small, read often).
 const METADATA_ZSTD_LEVEL: i32 = 3;
@@ -25,30 +27,42 @@ fn prefix(kind: SealedKind, version: u8) -> [u8; SEALED_PREFIX_LEN] {
 pub fn seal(key: &MasterKey, kind: SealedKind, plaintext: &[u8]) -> Vec<u8> {
     let prefix = prefix(kind, FORMAT_VERSION as u8);
     let salt: [u8; SALT_LEN] = crate::crypto::random_array();
-    let compressed = zstd::bulk::compress(plaintext, METADATA_ZSTD_LEVEL)
-        .unwrap_or_else(|_| plaintext.to_vec());
+    let compressed =
+        zstd::bulk::compress(plaintext, METADATA_ZSTD_LEVEL).unwrap_or_else(|_| plaintext.to_vec());
     let mut out = Vec::with_capacity(SEALED_PREFIX_LEN + SALT_LEN + compressed.len() + 28);
     out.extend_from_slice(&prefix);
     out.extend_from_slice(&salt);
-    key.file_cipher(&salt).seal_into(&prefix, &compressed, &mut out);
+    key.file_cipher(&salt)
+        .seal_into(&prefix, &compressed, &mut out);
     out
 }
 
 /// Decrypts a metadata file; `what` names it in errors.
 pub fn open(key: &MasterKey, kind: SealedKind, bytes: &[u8], what: &str) -> Result<Vec<u8>> {
     if bytes.len() < SEALED_PREFIX_LEN + SALT_LEN || &bytes[..5] != SEALED_MAGIC {
-        return Err(Error::corrupt(what, "not a vouch metadata file (bad magic or too short)"));
+        return Err(Error::corrupt(
+            what,
+            "not a vouch metadata file (bad magic or too short)",
+        ));
     }
     if bytes[5] != kind as u8 {
-        return Err(Error::corrupt(what, format!("holds kind {} where {} was expected", bytes[5], kind as u8)));
+        return Err(Error::corrupt(
+            what,
+            format!("holds kind {} where {} was expected", bytes[5], kind as u8),
+        ));
     }
     let version = u32::from(bytes[6]);
     if version > MAX_SUPPORTED_VERSION {
-        return Err(Error::UnsupportedFormat { found: version, supported: MAX_SUPPORTED_VERSION });
+        return Err(Error::UnsupportedFormat {
+            found: version,
+            supported: MAX_SUPPORTED_VERSION,
+        });
     }
     let (prefix, rest) = bytes.split_at(SEALED_PREFIX_LEN);
     let (salt, sealed) = rest.split_at(SALT_LEN);
-    let salt: [u8; SALT_LEN] = salt.try_into().map_err(|_| Error::corrupt(what, "short salt"))?;
+    let salt: [u8; SALT_LEN] = salt
+        .try_into()
+        .map_err(|_| Error::corrupt(what, "short salt"))?;
     let compressed = key
         .file_cipher(&salt)
         .open(prefix, sealed)
@@ -72,11 +86,17 @@ mod tests {
     fn round_trip_and_kind_binding() {
         let key = MasterKey::generate();
         let sealed = seal(&key, SealedKind::Snapshot, b"manifest");
-        assert_eq!(open(&key, SealedKind::Snapshot, &sealed, "s").unwrap(), b"manifest");
+        assert_eq!(
+            open(&key, SealedKind::Snapshot, &sealed, "s").unwrap(),
+            b"manifest"
+        );
         assert!(open(&key, SealedKind::Index, &sealed, "s").is_err());
         let mut relabelled = sealed.clone();
         relabelled[5] = SealedKind::Index as u8;
-        assert!(open(&key, SealedKind::Index, &relabelled, "s").is_err(), "prefix is authenticated");
+        assert!(
+            open(&key, SealedKind::Index, &relabelled, "s").is_err(),
+            "prefix is authenticated"
+        );
         assert!(open(&MasterKey::generate(), SealedKind::Snapshot, &sealed, "s").is_err());
         let mut newer = sealed;
         newer[6] = 9;

@@ -15,14 +15,20 @@ fn cpath(path: &Path) -> Result<CString> {
 }
 
 fn os_err(what: &str, path: &Path) -> Error {
-    Error::io(format!("{what} {}", path.display()), std::io::Error::last_os_error())
+    Error::io(
+        format!("{what} {}", path.display()),
+        std::io::Error::last_os_error(),
+    )
 }
 
 /// Creates a symlink, fifo or device. Returns a warning instead when it
 /// cannot be recreated here (devices as non-root, sockets).
 pub fn create_special(path: &Path, node: &Node) -> Result<Option<String>> {
     if fs::symlink_metadata(path).is_ok() {
-        if fs::symlink_metadata(path).map(|m| m.is_dir()).unwrap_or(false) {
+        if fs::symlink_metadata(path)
+            .map(|m| m.is_dir())
+            .unwrap_or(false)
+        {
             fs::remove_dir_all(path).ctx(|| format!("replacing {}", path.display()))?;
         } else {
             fs::remove_file(path).ctx(|| format!("replacing {}", path.display()))?;
@@ -46,10 +52,20 @@ pub fn create_special(path: &Path, node: &Node) -> Result<Option<String>> {
         }
         NodeKind::CharDevice | NodeKind::BlockDevice => {
             if !is_root() {
-                return Ok(Some(format!("{}: device not recreated (needs root)", path.display())));
+                return Ok(Some(format!(
+                    "{}: device not recreated (needs root)",
+                    path.display()
+                )));
             }
             // SAFETY: as above; mode carries the file type bits.
-            if unsafe { libc::mknod(c.as_ptr(), node.mode as libc::mode_t, node.rdev as libc::dev_t) } != 0 {
+            if unsafe {
+                libc::mknod(
+                    c.as_ptr(),
+                    node.mode as libc::mode_t,
+                    node.rdev as libc::dev_t,
+                )
+            } != 0
+            {
                 return Err(os_err("creating device", path));
             }
         }
@@ -80,7 +96,15 @@ pub fn apply(path: &Path, node: &Node) -> Result<()> {
     };
     let times = [ts, ts];
     // SAFETY: valid path and a two-element timespec array.
-    if unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+    if unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    } != 0
+    {
         return Err(os_err("setting the times of", path));
     }
     Ok(())

@@ -75,6 +75,9 @@ pub struct RestoreSummary {
     pub warnings: Vec<String>,
 }
 
+/// The blobs needed from one pack, each with the (item, offset) places it goes.
+type PackWork = Vec<(BlobEntry, Vec<(usize, u64)>)>;
+
 #[derive(Serialize, Deserialize)]
 struct Marker {
     snapshot: SnapshotId,
@@ -99,16 +102,25 @@ fn globset(patterns: &[String]) -> Result<Option<GlobSet>> {
     }
     let mut b = GlobSetBuilder::new();
     for p in patterns {
-        let p = if p.starts_with('/') { p.clone() } else { format!("**/{p}") };
-        b.add(Glob::new(&p).map_err(|e| Error::InvalidArgument(format!("bad pattern {p:?}: {e}")))?);
+        let p = if p.starts_with('/') {
+            p.clone()
+        } else {
+            format!("**/{p}")
+        };
+        b.add(
+            Glob::new(&p).map_err(|e| Error::InvalidArgument(format!("bad pattern {p:?}: {e}")))?,
+        );
     }
-    b.build().map(Some).map_err(|e| Error::InvalidArgument(e.to_string()))
+    b.build()
+        .map(Some)
+        .map_err(|e| Error::InvalidArgument(e.to_string()))
 }
 
 impl Filter {
     /// Whether `path` (absolute in the snapshot) or an ancestor matches.
     fn matches_self_or_ancestor(set: &GlobSet, path: &Path) -> bool {
-        path.ancestors().any(|a| a != Path::new("/") && set.is_match(a))
+        path.ancestors()
+            .any(|a| a != Path::new("/") && set.is_match(a))
     }
 
     fn excluded(&self, path: &Path) -> bool {
@@ -123,7 +135,12 @@ impl Filter {
     }
 }
 
-fn target_state(target: &Path, snapshot: &SnapshotId, subpath: &Option<String>, overwrite: bool) -> Result<bool> {
+fn target_state(
+    target: &Path,
+    snapshot: &SnapshotId,
+    subpath: &Option<String>,
+    overwrite: bool,
+) -> Result<bool> {
     let mut entries = match fs::read_dir(target) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -148,15 +165,27 @@ fn target_state(target: &Path, snapshot: &SnapshotId, subpath: &Option<String>, 
 
 /// Restores `snapshot` into `opts.target`.
 #[tracing::instrument(skip_all, fields(snapshot = %snapshot.short(), target = %opts.target.display()))]
-pub fn restore(repo: &Repository, snapshot: &SnapshotId, opts: &RestoreOptions, progress: Arc<Progress>) -> Result<RestoreSummary> {
+pub fn restore(
+    repo: &Repository,
+    snapshot: &SnapshotId,
+    opts: &RestoreOptions,
+    progress: Arc<Progress>,
+) -> Result<RestoreSummary> {
     let started = Instant::now();
     let manifest = repo.load_snapshot(snapshot)?;
     let _guard = lock::acquire(repo.backend().clone(), false, "restore")?;
     let index = repo.load_index()?;
-    let filter = Filter { include: globset(&opts.includes)?, exclude: globset(&opts.excludes)? };
+    let filter = Filter {
+        include: globset(&opts.includes)?,
+        exclude: globset(&opts.excludes)?,
+    };
 
     // What to restore: the root, a directory's contents, or one entry.
-    let sub = opts.subpath.as_deref().map(|s| s.trim_end_matches('/')).filter(|s| !s.is_empty() && *s != "/");
+    let sub = opts
+        .subpath
+        .as_deref()
+        .map(|s| s.trim_end_matches('/'))
+        .filter(|s| !s.is_empty() && *s != "/");
     let (root_tree, base, single): (Option<BlobId>, String, Option<Node>) = match sub {
         None => (Some(manifest.tree), String::new(), None),
         Some(p) => {
@@ -166,7 +195,10 @@ pub fn restore(repo: &Repository, snapshot: &SnapshotId, opts: &RestoreOptions, 
             if node.kind == NodeKind::Dir {
                 (node.subtree, base, None)
             } else {
-                let parent = Path::new(&base).parent().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+                let parent = Path::new(&base)
+                    .parent()
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 (None, parent, Some(node))
             }
         }
@@ -174,9 +206,13 @@ pub fn restore(repo: &Repository, snapshot: &SnapshotId, opts: &RestoreOptions, 
 
     let resumed = target_state(&opts.target, snapshot, &opts.subpath, opts.overwrite)?;
     fs::create_dir_all(&opts.target).ctx(|| format!("creating {}", opts.target.display()))?;
-    let marker = serde_json::to_vec(&Marker { snapshot: *snapshot, subpath: opts.subpath.clone() })
-        .map_err(|e| Error::corrupt("restore marker", e))?;
-    fs::write(opts.target.join(MARKER), marker).ctx(|| format!("writing the restore marker in {}", opts.target.display()))?;
+    let marker = serde_json::to_vec(&Marker {
+        snapshot: *snapshot,
+        subpath: opts.subpath.clone(),
+    })
+    .map_err(|e| Error::corrupt("restore marker", e))?;
+    fs::write(opts.target.join(MARKER), marker)
+        .ctx(|| format!("writing the restore marker in {}", opts.target.display()))?;
 
     // Plan.
     let mut items: Vec<Item> = Vec::new();
@@ -187,7 +223,10 @@ pub fn restore(repo: &Repository, snapshot: &SnapshotId, opts: &RestoreOptions, 
         }
         let included = filter.included(&snap_path);
         if included || node.kind == NodeKind::Dir {
-            items.push(Item { path: opts.target.join(OsStr::from_bytes(rel)), node: node.clone() });
+            items.push(Item {
+                path: opts.target.join(OsStr::from_bytes(rel)),
+                node: node.clone(),
+            });
         }
         Ok(true)
     };
@@ -200,14 +239,23 @@ pub fn restore(repo: &Repository, snapshot: &SnapshotId, opts: &RestoreOptions, 
         prune_empty_dirs(&mut items);
     }
 
-    let mut summary = RestoreSummary { resumed, ..Default::default() };
+    let mut summary = RestoreSummary {
+        resumed,
+        ..Default::default()
+    };
     for item in &items {
         if item.node.kind == NodeKind::File {
             summary.total_bytes += item.node.size;
         }
     }
     Progress::add(&progress.bytes_total, summary.total_bytes);
-    Progress::add(&progress.files_total, items.iter().filter(|i| i.node.kind == NodeKind::File).count() as u64);
+    Progress::add(
+        &progress.files_total,
+        items
+            .iter()
+            .filter(|i| i.node.kind == NodeKind::File)
+            .count() as u64,
+    );
 
     // Directories first (owner-writable until their metadata is applied).
     for item in items.iter().filter(|i| i.node.kind == NodeKind::Dir) {
@@ -216,7 +264,7 @@ pub fn restore(repo: &Repository, snapshot: &SnapshotId, opts: &RestoreOptions, 
     }
 
     // Files: find what is already in place, size each file, plan the blobs.
-    let mut plan: HashMap<u32, Vec<(BlobEntry, Vec<(usize, u64)>)>> = HashMap::new();
+    let mut plan: HashMap<u32, PackWork> = HashMap::new();
     let mut by_blob: HashMap<BlobId, (u32, usize)> = HashMap::new();
     let mut hardlinks: HashMap<(u64, u64), usize> = HashMap::new();
     let mut link_items: Vec<(usize, usize)> = Vec::new();
@@ -247,17 +295,26 @@ pub fn restore(repo: &Repository, snapshot: &SnapshotId, opts: &RestoreOptions, 
         let old_len = file.metadata().map(|m| m.len()).unwrap_or(0);
         let mut offset = 0u64;
         for ext in &item.node.content {
-            let in_place = existing && offset + ext.length <= old_len && extent_in_place(&file, offset, ext.length, ext.blob.as_ref(), &key)?;
+            let in_place = existing
+                && offset + ext.length <= old_len
+                && extent_in_place(&file, offset, ext.length, ext.blob.as_ref(), &key)?;
             if in_place {
                 summary.bytes_reused += ext.length;
                 Progress::add(&progress.bytes_done, ext.length);
             } else {
                 match ext.blob {
                     Some(blob) => {
-                        let (pack, entry) = index
-                            .get(&blob)
-                            .ok_or_else(|| Error::Damaged(format!("blob {blob} of {} is not in the index", item.path.display())))?;
-                        let pack_pos = index.packs().iter().position(|p| p.id == pack.id).unwrap_or(0) as u32;
+                        let (pack, entry) = index.get(&blob).ok_or_else(|| {
+                            Error::Damaged(format!(
+                                "blob {blob} of {} is not in the index",
+                                item.path.display()
+                            ))
+                        })?;
+                        let pack_pos = index
+                            .packs()
+                            .iter()
+                            .position(|p| p.id == pack.id)
+                            .unwrap_or(0) as u32;
                         let slot = by_blob.entry(blob).or_insert_with(|| {
                             let list = plan.entry(pack_pos).or_default();
                             list.push((*entry, Vec::new()));
@@ -270,7 +327,8 @@ pub fn restore(repo: &Repository, snapshot: &SnapshotId, opts: &RestoreOptions, 
                     None if existing && offset < old_len => {
                         // A hole over old data: write zeros.
                         let end = (offset + ext.length).min(old_len);
-                        zero_range(&file, offset, end - offset).ctx(|| format!("clearing {}", item.path.display()))?;
+                        zero_range(&file, offset, end - offset)
+                            .ctx(|| format!("clearing {}", item.path.display()))?;
                     }
                     None => {}
                 }
@@ -278,19 +336,23 @@ pub fn restore(repo: &Repository, snapshot: &SnapshotId, opts: &RestoreOptions, 
             offset += ext.length;
         }
         if old_len != item.node.size {
-            file.set_len(item.node.size).ctx(|| format!("sizing {}", item.path.display()))?;
+            file.set_len(item.node.size)
+                .ctx(|| format!("sizing {}", item.path.display()))?;
         }
     }
 
     // Read packs in parallel, each once, and write blobs where they belong.
     let threads = if opts.threads == 0 {
-        std::thread::available_parallelism().map(|n| n.get() * 2).unwrap_or(4).clamp(2, 8)
+        std::thread::available_parallelism()
+            .map(|n| n.get() * 2)
+            .unwrap_or(4)
+            .clamp(2, 8)
     } else {
         opts.threads
     };
     let written = AtomicU64::new(0);
     let paths: Vec<&Path> = items.iter().map(|i| i.path.as_path()).collect();
-    let mut packs: Vec<(u32, Vec<(BlobEntry, Vec<(usize, u64)>)>)> = plan.into_iter().collect();
+    let mut packs: Vec<(u32, PackWork)> = plan.into_iter().collect();
     packs.sort_by_key(|(p, _)| *p);
     let queue = Mutex::new(packs.into_iter());
     let failure: Mutex<Option<Error>> = Mutex::new(None);
@@ -301,8 +363,12 @@ pub fn restore(repo: &Repository, snapshot: &SnapshotId, opts: &RestoreOptions, 
                     return;
                 }
                 let next = queue.lock().ok().and_then(|mut q| q.next());
-                let Some((pack_pos, blobs)) = next else { return };
-                if let Err(e) = restore_pack(repo, &index, pack_pos, blobs, &paths, &written, &progress) {
+                let Some((pack_pos, blobs)) = next else {
+                    return;
+                };
+                if let Err(e) =
+                    restore_pack(repo, &index, pack_pos, blobs, &paths, &written, &progress)
+                {
                     if let Ok(mut f) = failure.lock() {
                         f.get_or_insert(e);
                     }
@@ -346,11 +412,15 @@ pub fn restore(repo: &Repository, snapshot: &SnapshotId, opts: &RestoreOptions, 
         if !same {
             prepare_path(path, false)?;
             let _ = fs::remove_file(path);
-            fs::hard_link(target, path).ctx(|| format!("linking {} to {}", path.display(), target.display()))?;
+            fs::hard_link(target, path)
+                .ctx(|| format!("linking {} to {}", path.display(), target.display()))?;
         }
         summary.others += 1;
     }
-    let mut dirs: Vec<&Item> = items.iter().filter(|i| i.node.kind == NodeKind::Dir).collect();
+    let mut dirs: Vec<&Item> = items
+        .iter()
+        .filter(|i| i.node.kind == NodeKind::Dir)
+        .collect();
     dirs.sort_by_key(|i| std::cmp::Reverse(i.path.components().count()));
     for d in dirs {
         meta::apply(&d.path, &d.node)?;
@@ -384,7 +454,13 @@ fn prune_empty_dirs(items: &mut Vec<Item>) {
     let needed: HashSet<PathBuf> = items
         .iter()
         .filter(|i| i.node.kind != NodeKind::Dir)
-        .flat_map(|i| i.path.ancestors().skip(1).map(Path::to_path_buf).collect::<Vec<_>>())
+        .flat_map(|i| {
+            i.path
+                .ancestors()
+                .skip(1)
+                .map(Path::to_path_buf)
+                .collect::<Vec<_>>()
+        })
         .collect();
     items.retain(|i| i.node.kind != NodeKind::Dir || needed.contains(&i.path));
 }
@@ -395,7 +471,9 @@ fn prepare_path(path: &Path, dir: bool) -> Result<()> {
     match fs::symlink_metadata(path) {
         Ok(m) if dir && m.is_dir() => return Ok(()),
         Ok(m) if !dir && m.is_file() => return Ok(()),
-        Ok(m) if m.is_dir() => fs::remove_dir_all(path).ctx(|| format!("replacing {}", path.display()))?,
+        Ok(m) if m.is_dir() => {
+            fs::remove_dir_all(path).ctx(|| format!("replacing {}", path.display()))?
+        }
         Ok(_) => fs::remove_file(path).ctx(|| format!("replacing {}", path.display()))?,
         Err(_) => {}
     }
@@ -409,7 +487,13 @@ fn prepare_path(path: &Path, dir: bool) -> Result<()> {
 }
 
 /// Whether the bytes at `offset` already hold the extent.
-fn extent_in_place(file: &File, offset: u64, length: u64, blob: Option<&BlobId>, key: &crate::crypto::MasterKey) -> Result<bool> {
+fn extent_in_place(
+    file: &File,
+    offset: u64,
+    length: u64,
+    blob: Option<&BlobId>,
+    key: &crate::crypto::MasterKey,
+) -> Result<bool> {
     let mut hasher = blob.map(|_| key.blob_hasher());
     let mut buf = vec![0u8; 1 << 20];
     let mut done = 0u64;
@@ -454,7 +538,7 @@ fn restore_pack(
     repo: &Repository,
     index: &MasterIndex,
     pack_pos: u32,
-    mut blobs: Vec<(BlobEntry, Vec<(usize, u64)>)>,
+    mut blobs: PackWork,
     paths: &[&Path],
     written: &AtomicU64,
     progress: &Progress,
@@ -469,7 +553,10 @@ fn restore_pack(
         let start = blobs[i].0.offset as u64;
         let mut end = start + blobs[i].0.length as u64;
         let mut j = i + 1;
-        while j < blobs.len() && (blobs[j].0.offset as u64) <= end + 256 * 1024 && end - start < 32 << 20 {
+        while j < blobs.len()
+            && (blobs[j].0.offset as u64) <= end + 256 * 1024
+            && end - start < 32 << 20
+        {
             end = blobs[j].0.offset as u64 + blobs[j].0.length as u64;
             j += 1;
         }
@@ -483,8 +570,12 @@ fn restore_pack(
             let plain = crate::repo::pack::open_blob(repo.key(), &pack.salt, entry, sealed)?;
             for &(item, offset) in targets {
                 let path = paths[item];
-                let f = OpenOptions::new().write(true).open(path).ctx(|| format!("opening {}", path.display()))?;
-                f.write_all_at(&plain, offset).ctx(|| format!("writing {}", path.display()))?;
+                let f = OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .ctx(|| format!("opening {}", path.display()))?;
+                f.write_all_at(&plain, offset)
+                    .ctx(|| format!("writing {}", path.display()))?;
                 written.fetch_add(plain.len() as u64, Ordering::Relaxed);
                 Progress::add(&progress.bytes_done, plain.len() as u64);
             }

@@ -64,12 +64,18 @@ impl Env {
     pub fn init(&self) {
         self.ok(&[
             "init",
-            "--kdf-memory-kib", "1024",
-            "--kdf-iterations", "1",
-            "--chunk-min-kib", "16",
-            "--chunk-avg-kib", "64",
-            "--chunk-max-kib", "256",
-            "--pack-size-mib", "1",
+            "--kdf-memory-kib",
+            "1024",
+            "--kdf-iterations",
+            "1",
+            "--chunk-min-kib",
+            "16",
+            "--chunk-avg-kib",
+            "64",
+            "--chunk-max-kib",
+            "256",
+            "--pack-size-mib",
+            "1",
         ]);
     }
 
@@ -79,13 +85,20 @@ impl Env {
         args.extend(paths.iter().map(|p| p.display().to_string()));
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = self.ok(&a);
-        summary_of(&out)["snapshot"].as_str().expect("snapshot id").to_string()
+        summary_of(&out)["snapshot"]
+            .as_str()
+            .expect("snapshot id")
+            .to_string()
     }
 }
 
 /// The last JSON line of an output.
 pub fn summary_of(out: &str) -> serde_json::Value {
-    let line = out.lines().rev().find(|l| l.starts_with('{')).unwrap_or("{}");
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("{}");
     serde_json::from_str(line).expect("json line")
 }
 
@@ -120,7 +133,10 @@ pub fn describe(root: &Path) -> BTreeMap<String, String> {
             } else if t.is_file() {
                 let data = fs::read(&p).unwrap();
                 let link = if m.nlink() > 1 {
-                    let first = inodes.entry((m.dev(), m.ino())).or_insert_with(|| rel.clone()).clone();
+                    let first = inodes
+                        .entry((m.dev(), m.ino()))
+                        .or_insert_with(|| rel.clone())
+                        .clone();
                     format!(" link-group={first}")
                 } else {
                     String::new()

@@ -1,0 +1,178 @@
+//! The format-v1 fixture repository must open, list, verify and restore
+//! bit-exactly with every future version of vouch. Never regenerate it: a
+//! new format version gets a fixture of its own beside it.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::describe;
+
+const FIXTURE_PASSWORD: &str = "vouch fixture v1";
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+fn vouch(repo: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vouch"));
+    c.env("VOUCH_REPOSITORY", repo)
+        .env("VOUCH_PASSWORD", FIXTURE_PASSWORD)
+        .env_remove("VOUCH_PASSWORD_FILE")
+        .env_remove("VOUCH_PASSWORD_COMMAND");
+    c
+}
+
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        cmd,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn fixture_repo_v1_opens_lists_verifies_and_restores_bit_exactly() {
+    let work = tempfile::tempdir().unwrap();
+    // Work on a copy: opening takes locks, and the fixture must stay pristine.
+    let repo = work.path().join("repo");
+    copy_dir(&fixtures().join("repo-v1"), &repo);
+    let expected: BTreeMap<String, String> = serde_json::from_str(
+        &fs::read_to_string(fixtures().join("repo-v1.expected.json")).unwrap(),
+    )
+    .unwrap();
+
+    let snaps: serde_json::Value =
+        serde_json::from_str(run_ok(vouch(&repo).args(["snapshots", "--json"])).trim()).unwrap();
+    let snaps = snaps.as_array().unwrap();
+    assert_eq!(snaps.len(), 2);
+    assert_eq!(snaps[0]["tags"][0], "fixture");
+    run_ok(vouch(&repo).args(["verify", "--read-data"]));
+    let target = work.path().join("restored");
+    run_ok(
+        vouch(&repo)
+            .args(["restore", "latest:/fixture-source", "--target"])
+            .arg(&target)
+            .arg("--verify"),
+    );
+    assert_eq!(describe(&target), expected);
+    let diff = run_ok(vouch(&repo).args([
+        "diff",
+        snaps[0]["id"].as_str().unwrap(),
+        snaps[1]["id"].as_str().unwrap(),
+    ]));
+    assert!(diff.contains("+ /fixture-source/added-later"), "{diff}");
+}
+
+/// Copies like a git checkout does: empty directories are not kept.
+fn copy_dir(from: &Path, to: &Path) {
+    if fs::read_dir(from).unwrap().next().is_none() {
+        return;
+    }
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap().flatten() {
+        let p = e.path();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&p, &to.join(e.file_name()));
+        } else {
+            fs::copy(&p, to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// Writes `tests/fixtures/repo-v1` once. Kept so the procedure is on record;
+/// run with `cargo test --test fixture -- --ignored generate` only when
+/// adding a fixture for a NEW format version (then change the paths).
+#[test]
+#[ignore]
+fn generate_fixture_repo_v1() {
+    let out = fixtures().join("repo-v1");
+    assert!(
+        !out.exists(),
+        "the v1 fixture exists and must never be regenerated"
+    );
+    // The source lives at a fixed absolute path so the snapshot paths are stable.
+    let src = Path::new("/fixture-source");
+    let _ = fs::remove_dir_all(src);
+    fs::create_dir_all(src.join("dir/empty")).unwrap();
+    fs::write(src.join("hello.txt"), b"hello from format v1\n").unwrap();
+    fs::write(src.join("dir/random.bin"), common::random_bytes(70_000, 42)).unwrap();
+    fs::write(
+        src.join("dir/text.txt"),
+        b"compressible text, format v1. ".repeat(3000),
+    )
+    .unwrap();
+    fs::write(src.join("empty"), b"").unwrap();
+    symlink("hello.txt", src.join("link")).unwrap();
+    let set_time = |p: &Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        let ts = libc::timespec {
+            tv_sec: 1_764_000_000,
+            tv_nsec: 123_456_789,
+        };
+        unsafe {
+            libc::utimensat(
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                [ts, ts].as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+    };
+    for p in [
+        "hello.txt",
+        "dir/random.bin",
+        "dir/text.txt",
+        "empty",
+        "link",
+        "dir/empty",
+        "dir",
+    ] {
+        set_time(&src.join(p));
+    }
+    run_ok(vouch(&out).args([
+        "init",
+        "--kdf-memory-kib",
+        "1024",
+        "--kdf-iterations",
+        "1",
+        "--chunk-min-kib",
+        "16",
+        "--chunk-avg-kib",
+        "32",
+        "--chunk-max-kib",
+        "64",
+    ]));
+    run_ok(vouch(&out).args([
+        "backup",
+        "--tag",
+        "fixture",
+        "--host",
+        "fixture-host",
+        "/fixture-source",
+    ]));
+    fs::write(src.join("added-later"), b"second snapshot\n").unwrap();
+    set_time(&src.join("added-later"));
+    set_time(src);
+    run_ok(vouch(&out).args([
+        "backup",
+        "--tag",
+        "fixture",
+        "--host",
+        "fixture-host",
+        "/fixture-source",
+    ]));
+    fs::write(
+        fixtures().join("repo-v1.expected.json"),
+        serde_json::to_string_pretty(&describe(src)).unwrap(),
+    )
+    .unwrap();
+    fs::remove_dir_all(src).unwrap();
+}
