@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::backend::FileKind;
 use crate::error::Result;
-use crate::format::{BlobType, NodeKind, PACK_TRAILER_LEN};
+use crate::format::{BlobEntry, NodeKind, PACK_TRAILER_LEN};
 use crate::id::{BlobId, PackId, SnapshotId};
 use crate::progress::Progress;
 use crate::repo::{lock, pack, MasterIndex, Repository};
@@ -160,6 +160,10 @@ pub fn verify(
         } else {
             opts.threads
         };
+        let mut by_pack: HashMap<PackId, Vec<BlobEntry>> = HashMap::new();
+        for (p, e) in index.iter() {
+            by_pack.entry(p.id).or_default().push(*e);
+        }
         let queue = Mutex::new(packs.into_iter());
         let found = Mutex::new((
             Vec::<Damage>::new(),
@@ -176,7 +180,8 @@ pub fn verify(
                     }
                     let next = queue.lock().ok().and_then(|mut q| q.next());
                     let Some(id) = next else { return };
-                    let (damage, bad, bytes, blobs) = read_back(repo, &index, &id);
+                    let listed = by_pack.get(&id).map(Vec::as_slice).unwrap_or(&[]);
+                    let (damage, bad, bytes, blobs) = read_back(repo, &index, &id, listed);
                     Progress::add(&progress.bytes_done, bytes);
                     if let Ok(mut f) = found.lock() {
                         f.0.extend(damage);
@@ -229,13 +234,9 @@ fn read_back(
     repo: &Repository,
     index: &MasterIndex,
     id: &PackId,
+    indexed: &[BlobEntry],
 ) -> (Vec<Damage>, Vec<BlobId>, u64, u64) {
     let mut damage = Vec::new();
-    let indexed: Vec<_> = index
-        .iter()
-        .filter(|(p, _)| p.id == *id)
-        .map(|(_, e)| *e)
-        .collect();
     let all_bad = |problem: String, damage: &mut Vec<Damage>| {
         damage.push(Damage {
             pack: Some(id.to_hex()),
@@ -264,7 +265,7 @@ fn read_back(
     match pack::read_whole(repo.key(), *id, &bytes) {
         Ok(rec) => {
             let listed: HashSet<_> = rec.blobs.iter().map(|b| (b.id, b.offset)).collect();
-            for e in &indexed {
+            for e in indexed {
                 if !listed.contains(&(e.id, e.offset)) {
                     damage.push(Damage {
                         pack: Some(id.to_hex()),
@@ -282,7 +283,7 @@ fn read_back(
     }
     let data_end = bytes.len().saturating_sub(PACK_TRAILER_LEN);
     let mut blobs = 0;
-    for e in &indexed {
+    for e in indexed {
         blobs += 1;
         let (start, end) = (e.offset as usize, e.offset as usize + e.length as usize);
         let result = if end > data_end {
@@ -385,6 +386,5 @@ fn affected_paths(
             }
         }
     }
-    let _ = BlobType::Tree;
     (paths.into_iter().collect(), count, problems)
 }

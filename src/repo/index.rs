@@ -76,6 +76,11 @@ impl MasterIndex {
             .map(|loc| (&self.packs[loc.pack as usize], &loc.entry))
     }
 
+    /// Where a blob is, with the pack's position in [`MasterIndex::packs`].
+    pub fn location(&self, id: &BlobId) -> Option<&BlobLocation> {
+        self.blobs.get(id)
+    }
+
     /// Whether the blob is stored.
     pub fn contains(&self, id: &BlobId) -> bool {
         self.blobs.contains_key(id)

@@ -9,7 +9,7 @@ mod sealed;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-pub use index::{MasterIndex, PackInfo};
+pub use index::{BlobLocation, MasterIndex, PackInfo};
 
 use crate::backend::{Backend, FileKind, WriteSync};
 use crate::chunker::Chunker;

@@ -304,17 +304,13 @@ pub fn restore(
             } else {
                 match ext.blob {
                     Some(blob) => {
-                        let (pack, entry) = index.get(&blob).ok_or_else(|| {
+                        let loc = index.location(&blob).ok_or_else(|| {
                             Error::Damaged(format!(
                                 "blob {blob} of {} is not in the index",
                                 item.path.display()
                             ))
                         })?;
-                        let pack_pos = index
-                            .packs()
-                            .iter()
-                            .position(|p| p.id == pack.id)
-                            .unwrap_or(0) as u32;
+                        let (pack_pos, entry) = (loc.pack, &loc.entry);
                         let slot = by_blob.entry(blob).or_insert_with(|| {
                             let list = plan.entry(pack_pos).or_default();
                             list.push((*entry, Vec::new()));
@@ -383,20 +379,17 @@ pub fn restore(
     summary.bytes_written = written.load(Ordering::Relaxed);
 
     // Links and special files, then metadata: files, then directories deepest first.
-    for (i, item) in items.iter().enumerate() {
+    for item in items
+        .iter()
+        .filter(|i| !matches!(i.node.kind, NodeKind::Dir | NodeKind::File))
+    {
         crate::util::check_interrupted()?;
-        match item.node.kind {
-            NodeKind::Dir | NodeKind::File => {}
-            _ => {
-                if let Some(w) = meta::create_special(&item.path, &item.node)? {
-                    summary.warnings.push(w);
-                    continue;
-                }
-                summary.others += 1;
-                meta::apply(&item.path, &item.node)?;
-            }
+        if let Some(w) = meta::create_special(&item.path, &item.node)? {
+            summary.warnings.push(w);
+            continue;
         }
-        let _ = i;
+        summary.others += 1;
+        meta::apply(&item.path, &item.node)?;
     }
     for &i in &file_items {
         meta::apply(&items[i].path, &items[i].node)?;
