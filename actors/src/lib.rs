@@ -1,1 +1,24 @@
+//! Vouch's orchestration layer: what runs when, and what to do when an actor
+//! fails.
+//!
+//! This crate decides; it neither chunks nor encrypts. Today it holds the
+//! pure building blocks the scheduler and the supervision tree are made of:
+//!
+//! * [`Clock`], [`SystemClock`], [`ManualClock`]: the one clock abstraction,
+//!   so tests and chaos runs move time by hand.
+//! * [`Schedule`], [`next_after`], [`catch_up`], [`jitter`],
+//!   [`PlanSchedule`], [`InFlight`]: cron schedules, one catch-up run after
+//!   downtime, stable per-plan jitter, single flight per plan.
+//! * [`BackoffPolicy`], [`Backoff`], [`RestartGate`]: exponential restart
+//!   backoff for supervised actix actors.
 
+mod clock;
+mod schedule;
+mod supervisor;
+
+pub use clock::{duration_to_ns, unix_ns_to_utc, Clock, ManualClock, SystemClock, NANOS_PER_SEC};
+pub use schedule::{
+    catch_up, jitter, next_after, AlreadyRunning, Decision, InFlight, PlanSchedule, RunGuard,
+    Schedule, ScheduleError, MAX_COUNTED_SLOTS,
+};
+pub use supervisor::{Backoff, BackoffPolicy, RestartGate, SupervisorError};
