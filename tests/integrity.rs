@@ -223,3 +223,38 @@ fn forget_and_prune_free_space_and_keep_the_rest_restorable() {
     assert!(vouch_chaos::files_below(&env.repo.join("data")).is_empty());
     env.ok(&["verify"]);
 }
+
+#[test]
+fn prune_repacks_partly_used_packs() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("keep"), random_bytes(300_000, 1)).unwrap();
+    fs::write(src.join("drop"), random_bytes(900_000, 2)).unwrap();
+    let first = env.backup(&[&src]);
+    fs::remove_file(src.join("drop")).unwrap();
+    env.backup(&[&src]);
+    env.ok(&["forget", &first]);
+    let before: u64 = vouch_chaos::files_below(&env.repo.join("data"))
+        .iter()
+        .map(|p| fs::metadata(p).unwrap().len())
+        .sum();
+    let r = summary_of(&env.ok(&["prune", "--repack-below", "100", "--json"]));
+    assert!(r["report"]["packs_repacked"].as_u64().unwrap() >= 1, "{r}");
+    assert!(r["report"]["packs_written"].as_u64().unwrap() >= 1, "{r}");
+    let after: u64 = vouch_chaos::files_below(&env.repo.join("data"))
+        .iter()
+        .map(|p| fs::metadata(p).unwrap().len())
+        .sum();
+    assert!(after + 800_000 < before, "{before} -> {after}: {r}");
+    env.ok(&["verify", "--read-data"]);
+    let t = env.path("t");
+    env.ok(&[
+        "restore",
+        &format!("latest:{}", src.display()),
+        "--target",
+        t.to_str().unwrap(),
+    ]);
+    assert_eq!(common::describe(&src), common::describe(&t));
+}

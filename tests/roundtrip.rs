@@ -48,6 +48,15 @@ fn special_tree(root: &std::path::Path) {
     fs::set_permissions(root.join("dir/sub"), fs::Permissions::from_mode(0o750)).unwrap();
     let c = std::ffi::CString::new(root.join("fifo").as_os_str().as_bytes()).unwrap();
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    if common::is_root() {
+        // A character device like /dev/null (1, 3): recorded, and recreated as root.
+        let c = std::ffi::CString::new(root.join("null-device").as_os_str().as_bytes()).unwrap();
+        let dev = libc::makedev(1, 3);
+        assert_eq!(
+            unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o644, dev) },
+            0
+        );
+    }
 }
 
 #[test]

@@ -151,6 +151,13 @@ pub fn describe(root: &Path) -> BTreeMap<String, String> {
                 )
             } else if t.is_fifo() {
                 format!("fifo mode={:o}", m.mode() & 0o7777)
+            } else if t.is_char_device() || t.is_block_device() {
+                format!(
+                    "device mode={:o} rdev={} uid={}",
+                    m.mode(),
+                    m.rdev(),
+                    m.uid()
+                )
             } else {
                 "other".to_string()
             };
