@@ -76,7 +76,8 @@ fn repair_index_rebuilds_from_packs() {
 #[test]
 fn keys_add_list_remove_passwd() {
     let (env, _) = populated();
-    env.cmd()
+    let added = env
+        .cmd()
         .env("VOUCH_NEW_PASSWORD", "second")
         .args([
             "key",
@@ -86,8 +87,14 @@ fn keys_add_list_remove_passwd() {
             "--kdf-iterations",
             "1",
         ])
-        .status()
+        .output()
         .unwrap();
+    assert_eq!(
+        added.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
     let list = env.ok(&["key", "list", "--json"]);
     let keys: serde_json::Value = serde_json::from_str(list.trim()).unwrap();
     assert_eq!(keys.as_array().unwrap().len(), 2);

@@ -79,6 +79,12 @@ fn round_trip_preserves_content_and_metadata() {
     let s = summary_of(&out);
     assert!(s["summary"]["files_verified"].as_u64().unwrap() >= 8, "{s}");
     assert_eq!(describe(&src), describe(&target));
+    let (a, b) = (fs::metadata(&src).unwrap(), fs::metadata(&target).unwrap());
+    assert_eq!(
+        (a.mode(), a.mtime(), a.mtime_nsec()),
+        (b.mode(), b.mtime(), b.mtime_nsec()),
+        "the restored directory's own metadata"
+    );
     // Hard links are links again; sparse files stay sparse.
     let a = fs::metadata(target.join("small.txt")).unwrap();
     let b = fs::metadata(target.join("dir/hardlink-to-small")).unwrap();

@@ -186,20 +186,21 @@ pub fn restore(
         .as_deref()
         .map(|s| s.trim_end_matches('/'))
         .filter(|s| !s.is_empty() && *s != "/");
-    let (root_tree, base, single): (Option<BlobId>, String, Option<Node>) = match sub {
-        None => (Some(manifest.tree), String::new(), None),
+    // `target_node`: a restored directory's own metadata goes onto the target.
+    let (root_tree, base, single, target_node) = match sub {
+        None => (Some(manifest.tree), String::new(), None, None),
         Some(p) => {
             let node = crate::tree::find_node(repo, &index, &manifest.tree, p)?
                 .ok_or_else(|| Error::NotFound(format!("no path {p:?} in the snapshot")))?;
             let base = format!("/{}", p.trim_start_matches('/'));
             if node.kind == NodeKind::Dir {
-                (node.subtree, base, None)
+                (node.subtree, base, None, Some(node))
             } else {
                 let parent = Path::new(&base)
                     .parent()
                     .map(|p| p.to_string_lossy().into_owned())
                     .unwrap_or_default();
-                (None, parent, Some(node))
+                (None, parent, Some(node), None)
             }
         }
     };
@@ -237,6 +238,11 @@ pub fn restore(
     }
     if filter.include.is_some() {
         prune_empty_dirs(&mut items);
+    } else if let Some(node) = target_node {
+        items.push(Item {
+            path: opts.target.clone(),
+            node,
+        });
     }
 
     let mut summary = RestoreSummary {
@@ -412,7 +418,7 @@ pub fn restore(
     }
     let mut dirs: Vec<&Item> = items
         .iter()
-        .filter(|i| i.node.kind == NodeKind::Dir)
+        .filter(|i| i.node.kind == NodeKind::Dir && i.path != opts.target)
         .collect();
     dirs.sort_by_key(|i| std::cmp::Reverse(i.path.components().count()));
     for d in dirs {
@@ -438,6 +444,10 @@ pub fn restore(
         }
     }
     fs::remove_file(opts.target.join(MARKER)).ctx(|| "removing the restore marker".to_string())?;
+    // The target's own metadata last: removing the marker changed its mtime.
+    if let Some(t) = items.iter().find(|i| i.path == opts.target) {
+        meta::apply(&t.path, &t.node)?;
+    }
     summary.duration_ms = started.elapsed().as_millis() as u64;
     Ok(summary)
 }
