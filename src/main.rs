@@ -15,8 +15,19 @@ fn bound_allocator_memory() {
     }
 }
 
+/// `vouch ls | head` must end quietly when the reader goes away, as other
+/// Unix tools do, instead of panicking on a closed pipe.
+fn default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
     bound_allocator_memory();
+    default_sigpipe();
     let cli = vouch::cli::Cli::parse();
     let filter = match cli.verbose {
         0 => "warn",

@@ -177,6 +177,12 @@ impl Walker {
 
     /// Walks all sources.
     pub fn run(mut self, trie: &SourceTrie, parent_root: Option<Tree>) -> Result<()> {
+        if trie.leaf {
+            // `/` itself is a source: its contents are the root tree.
+            let root =
+                std::fs::symlink_metadata("/").map_err(|_| Error::SourceMissing("/".into()))?;
+            return self.walk_dir_contents(Path::new("/"), parent_root.as_ref(), root.dev(), false);
+        }
         self.walk_virtual(Path::new("/"), trie, parent_root.as_ref())
     }
 
