@@ -24,6 +24,19 @@ pub fn check_interrupted() -> crate::Result<()> {
     }
 }
 
+/// Threads for I/O-bound parallel work (reading sources or packs): the
+/// requested number, or two per core between 2 and 8 (several reads in
+/// flight keep a cold disk busy; more only add memory).
+pub fn io_threads(requested: usize) -> usize {
+    if requested > 0 {
+        return requested;
+    }
+    std::thread::available_parallelism()
+        .map(|n| n.get() * 2)
+        .unwrap_or(4)
+        .clamp(2, 8)
+}
+
 /// Now in ns since the epoch.
 pub fn now_ns() -> i64 {
     SystemTime::now()

@@ -152,14 +152,7 @@ pub fn verify(
                 (x as f64 / u64::MAX as f64) < f
             });
         }
-        let threads = if opts.threads == 0 {
-            std::thread::available_parallelism()
-                .map(|n| n.get() * 2)
-                .unwrap_or(4)
-                .clamp(2, 8)
-        } else {
-            opts.threads
-        };
+        let threads = crate::util::io_threads(opts.threads);
         let mut by_pack: HashMap<PackId, Vec<BlobEntry>> = HashMap::new();
         for (p, e) in index.iter() {
             by_pack.entry(p.id).or_default().push(*e);

@@ -248,11 +248,7 @@ pub fn backup(
     } else {
         opts.cpu_threads
     };
-    let read_threads = if opts.read_threads == 0 {
-        (cores * 2).clamp(2, 8)
-    } else {
-        opts.read_threads
-    };
+    let read_threads = crate::util::io_threads(opts.read_threads);
     let write_sync = if opts.sync == SyncLevel::File {
         WriteSync::Now
     } else {

@@ -344,14 +344,7 @@ pub fn restore(
     }
 
     // Read packs in parallel, each once, and write blobs where they belong.
-    let threads = if opts.threads == 0 {
-        std::thread::available_parallelism()
-            .map(|n| n.get() * 2)
-            .unwrap_or(4)
-            .clamp(2, 8)
-    } else {
-        opts.threads
-    };
+    let threads = crate::util::io_threads(opts.threads);
     let written = AtomicU64::new(0);
     let paths: Vec<&Path> = items.iter().map(|i| i.path.as_path()).collect();
     let mut packs: Vec<(u32, PackWork)> = plan.into_iter().collect();
