@@ -12,6 +12,8 @@
 //! * [`BackoffPolicy`], [`Backoff`], [`RestartGate`]: exponential restart
 //!   backoff for supervised actix actors.
 
+#![warn(missing_docs)]
+
 mod clock;
 mod schedule;
 mod supervisor;

@@ -11,6 +11,8 @@
 //! | `/api/v1/...` | `Authorization: Bearer <token>` | JSON; 401 JSON error without a valid token |
 //! | `GET /api/v1/whoami` | bearer | `{"name":...,"role":...}` |
 
+#![warn(missing_docs)]
+
 mod auth;
 mod error;
 mod metrics;
