@@ -1,13 +1,25 @@
 //! Vouch's domain vocabulary, event schema, append-only log and projections.
 //!
-//! * [`retention`]: which points keep rules keep (pure).
+//! * [`retention`]: which points keep rules keep (pure; used by `vouch
+//!   forget`).
 //! * Vocabulary: ids ([`SnapshotId`], [`PlanId`], ...), [`PlanDefinition`],
 //!   and every [`Event`] with its schema version ([`EVENT_TYPES`]).
-//! * Persisted form: [`format`] (frozen on-disk constants and the
+//! * Persisted form: [`format`](mod@format) (frozen on-disk constants and the
 //!   [`PersistedEnvelope`]), [`Envelope`] (an event read back, with its
-//!   sequence number and hash chain), upcasting of old versions.
+//!   sequence number and hash chain), upcasting of old versions, unknown
+//!   events kept as [`Event::Unknown`].
+//! * The log: [`EventLog`] (one writer, group commit with `fdatasync`,
+//!   torn-tail repair), [`SharedLog`] (group commit across threads),
+//!   [`LogReader`] (replay from any seq), [`Subscription`] (follow the tail),
+//!   [`verify_chain`].
+//! * Projections (pure folds): [`Projections`] with points
+//!   ([`PointState`]), plans ([`Protection`]), jobs, agents, alerts.
+//! * The read store: [`ReadStore`] ([`SledStore`], [`MemoryStore`]) and
+//!   [`ReadModel`], rebuilt from the log when behind or broken.
+//! * [`Clock`]: injected time ([`SystemClock`], [`ManualClock`]).
 //!
-//! The schema and its versions are documented in `docs/events.md`.
+//! The schema, the log format and the lifecycle rules are documented in
+//! `docs/events.md`.
 
 mod clock;
 mod codec;
@@ -17,7 +29,9 @@ pub mod format;
 mod ids;
 mod log;
 mod plan;
+mod projection;
 pub mod retention;
+mod store;
 mod upcast;
 
 #[cfg(test)]
@@ -41,10 +55,17 @@ pub use format::{EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};
 pub use log::{
     verify_chain, AppendReceipt, ChainProblem, ChainReport, EventLog, LogOptions, LogReader,
-    Replay, Subscription,
+    Replay, SharedLog, Subscription,
 };
 pub use plan::{PlanDefinition, RestoreTestPolicy, VerificationPolicy, VerifyDepth};
+pub use projection::{
+    plan_protection, rollup, Agent, AgentsProjection, Alert, AlertsProjection, Delivery,
+    Inconsistency, Job, JobError, JobState, JobsProjection, Plan, PlanProtection, PlansProjection,
+    Point, PointOrigin, PointState, PointsProjection, Projections, Protection, Recorded,
+    RestoreOutcome, UnknownSeen, VerificationOutcome, PROJECTION_SNAPSHOT_VERSION,
+};
 pub use retention::{
     apply_retention, KeepPolicy, KeepReason, RetentionCandidate, RetentionDecision,
 };
+pub use store::{MemoryStore, PointRow, ReadModel, ReadStore, SledStore, StoredSnapshot};
 pub use upcast::{Upcaster, UPCASTERS};

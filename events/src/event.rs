@@ -1,0 +1,547 @@
+//! The domain events: what the log records.
+//!
+//! Every event type has a stable name (`plan.created`, ...) and a schema
+//! version, listed by [`EVENT_TYPES`]. The structs here are the *current*
+//! payload of each type; their rmp-serde encoding (positional arrays, field
+//! order is format) is pinned by golden-byte tests. When a payload changes,
+//! its old shape is frozen in `schema::upcast` with a function that lifts it
+//! to the new one, and the version in the table goes up. An event of a type
+//! this build does not know, or of a newer version than it knows, is kept as
+//! [`Event::Unknown`]: shown, never dropped, never counted as good.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{AgentId, AlertId, JobId, PlanId, RepositoryId, SnapshotId};
+use crate::plan::{PlanDefinition, VerifyDepth};
+
+/// A plan was created.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanCreated {
+    /// The plan.
+    pub plan: PlanId,
+    /// Its definition.
+    pub definition: PlanDefinition,
+}
+
+/// A plan's definition was replaced.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanChanged {
+    /// The plan.
+    pub plan: PlanId,
+    /// The new definition.
+    pub definition: PlanDefinition,
+}
+
+/// A plan was removed (its points stay until forgotten).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanRemoved {
+    /// The plan.
+    pub plan: PlanId,
+}
+
+/// What a job does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum JobKind {
+    /// Back up a plan's source.
+    Backup,
+    /// Verify a point.
+    Verify,
+    /// Restore-test a point.
+    RestoreTest,
+    /// Apply retention.
+    Forget,
+    /// Remove unreferenced data.
+    Prune,
+}
+
+/// A job was scheduled (again, for a retry: `attempt` counts).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobScheduled {
+    /// The job.
+    pub job: JobId,
+    /// What it does.
+    pub kind: JobKind,
+    /// The plan it serves, if any.
+    pub plan: Option<PlanId>,
+    /// The point it works on (verify, restore test), if any.
+    pub point: Option<SnapshotId>,
+    /// When it should run.
+    pub due_unix_ns: i64,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+}
+
+/// A worker started a job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStarted {
+    /// The job.
+    pub job: JobId,
+    /// The agent running it (none: the server itself).
+    pub agent: Option<AgentId>,
+}
+
+/// A job reached a checkpoint it can resume from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobProgress {
+    /// The job.
+    pub job: JobId,
+    /// Opaque resume state, owned by the worker.
+    #[serde(with = "serde_bytes")]
+    pub checkpoint: Vec<u8>,
+    /// Bytes done so far.
+    pub done_bytes: u64,
+    /// Bytes in total, when known.
+    pub total_bytes: Option<u64>,
+}
+
+/// A job succeeded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobFinished {
+    /// The job.
+    pub job: JobId,
+}
+
+/// A job failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobFailed {
+    /// The job.
+    pub job: JobId,
+    /// A stable, machine-readable kind (`io`, `repository-locked`, ...).
+    pub error_kind: String,
+    /// For humans.
+    pub message: String,
+    /// Whether trying again may help.
+    pub retryable: bool,
+}
+
+/// A job's worker vanished (lease expired, agent gone, process killed).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobAbandoned {
+    /// The job.
+    pub job: JobId,
+    /// Why it is considered abandoned.
+    pub reason: String,
+}
+
+/// Figures of one backup run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupSummary {
+    /// Files in the snapshot.
+    pub files: u64,
+    /// Bytes in the snapshot (logical).
+    pub bytes: u64,
+    /// Bytes the repository did not have yet (before compression).
+    pub added_bytes: u64,
+    /// Bytes written to the repository (after compression, encryption).
+    pub stored_bytes: u64,
+    /// Wall time of the run.
+    pub duration_ms: u64,
+}
+
+/// A snapshot manifest was committed: a new recovery point, `unverified`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupCommitted {
+    /// The backup job, if it ran as one.
+    pub job: Option<JobId>,
+    /// The plan, if any.
+    pub plan: Option<PlanId>,
+    /// Where it was written.
+    pub repository: RepositoryId,
+    /// The new point.
+    pub snapshot: SnapshotId,
+    /// The snapshot's own time.
+    pub snapshot_time_unix_ns: i64,
+    /// Figures.
+    pub summary: BackupSummary,
+}
+
+/// A snapshot was found in a repository with no history in the log (e.g.
+/// after a disaster recovery): a point in state `unknown`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PointDiscovered {
+    /// Where it was found.
+    pub repository: RepositoryId,
+    /// The point.
+    pub snapshot: SnapshotId,
+    /// The snapshot's own time.
+    pub snapshot_time_unix_ns: i64,
+    /// The plan it appears to belong to, if any.
+    pub plan: Option<PlanId>,
+}
+
+/// A verification started.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerificationStarted {
+    /// The point.
+    pub point: SnapshotId,
+    /// The job.
+    pub job: Option<JobId>,
+    /// How deep.
+    pub depth: VerifyDepth,
+}
+
+/// A verification passed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerificationPassed {
+    /// The point.
+    pub point: SnapshotId,
+    /// The job.
+    pub job: Option<JobId>,
+    /// How deep.
+    pub depth: VerifyDepth,
+    /// Bytes read back.
+    pub bytes_read: u64,
+    /// Blobs checked.
+    pub blobs_checked: u64,
+}
+
+/// A verification failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerificationFailed {
+    /// The point.
+    pub point: SnapshotId,
+    /// The job.
+    pub job: Option<JobId>,
+    /// How deep.
+    pub depth: VerifyDepth,
+    /// Bytes read back.
+    pub bytes_read: u64,
+    /// What is damaged (blob ids, pack files, paths), for humans.
+    pub damaged: Vec<String>,
+}
+
+/// The proof a restore test leaves behind.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreEvidence {
+    /// What was restored (paths inside the snapshot).
+    pub restored: Vec<String>,
+    /// Files restored.
+    pub files: u64,
+    /// Bytes restored.
+    pub bytes: u64,
+    /// Content digests compared against the manifest.
+    pub digests_compared: u64,
+    /// Of which matched.
+    pub digests_matched: u64,
+    /// Wall time.
+    pub duration_ms: u64,
+    /// Where it was restored (host and sandbox path).
+    pub location: String,
+}
+
+/// A restore test started.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreTestStarted {
+    /// The point.
+    pub point: SnapshotId,
+    /// The job.
+    pub job: Option<JobId>,
+}
+
+/// A restore test passed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreTestPassed {
+    /// The point.
+    pub point: SnapshotId,
+    /// The job.
+    pub job: Option<JobId>,
+    /// The proof.
+    pub evidence: RestoreEvidence,
+}
+
+/// A restore test failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreTestFailed {
+    /// The point.
+    pub point: SnapshotId,
+    /// The job.
+    pub job: Option<JobId>,
+    /// What was done before it failed.
+    pub evidence: RestoreEvidence,
+    /// Why it failed.
+    pub reason: String,
+}
+
+/// Retention forgot a point.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PointForgotten {
+    /// The point.
+    pub point: SnapshotId,
+    /// Which rule decided (`keep-daily 7`, or `manual`).
+    pub rule: String,
+}
+
+/// A point was locked against deletion until a date.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PointLocked {
+    /// The point.
+    pub point: SnapshotId,
+    /// Until when.
+    pub until_unix_ns: i64,
+}
+
+/// One signal of the ransomware heuristic.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnomalySignal {
+    /// What was measured (`entropy-jump`, `mass-rewrite`, `extension-change`).
+    pub kind: String,
+    /// Strength, 0-1000.
+    pub score_permille: u32,
+    /// For humans.
+    pub detail: String,
+}
+
+/// The heuristic flagged a point (it reports, never acts).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnomalyDetected {
+    /// The point.
+    pub point: SnapshotId,
+    /// The point it was compared with.
+    pub compared_with: Option<SnapshotId>,
+    /// The signals.
+    pub signals: Vec<AnomalySignal>,
+}
+
+/// How bad an alert is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Severity {
+    /// For information.
+    Info,
+    /// Needs attention.
+    Warning,
+    /// Needs attention now.
+    Critical,
+}
+
+/// An alert was raised.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlertRaised {
+    /// The alert.
+    pub alert: AlertId,
+    /// How bad.
+    pub severity: Severity,
+    /// What it is about (a plan, a point, an agent).
+    pub subject: String,
+    /// For humans.
+    pub message: String,
+}
+
+/// An alert reached a receiver.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlertDelivered {
+    /// The alert.
+    pub alert: AlertId,
+    /// The receiver (its configured name, never its secret URL).
+    pub receiver: String,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+}
+
+/// A delivery attempt failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlertDeliveryFailed {
+    /// The alert.
+    pub alert: AlertId,
+    /// The receiver's name.
+    pub receiver: String,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// What went wrong.
+    pub error: String,
+    /// Whether another attempt follows.
+    pub will_retry: bool,
+}
+
+/// An alert's cause went away.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlertResolved {
+    /// The alert.
+    pub alert: AlertId,
+}
+
+/// An agent registered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRegistered {
+    /// The agent.
+    pub agent: AgentId,
+    /// Its host name.
+    pub hostname: String,
+    /// Its operating system (`linux`, `windows`).
+    pub os: String,
+    /// Its version.
+    pub version: String,
+}
+
+/// An agent called in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentSeen {
+    /// The agent.
+    pub agent: AgentId,
+}
+
+/// An agent was given a job until a deadline.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseGranted {
+    /// The agent.
+    pub agent: AgentId,
+    /// The job.
+    pub job: JobId,
+    /// When the lease ends unless renewed.
+    pub expires_unix_ns: i64,
+}
+
+/// An agent's lease ran out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseExpired {
+    /// The agent.
+    pub agent: AgentId,
+    /// The job.
+    pub job: JobId,
+}
+
+/// The service started.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceStarted {
+    /// Its version.
+    pub version: String,
+}
+
+/// The configuration changed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigurationChanged {
+    /// BLAKE3 of the new configuration file, hex (never its content:
+    /// it may hold secrets).
+    pub digest: String,
+    /// What changed, for humans, without secrets.
+    pub summary: String,
+}
+
+/// An event this build cannot read: a type it does not know or a newer
+/// version of one it knows. Kept as is, shown, never counted as good.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownEvent {
+    /// Its type name.
+    pub event_type: String,
+    /// Its schema version.
+    pub schema_version: u16,
+    /// Its payload, untouched.
+    pub payload: Vec<u8>,
+}
+
+macro_rules! events {
+    ($($variant:ident => $name:literal, v $version:literal;)*) => {
+        /// Every event the log records.
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub enum Event {
+            $(
+                #[doc = concat!("`", $name, "` (schema version ", stringify!($version), ").")]
+                $variant($variant),
+            )*
+            /// An event this build cannot read.
+            Unknown(UnknownEvent),
+        }
+
+        /// Every event type this build writes: (name, current schema version).
+        pub const EVENT_TYPES: &[(&str, u16)] = &[$(($name, $version),)*];
+
+        impl Event {
+            /// The stable type name.
+            pub fn event_type(&self) -> &str {
+                match self {
+                    $(Event::$variant(_) => $name,)*
+                    Event::Unknown(u) => &u.event_type,
+                }
+            }
+
+            /// The schema version this event is (or was) written with.
+            pub fn schema_version(&self) -> u16 {
+                match self {
+                    $(Event::$variant(_) => $version,)*
+                    Event::Unknown(u) => u.schema_version,
+                }
+            }
+
+            /// Encodes the payload (without type or version).
+            pub(crate) fn encode_payload(&self) -> Result<Vec<u8>, rmp_serde::encode::Error> {
+                match self {
+                    $(Event::$variant(e) => rmp_serde::to_vec(e),)*
+                    Event::Unknown(u) => Ok(u.payload.clone()),
+                }
+            }
+
+            /// Decodes a payload of the current version of `event_type`;
+            /// `None` if the type is unknown or the version is not current.
+            pub(crate) fn decode_current(
+                event_type: &str,
+                version: u16,
+                payload: &[u8],
+            ) -> Option<Result<Event, rmp_serde::decode::Error>> {
+                match (event_type, version) {
+                    $(($name, $version) => Some(rmp_serde::from_slice(payload).map(Event::$variant)),)*
+                    _ => None,
+                }
+            }
+        }
+
+        $(
+            impl From<$variant> for Event {
+                fn from(e: $variant) -> Event {
+                    Event::$variant(e)
+                }
+            }
+        )*
+    };
+}
+
+events! {
+    PlanCreated => "plan.created", v 1;
+    PlanChanged => "plan.changed", v 1;
+    PlanRemoved => "plan.removed", v 1;
+    JobScheduled => "job.scheduled", v 1;
+    JobStarted => "job.started", v 1;
+    JobProgress => "job.progress", v 1;
+    JobFinished => "job.finished", v 1;
+    JobFailed => "job.failed", v 1;
+    JobAbandoned => "job.abandoned", v 1;
+    BackupCommitted => "backup.committed", v 1;
+    PointDiscovered => "point.discovered", v 1;
+    VerificationStarted => "verification.started", v 1;
+    VerificationPassed => "verification.passed", v 1;
+    VerificationFailed => "verification.failed", v 1;
+    RestoreTestStarted => "restore_test.started", v 1;
+    RestoreTestPassed => "restore_test.passed", v 1;
+    RestoreTestFailed => "restore_test.failed", v 1;
+    PointForgotten => "point.forgotten", v 1;
+    PointLocked => "point.locked", v 1;
+    AnomalyDetected => "anomaly.detected", v 1;
+    AlertRaised => "alert.raised", v 1;
+    AlertDelivered => "alert.delivered", v 1;
+    AlertDeliveryFailed => "alert.delivery_failed", v 1;
+    AlertResolved => "alert.resolved", v 1;
+    AgentRegistered => "agent.registered", v 1;
+    AgentSeen => "agent.seen", v 1;
+    LeaseGranted => "agent.lease_granted", v 1;
+    LeaseExpired => "agent.lease_expired", v 1;
+    ServiceStarted => "service.started", v 1;
+    ConfigurationChanged => "service.configuration_changed", v 1;
+}
+
+impl Event {
+    /// The point this event is about, if it is about one.
+    pub fn point(&self) -> Option<SnapshotId> {
+        match self {
+            Event::BackupCommitted(e) => Some(e.snapshot),
+            Event::PointDiscovered(e) => Some(e.snapshot),
+            Event::VerificationStarted(e) => Some(e.point),
+            Event::VerificationPassed(e) => Some(e.point),
+            Event::VerificationFailed(e) => Some(e.point),
+            Event::RestoreTestStarted(e) => Some(e.point),
+            Event::RestoreTestPassed(e) => Some(e.point),
+            Event::RestoreTestFailed(e) => Some(e.point),
+            Event::PointForgotten(e) => Some(e.point),
+            Event::PointLocked(e) => Some(e.point),
+            Event::AnomalyDetected(e) => Some(e.point),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Golden bytes: the encoding of every event type and of the envelope is
+//! pinned. A failure here means the on-disk format changed: add a schema
+//! version and an upcaster instead (see `upcast.rs`). To regenerate after a
+//! *deliberate* new version, run with `VOUCH_BLESS=1` and review the diff.
+
+use std::collections::BTreeMap;
+
+use crate::codec::{decode_envelope, decode_event, encode_body};
+use crate::event::{Event, EVENT_TYPES};
+use crate::format::{EventHash, GENESIS_HASH};
+use crate::ids::SnapshotId;
+use crate::testkit::{sample_events, sid};
+
+const GOLDEN_V1: &str = include_str!("golden/v1.txt");
+
+fn encodings() -> BTreeMap<String, String> {
+    sample_events()
+        .iter()
+        .map(|e| {
+            let bytes = e.encode_payload().expect("encode");
+            (
+                format!("{}@v{}", e.event_type(), e.schema_version()),
+                hex::encode(bytes),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_event_type_has_a_sample() {
+    let samples = sample_events();
+    assert_eq!(samples.len(), EVENT_TYPES.len());
+    for (e, (name, version)) in samples.iter().zip(EVENT_TYPES) {
+        assert_eq!((e.event_type(), e.schema_version()), (*name, *version));
+    }
+}
+
+#[test]
+fn payload_encodings_match_golden_bytes() {
+    let now = encodings();
+    if std::env::var_os("VOUCH_BLESS").is_some() {
+        let text: String = now.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
+        std::fs::write(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/src/golden/v1.txt"),
+            text,
+        )
+        .expect("bless");
+        return;
+    }
+    let golden: BTreeMap<String, String> = GOLDEN_V1
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    for (k, v) in &now {
+        assert_eq!(golden.get(k), Some(v), "encoding of {k} changed");
+    }
+    assert_eq!(golden.len(), now.len(), "golden file lists other types");
+}
+
+#[test]
+fn every_golden_payload_decodes_to_the_sample() {
+    for (e, line) in sample_events()
+        .iter()
+        .zip(GOLDEN_V1.lines().collect::<Vec<_>>().iter())
+    {
+        let _ = line;
+        let bytes = e.encode_payload().expect("encode");
+        assert_eq!(&decode_event(e.event_type(), e.schema_version(), &bytes), e);
+    }
+    for line in GOLDEN_V1.lines() {
+        let (k, v) = line.split_once(' ').expect("line");
+        let (t, ver) = k.split_once("@v").expect("key");
+        let bytes = hex::decode(v).expect("hex");
+        let e = decode_event(t, ver.parse().expect("version"), &bytes);
+        assert!(!matches!(e, Event::Unknown(_)), "{k} did not decode");
+    }
+}
+
+#[test]
+fn snapshot_id_is_bin8_not_an_array() {
+    let bytes = rmp_serde::to_vec(&sid(0xab)).expect("encode");
+    assert_eq!(bytes.len(), 34);
+    assert_eq!(&bytes[..2], &[0xc4, 0x20]);
+    let back: SnapshotId = rmp_serde::from_slice(&bytes).expect("decode");
+    assert_eq!(back, sid(0xab));
+}
+
+#[test]
+fn envelope_encoding_is_pinned() {
+    let e = sample_events().remove(28); // service.started
+    let body = encode_body(7, 1_700_000_000_000_000_000, &GENESIS_HASH, &e).expect("encode");
+    assert_eq!(
+        hex::encode(&body),
+        concat!(
+            "96",                               // array of 6
+            "07",                               // seq
+            "cf17979cfe362a0000",               // recorded_unix_ns (uint64)
+            "af736572766963652e73746172746564", // "service.started"
+            "01",                               // schema version
+            "c420",
+            "0000000000000000000000000000000000000000000000000000000000000000", // prev hash
+            "c407",
+            "91a5302e312e30", // payload: ["0.1.0"]
+        )
+    );
+    let env = decode_envelope(&body, EventHash::of(&body)).expect("decode");
+    assert_eq!(
+        (env.seq, env.recorded_unix_ns, env.schema_version, env.event),
+        (7, 1_700_000_000_000_000_000, 1, e)
+    );
+}
+
+#[test]
+fn unknown_types_and_newer_versions_are_kept_raw() {
+    let e = decode_event("teleport.started", 1, &[0x90]);
+    assert_eq!(
+        e,
+        Event::Unknown(crate::event::UnknownEvent {
+            event_type: "teleport.started".into(),
+            schema_version: 1,
+            payload: vec![0x90]
+        })
+    );
+    // A newer version of a known type is unknown too, and re-encodes as is.
+    let e = decode_event("service.started", 9, &[0x91, 0xa1, 0x78]);
+    assert!(matches!(&e, Event::Unknown(u) if u.schema_version == 9));
+    assert_eq!(e.encode_payload().expect("encode"), vec![0x91, 0xa1, 0x78]);
+    assert_eq!(e.event_type(), "service.started");
+    // A current version whose payload does not decode is kept, not dropped.
+    let e = decode_event("service.started", 1, &[0xc1]);
+    assert!(matches!(e, Event::Unknown(_)));
+}
+
+/// The committed fixture log of schema version 1 (every event type once)
+/// must keep opening, verifying and decoding to the same events forever.
+#[test]
+fn the_v1_fixture_log_still_reads() {
+    use std::sync::Arc;
+
+    use crate::clock::ManualClock;
+    use crate::log::{verify_chain, EventLog, LogOptions, LogReader};
+
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/log-v1");
+    if std::env::var_os("VOUCH_BLESS").is_some() {
+        let _ = std::fs::remove_dir_all(&fixture);
+        let clock = ManualClock::new(1_800_000_000_000_000_000);
+        let mut log =
+            EventLog::open(&fixture, LogOptions::default(), Arc::new(clock)).expect("open");
+        log.append(&sample_events()).expect("append");
+        drop(log);
+        let _ = std::fs::remove_file(fixture.join("LOCK"));
+        return;
+    }
+    // Read-only: readers take no lock and write nothing.
+    let report = verify_chain(&fixture).expect("verify");
+    assert!(report.ok(), "{report:?}");
+    assert_eq!(report.events, sample_events().len() as u64);
+    let events: Vec<Event> = LogReader::new(&fixture)
+        .replay_from(1)
+        .expect("replay")
+        .map(|e| e.expect("envelope").event)
+        .collect();
+    assert_eq!(events, sample_events());
+}

@@ -1,0 +1,268 @@
+//! Reading the log: replay from any seq, and follow the tail.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::codec::decode_envelope;
+use crate::error::{EventError, Result};
+use crate::format::{EventHash, SEGMENT_HEADER_LEN};
+use crate::log::frame::{read_frame, Frame};
+use crate::log::notify::Notifier;
+use crate::log::segment::{check_header, list_segments, SegmentFile};
+use crate::Envelope;
+
+/// Reads the log of a directory. Safe to use while a writer appends: it
+/// stops at the last whole record (and, for a [`Subscription`], at the last
+/// durable one).
+#[derive(Clone, Debug)]
+pub struct LogReader {
+    dir: PathBuf,
+}
+
+impl LogReader {
+    /// A reader of the log in `dir` (no writer needed).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        LogReader { dir: dir.into() }
+    }
+
+    /// Every event with seq >= `from_seq`, in order. Each record's checksum
+    /// and sequence number are checked; an error is yielded once and ends the
+    /// iteration.
+    pub fn replay_from(&self, from_seq: u64) -> Result<Replay> {
+        Ok(Replay {
+            cursor: Cursor::new(self.dir.clone(), from_seq.max(1)),
+            failed: false,
+        })
+    }
+
+    /// Calls `f` with every envelope from `from_seq` on; returns how many.
+    pub fn for_each(&self, from_seq: u64, mut f: impl FnMut(Envelope)) -> Result<u64> {
+        let mut n = 0;
+        for env in self.replay_from(from_seq)? {
+            f(env?);
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+/// An iterator of envelopes, in seq order.
+#[derive(Debug)]
+pub struct Replay {
+    cursor: Cursor,
+    failed: bool,
+}
+
+impl Iterator for Replay {
+    type Item = Result<Envelope>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        // An error ends the iteration: the next call would meet it again.
+        if self.failed {
+            return None;
+        }
+        let item = self.cursor.next().transpose();
+        self.failed = matches!(item, Some(Err(_)));
+        item
+    }
+}
+
+/// A position in the log: which segment, how far, which seq comes next.
+#[derive(Debug)]
+struct Cursor {
+    dir: PathBuf,
+    next_seq: u64,
+    segment: Option<SegmentFile>,
+    /// Bytes of the segment from `base` on.
+    data: Vec<u8>,
+    base: u64,
+    pos: usize,
+    prev_hash: Option<EventHash>,
+}
+
+impl Cursor {
+    fn new(dir: PathBuf, next_seq: u64) -> Self {
+        Cursor {
+            dir,
+            next_seq,
+            segment: None,
+            data: Vec::new(),
+            base: 0,
+            pos: 0,
+            prev_hash: None,
+        }
+    }
+
+    /// Finds the segment holding `next_seq`, if any.
+    fn locate(&mut self) -> Result<bool> {
+        let segments = list_segments(&self.dir)?;
+        let Some(seg) = segments
+            .iter()
+            .rev()
+            .find(|s| s.first_seq <= self.next_seq)
+            .cloned()
+        else {
+            return Ok(false);
+        };
+        let data = std::fs::read(&seg.path)
+            .map_err(|e| EventError::io(format!("reading {}", seg.path.display()), e))?;
+        check_header(&seg, &data)?;
+        self.segment = Some(seg);
+        self.data = data;
+        self.base = 0;
+        self.pos = SEGMENT_HEADER_LEN;
+        Ok(true)
+    }
+
+    /// Reads what was appended to the current segment since the last read;
+    /// returns whether anything new arrived.
+    fn refill(&mut self) -> Result<bool> {
+        let Some(seg) = &self.segment else {
+            return Ok(false);
+        };
+        let offset = self.base + self.pos as u64;
+        let mut f = File::open(&seg.path)
+            .map_err(|e| EventError::io(format!("reading {}", seg.path.display()), e))?;
+        let mut data = Vec::new();
+        f.seek(SeekFrom::Start(offset))
+            .and_then(|_| f.read_to_end(&mut data))
+            .map_err(|e| EventError::io(format!("reading {}", seg.path.display()), e))?;
+        let grew = data.len() > self.data.len() - self.pos;
+        self.data = data;
+        self.base = offset;
+        self.pos = 0;
+        Ok(grew)
+    }
+
+    /// Moves to the segment that starts at `next_seq`, if it exists.
+    fn advance_segment(&mut self) -> Result<bool> {
+        let segments = list_segments(&self.dir)?;
+        match segments.into_iter().find(|s| s.first_seq == self.next_seq) {
+            Some(seg) => {
+                self.segment = None;
+                self.locate()?;
+                Ok(self.segment.as_ref().map(|s| s.first_seq) == Some(seg.first_seq))
+            }
+            None => {
+                if let Some(later) = list_segments(&self.dir)?
+                    .into_iter()
+                    .find(|s| s.first_seq > self.next_seq)
+                {
+                    return Err(EventError::Corrupt {
+                        path: later.path,
+                        offset: 0,
+                        seq: self.next_seq,
+                        message: format!(
+                            "events {} to {} are missing or damaged; run `vouch events verify`",
+                            self.next_seq,
+                            later.first_seq - 1
+                        ),
+                    });
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    /// The next envelope, or `None` at the current end of the log.
+    fn next(&mut self) -> Result<Option<Envelope>> {
+        if self.segment.is_none() && !self.locate()? {
+            return Ok(None);
+        }
+        let mut refilled = false;
+        loop {
+            match read_frame(&self.data[self.pos..]) {
+                Frame::Record { hash, body, len } => {
+                    let env = decode_envelope(body, hash)?;
+                    let at = self.base + self.pos as u64;
+                    self.pos += len;
+                    if env.seq < self.next_seq {
+                        self.prev_hash = Some(hash);
+                        continue;
+                    }
+                    if env.seq != self.next_seq
+                        || self.prev_hash.is_some_and(|p| p != env.prev_hash)
+                    {
+                        return Err(EventError::Corrupt {
+                            path: self
+                                .segment
+                                .as_ref()
+                                .map(|s| s.path.clone())
+                                .unwrap_or_default(),
+                            offset: at,
+                            seq: self.next_seq,
+                            message: format!(
+                                "found seq {} where seq {} was expected, or a broken chain",
+                                env.seq, self.next_seq
+                            ),
+                        });
+                    }
+                    self.next_seq += 1;
+                    self.prev_hash = Some(hash);
+                    return Ok(Some(env));
+                }
+                // The end of what is there now: new data or a new segment.
+                _ => {
+                    if !refilled && self.refill()? {
+                        refilled = true;
+                        continue;
+                    }
+                    if self.advance_segment()? {
+                        refilled = false;
+                        continue;
+                    }
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}
+
+/// Follows the log from a seq: every event exactly once, in order, across
+/// appends made after it was created. Reconnecting is creating a new one at
+/// the seq after the last one handled.
+#[derive(Debug)]
+pub struct Subscription {
+    cursor: Cursor,
+    notifier: Arc<Notifier>,
+}
+
+impl Subscription {
+    pub(crate) fn new(dir: PathBuf, from_seq: u64, notifier: Arc<Notifier>) -> Self {
+        Subscription {
+            cursor: Cursor::new(dir, from_seq),
+            notifier,
+        }
+    }
+
+    /// The seq of the next event it will deliver.
+    pub fn next_seq(&self) -> u64 {
+        self.cursor.next_seq
+    }
+
+    /// The next durable event, waiting up to `timeout` for one to be
+    /// appended; `None` if none arrived in time.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<Envelope>> {
+        let want = self.cursor.next_seq;
+        if self.notifier.wait_for(want, timeout) < want {
+            return Ok(None);
+        }
+        self.cursor.next()
+    }
+
+    /// Every durable event not yet delivered, without waiting.
+    pub fn drain(&mut self) -> Result<Vec<Envelope>> {
+        let committed = self.notifier.committed();
+        let mut out = Vec::new();
+        while self.cursor.next_seq <= committed {
+            match self.cursor.next()? {
+                Some(env) => out.push(env),
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+}

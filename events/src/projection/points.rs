@@ -1,0 +1,427 @@
+//! The recovery-point lifecycle: a pure fold from events to the state of
+//! every point. The transition table is in `docs/events.md`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{AnomalySignal, BackupSummary, Event, RestoreEvidence};
+use crate::ids::{JobId, PlanId, RepositoryId, SnapshotId};
+use crate::plan::VerifyDepth;
+use crate::projection::{Inconsistency, Recorded};
+
+/// The state of a recovery point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum PointState {
+    /// No evidence: never committed in this log (found in a repository, or
+    /// not known at all).
+    Unknown,
+    /// Committed; integrity not checked.
+    Unverified,
+    /// The latest verification passed.
+    Verified,
+    /// A restore test passed after a passed verification, nothing failed
+    /// since.
+    Recoverable,
+    /// The latest verification failed.
+    Corrupt,
+    /// The latest restore test failed.
+    Unrecoverable,
+    /// Forgotten by retention.
+    Expired,
+}
+
+impl PointState {
+    /// The lower-case name used in the API and the docs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            PointState::Unknown => "unknown",
+            PointState::Unverified => "unverified",
+            PointState::Verified => "verified",
+            PointState::Recoverable => "recoverable",
+            PointState::Corrupt => "corrupt",
+            PointState::Unrecoverable => "unrecoverable",
+            PointState::Expired => "expired",
+        }
+    }
+}
+
+impl fmt::Display for PointState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How the log learned about a point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PointOrigin {
+    /// A `backup.committed` event.
+    Committed,
+    /// A `point.discovered` event (no history).
+    Discovered,
+}
+
+/// The outcome of the latest verification.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerificationOutcome {
+    /// When it was recorded.
+    pub at: Recorded,
+    /// Whether it passed.
+    pub passed: bool,
+    /// How deep it read.
+    pub depth: VerifyDepth,
+    /// Bytes read back.
+    pub bytes_read: u64,
+    /// What is damaged (empty when passed).
+    pub damaged: Vec<String>,
+}
+
+/// The outcome of the latest restore test.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreOutcome {
+    /// When it was recorded.
+    pub at: Recorded,
+    /// Whether it passed.
+    pub passed: bool,
+    /// The evidence.
+    pub evidence: RestoreEvidence,
+    /// Why it failed (none when passed).
+    pub reason: Option<String>,
+    /// Whether the latest verification had passed when this test passed.
+    pub after_passed_verification: bool,
+}
+
+/// Everything known about one recovery point.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Point {
+    /// Its id.
+    pub id: SnapshotId,
+    /// Its repository.
+    pub repository: RepositoryId,
+    /// Its plan, if any.
+    pub plan: Option<PlanId>,
+    /// The snapshot's own time.
+    pub snapshot_time_unix_ns: i64,
+    /// How the log learned about it.
+    pub origin: PointOrigin,
+    /// When that was recorded.
+    pub since: Recorded,
+    /// Backup figures (committed points).
+    pub summary: Option<BackupSummary>,
+    /// The latest verification.
+    pub last_verification: Option<VerificationOutcome>,
+    /// The latest restore test.
+    pub last_restore_test: Option<RestoreOutcome>,
+    /// Locked against deletion until then.
+    pub locked_until_unix_ns: Option<i64>,
+    /// Signals of the ransomware heuristic.
+    pub anomalies: Vec<AnomalySignal>,
+    /// The latest failed check (verification or restore test): restore
+    /// evidence older than this does not make the point recoverable.
+    pub last_failed_check: Option<Recorded>,
+    /// Forgotten: when, and by which rule.
+    pub expired: Option<(Recorded, String)>,
+    /// The state, derived from the fields above by [`Point::derive_state`].
+    pub state: PointState,
+}
+
+impl Point {
+    /// The state the facts of this point support (see `docs/events.md`).
+    pub fn derive_state(&self) -> PointState {
+        if self.expired.is_some() {
+            return PointState::Expired;
+        }
+        let v = self.last_verification.as_ref();
+        let r = self.last_restore_test.as_ref();
+        match (v.filter(|v| !v.passed), r.filter(|r| !r.passed)) {
+            (Some(v), Some(r)) => {
+                return if v.at.seq > r.at.seq {
+                    PointState::Corrupt
+                } else {
+                    PointState::Unrecoverable
+                };
+            }
+            (Some(_), None) => return PointState::Corrupt,
+            (None, Some(_)) => return PointState::Unrecoverable,
+            (None, None) => {}
+        }
+        let newer_than_failures =
+            |r: &RestoreOutcome| self.last_failed_check.is_none_or(|f| r.at.seq > f.seq);
+        if r.is_some_and(|r| r.passed && r.after_passed_verification && newer_than_failures(r)) {
+            return PointState::Recoverable;
+        }
+        if v.is_some_and(|v| v.passed) {
+            return PointState::Verified;
+        }
+        match self.origin {
+            PointOrigin::Committed => PointState::Unverified,
+            PointOrigin::Discovered => PointState::Unknown,
+        }
+    }
+
+    /// Whether the point has any anomaly flag.
+    pub fn flagged(&self) -> bool {
+        !self.anomalies.is_empty()
+    }
+}
+
+/// The lifecycle of every point.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PointsProjection {
+    /// Every point the log knows, by id.
+    pub points: BTreeMap<SnapshotId, Point>,
+    /// Which point each verify / restore-test job works on.
+    job_points: BTreeMap<JobId, SnapshotId>,
+}
+
+impl PointsProjection {
+    /// The state of a point; [`PointState::Unknown`] if the log has none.
+    pub fn state_of(&self, id: &SnapshotId) -> PointState {
+        self.points.get(id).map_or(PointState::Unknown, |p| p.state)
+    }
+
+    /// Applies one event; an event that does not fit is returned as an
+    /// inconsistency and changes nothing.
+    pub(crate) fn apply(&mut self, at: Recorded, event: &Event) -> Option<Inconsistency> {
+        let bad = |point: Option<SnapshotId>, message: String| {
+            Some(Inconsistency {
+                at,
+                event_type: event.event_type().to_owned(),
+                point,
+                message,
+            })
+        };
+        match event {
+            Event::BackupCommitted(e) => {
+                if self.points.contains_key(&e.snapshot) {
+                    return bad(Some(e.snapshot), "point committed again".into());
+                }
+                let p = Point {
+                    id: e.snapshot,
+                    repository: e.repository.clone(),
+                    plan: e.plan.clone(),
+                    snapshot_time_unix_ns: e.snapshot_time_unix_ns,
+                    origin: PointOrigin::Committed,
+                    since: at,
+                    summary: Some(e.summary.clone()),
+                    last_verification: None,
+                    last_restore_test: None,
+                    locked_until_unix_ns: None,
+                    anomalies: Vec::new(),
+                    last_failed_check: None,
+                    expired: None,
+                    state: PointState::Unverified,
+                };
+                self.points.insert(e.snapshot, p);
+                None
+            }
+            Event::PointDiscovered(e) => {
+                // Finding a point the log already knows is normal (catalog
+                // resync): nothing to do.
+                self.points.entry(e.snapshot).or_insert_with(|| Point {
+                    id: e.snapshot,
+                    repository: e.repository.clone(),
+                    plan: e.plan.clone(),
+                    snapshot_time_unix_ns: e.snapshot_time_unix_ns,
+                    origin: PointOrigin::Discovered,
+                    since: at,
+                    summary: None,
+                    last_verification: None,
+                    last_restore_test: None,
+                    locked_until_unix_ns: None,
+                    anomalies: Vec::new(),
+                    last_failed_check: None,
+                    expired: None,
+                    state: PointState::Unknown,
+                });
+                None
+            }
+            Event::JobScheduled(e) => {
+                if let Some(point) = e.point {
+                    self.job_points.insert(e.job.clone(), point);
+                }
+                None
+            }
+            Event::VerificationStarted(e) => {
+                if let Some(msg) = self
+                    .check_live(&e.point)
+                    .or_else(|| self.check_job(&e.job, &e.point))
+                {
+                    return bad(Some(e.point), msg);
+                }
+                if let Some(job) = &e.job {
+                    self.job_points.insert(job.clone(), e.point);
+                }
+                None
+            }
+            Event::RestoreTestStarted(e) => {
+                if let Some(msg) = self
+                    .check_live(&e.point)
+                    .or_else(|| self.check_job(&e.job, &e.point))
+                {
+                    return bad(Some(e.point), msg);
+                }
+                if let Some(job) = &e.job {
+                    self.job_points.insert(job.clone(), e.point);
+                }
+                None
+            }
+            Event::VerificationPassed(e) => self.verification(
+                at,
+                &e.point,
+                &e.job,
+                VerificationOutcome {
+                    at,
+                    passed: true,
+                    depth: e.depth,
+                    bytes_read: e.bytes_read,
+                    damaged: Vec::new(),
+                },
+                event,
+            ),
+            Event::VerificationFailed(e) => self.verification(
+                at,
+                &e.point,
+                &e.job,
+                VerificationOutcome {
+                    at,
+                    passed: false,
+                    depth: e.depth,
+                    bytes_read: e.bytes_read,
+                    damaged: e.damaged.clone(),
+                },
+                event,
+            ),
+            Event::RestoreTestPassed(e) => {
+                if let Some(msg) = self
+                    .check_live(&e.point)
+                    .or_else(|| self.check_job(&e.job, &e.point))
+                {
+                    return bad(Some(e.point), msg);
+                }
+                let p = self.points.get_mut(&e.point)?;
+                if p.last_verification.as_ref().is_some_and(|v| !v.passed) {
+                    return bad(
+                        Some(e.point),
+                        "restore test passed on a point whose latest verification failed".into(),
+                    );
+                }
+                let after_passed_verification =
+                    p.last_verification.as_ref().is_some_and(|v| v.passed);
+                p.last_restore_test = Some(RestoreOutcome {
+                    at,
+                    passed: true,
+                    evidence: e.evidence.clone(),
+                    reason: None,
+                    after_passed_verification,
+                });
+                p.state = p.derive_state();
+                None
+            }
+            Event::RestoreTestFailed(e) => {
+                if let Some(msg) = self
+                    .check_live(&e.point)
+                    .or_else(|| self.check_job(&e.job, &e.point))
+                {
+                    return bad(Some(e.point), msg);
+                }
+                let p = self.points.get_mut(&e.point)?;
+                p.last_restore_test = Some(RestoreOutcome {
+                    at,
+                    passed: false,
+                    evidence: e.evidence.clone(),
+                    reason: Some(e.reason.clone()),
+                    after_passed_verification: false,
+                });
+                p.last_failed_check = Some(at);
+                p.state = p.derive_state();
+                None
+            }
+            Event::PointForgotten(e) => {
+                let Some(p) = self.points.get_mut(&e.point) else {
+                    return bad(Some(e.point), "forgotten point was never known".into());
+                };
+                if p.expired.is_some() {
+                    return bad(Some(e.point), "point forgotten twice".into());
+                }
+                if let Some(until) = p.locked_until_unix_ns.filter(|u| *u > at.unix_ns) {
+                    return bad(
+                        Some(e.point),
+                        format!("point forgotten while locked until {until} (ns)"),
+                    );
+                }
+                p.expired = Some((at, e.rule.clone()));
+                p.state = p.derive_state();
+                None
+            }
+            Event::PointLocked(e) => {
+                let Some(p) = self.points.get_mut(&e.point) else {
+                    return bad(Some(e.point), "locked point was never known".into());
+                };
+                if p.locked_until_unix_ns.is_some_and(|u| u > e.until_unix_ns) {
+                    return bad(Some(e.point), "a lock cannot be shortened".into());
+                }
+                p.locked_until_unix_ns = Some(e.until_unix_ns);
+                None
+            }
+            Event::AnomalyDetected(e) => {
+                let Some(p) = self.points.get_mut(&e.point) else {
+                    return bad(Some(e.point), "anomaly on a point never known".into());
+                };
+                p.anomalies.extend(e.signals.iter().cloned());
+                None
+            }
+            _ => None,
+        }
+    }
+
+    fn verification(
+        &mut self,
+        at: Recorded,
+        point: &SnapshotId,
+        job: &Option<JobId>,
+        outcome: VerificationOutcome,
+        event: &Event,
+    ) -> Option<Inconsistency> {
+        if let Some(message) = self
+            .check_live(point)
+            .or_else(|| self.check_job(job, point))
+        {
+            return Some(Inconsistency {
+                at,
+                event_type: event.event_type().to_owned(),
+                point: Some(*point),
+                message,
+            });
+        }
+        let p = self.points.get_mut(point)?;
+        if !outcome.passed {
+            p.last_failed_check = Some(at);
+        }
+        p.last_verification = Some(outcome);
+        p.state = p.derive_state();
+        None
+    }
+
+    /// Why a point cannot take a check result, if it cannot.
+    fn check_live(&self, point: &SnapshotId) -> Option<String> {
+        match self.points.get(point) {
+            None => Some("point was never committed or discovered".into()),
+            Some(p) if p.expired.is_some() => Some("point was already forgotten".into()),
+            Some(_) => None,
+        }
+    }
+
+    /// Why a result's job does not match its point, if it does not.
+    fn check_job(&self, job: &Option<JobId>, point: &SnapshotId) -> Option<String> {
+        let job = job.as_ref()?;
+        match self.job_points.get(job) {
+            Some(p) if p != point => Some(format!(
+                "job {job} works on point {}, not this one",
+                p.short()
+            )),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! The read model: projections kept up to date from the log, checkpointed
+//! into a [`ReadStore`].
+
+use crate::codec::Envelope;
+use crate::error::Result;
+use crate::format::EventHash;
+use crate::log::LogReader;
+use crate::projection::Projections;
+use crate::store::{PointRow, ReadStore};
+
+/// Projections plus the store they are checkpointed into.
+#[derive(Debug)]
+pub struct ReadModel<S: ReadStore> {
+    store: S,
+    projections: Projections,
+    snapshot_seq: u64,
+}
+
+impl<S: ReadStore> ReadModel<S> {
+    /// Starts from the store's snapshot when it is usable (decodes, and the
+    /// log has the event it is tagged with), otherwise from nothing; replays
+    /// the log's tail; checkpoints. A store that lost writes is only behind:
+    /// it ends up with the same state as a full replay.
+    pub fn open(store: S, log: &LogReader) -> Result<Self> {
+        let mut projections = Projections::new();
+        match store.load_snapshot() {
+            Ok(Some(snap)) => match Projections::from_snapshot(&snap.bytes) {
+                Ok(p) if p.last_seq == snap.seq && log_has(log, snap.seq, p.last_hash)? => {
+                    projections = p
+                }
+                Ok(_) => tracing::warn!(
+                    seq = snap.seq,
+                    "read store snapshot does not match the log; rebuilding"
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "read store snapshot unreadable; rebuilding from the log")
+                }
+            },
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "read store snapshot unreadable; rebuilding from the log")
+            }
+        }
+        let from = projections.last_seq;
+        let mut model = ReadModel {
+            store,
+            projections,
+            snapshot_seq: from,
+        };
+        let applied = model.catch_up(log)?;
+        tracing::info!(
+            snapshot_seq = from,
+            replayed = applied,
+            last_seq = model.projections.last_seq,
+            "read model ready"
+        );
+        model.checkpoint()?;
+        Ok(model)
+    }
+
+    /// Applies every event of the log after the last applied one; returns
+    /// how many.
+    pub fn catch_up(&mut self, log: &LogReader) -> Result<u64> {
+        let mut n = 0;
+        for env in log.replay_from(self.projections.last_seq + 1)? {
+            self.projections.apply(&env?);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Applies one envelope (from a subscription).
+    pub fn apply(&mut self, env: &Envelope) {
+        self.projections.apply(env);
+    }
+
+    /// Writes the snapshot and indexes, tagged with the last applied seq.
+    pub fn checkpoint(&mut self) -> Result<()> {
+        let bytes = self.projections.to_snapshot()?;
+        self.store.store(
+            self.projections.last_seq,
+            &bytes,
+            &PointRow::all(&self.projections),
+        )?;
+        self.store.flush()
+    }
+
+    /// The current state.
+    pub fn projections(&self) -> &Projections {
+        &self.projections
+    }
+
+    /// The seq of the snapshot [`ReadModel::open`] started from (0: it
+    /// rebuilt from the start of the log).
+    pub fn snapshot_seq(&self) -> u64 {
+        self.snapshot_seq
+    }
+
+    /// The store (for index queries).
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+}
+
+/// Whether the log holds this very event (same seq, same hash); seq 0
+/// trivially.
+fn log_has(log: &LogReader, seq: u64, hash: EventHash) -> Result<bool> {
+    if seq == 0 {
+        return Ok(true);
+    }
+    match log.replay_from(seq)?.next() {
+        Some(Ok(env)) => Ok(env.seq == seq && env.hash == hash),
+        Some(Err(e)) => Err(e),
+        None => Ok(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::event::*;
+    use crate::ids::*;
+    use crate::log::{EventLog, LogOptions};
+    use crate::projection::PointState;
+    use crate::store::{MemoryStore, SledStore};
+    use crate::testkit::{evidence, plan_def, sid};
+
+    fn history(n: u8) -> Vec<Event> {
+        let mut v: Vec<Event> = vec![PlanCreated {
+            plan: PlanId::new("p1"),
+            definition: plan_def(3600, 3600),
+        }
+        .into()];
+        for i in 1..=n {
+            v.push(
+                BackupCommitted {
+                    job: None,
+                    plan: Some(PlanId::new(if i % 2 == 0 { "p1" } else { "p2" })),
+                    repository: RepositoryId::new("main"),
+                    snapshot: sid(i),
+                    snapshot_time_unix_ns: i as i64 * 1000,
+                    summary: BackupSummary::default(),
+                }
+                .into(),
+            );
+            if i % 3 == 0 {
+                v.push(
+                    VerificationPassed {
+                        point: sid(i),
+                        job: None,
+                        depth: crate::VerifyDepth::ReadAll,
+                        bytes_read: 1,
+                        blobs_checked: 1,
+                    }
+                    .into(),
+                );
+            }
+            if i % 6 == 0 {
+                v.push(
+                    RestoreTestPassed {
+                        point: sid(i),
+                        job: None,
+                        evidence: evidence(),
+                    }
+                    .into(),
+                );
+            }
+        }
+        v
+    }
+
+    fn log_with(dir: &std::path::Path, events: &[Event]) -> EventLog {
+        let mut log = EventLog::open(dir, LogOptions::default(), Arc::new(ManualClock::new(5)))
+            .expect("open");
+        log.append(events).expect("append");
+        log
+    }
+
+    fn answers<S: ReadStore>(m: &ReadModel<S>) -> (Projections, Vec<Vec<SnapshotId>>) {
+        let s = m.store();
+        (
+            m.projections().clone(),
+            vec![
+                s.points_by_state(PointState::Recoverable).expect("q"),
+                s.points_by_state(PointState::Verified).expect("q"),
+                s.points_by_state(PointState::Unverified).expect("q"),
+                s.points_by_plan(&PlanId::new("p1")).expect("q"),
+                s.points_between(2000, 9000).expect("q"),
+            ],
+        )
+    }
+
+    #[test]
+    fn a_deleted_sled_store_gives_the_same_answers_after_a_rebuild() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = log_with(&dir.path().join("log"), &history(12));
+        let store_path = dir.path().join("store");
+        let first = answers(
+            &ReadModel::open(SledStore::open(&store_path).expect("store"), &log.reader())
+                .expect("model"),
+        );
+        assert_eq!(first.1[0], vec![sid(6), sid(12)]);
+        assert_eq!(first.1[4], (2..9).map(sid).collect::<Vec<_>>());
+        std::fs::remove_dir_all(&store_path).expect("rm");
+        let again = answers(
+            &ReadModel::open(SledStore::open(&store_path).expect("store"), &log.reader())
+                .expect("model"),
+        );
+        assert_eq!(first, again);
+    }
+
+    #[test]
+    fn a_store_that_is_behind_catches_up_to_a_full_replay() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let events = history(12);
+        let mut log = log_with(&dir.path().join("log"), &events[..5]);
+        let store_path = dir.path().join("store");
+        {
+            let m = ReadModel::open(SledStore::open(&store_path).expect("store"), &log.reader())
+                .expect("model");
+            assert_eq!(m.projections().last_seq, 5);
+        }
+        log.append(&events[5..]).expect("append");
+        let store = SledStore::open(&store_path).expect("store");
+        assert_eq!(store.last_applied_seq().expect("seq"), 5);
+        let m = ReadModel::open(store, &log.reader()).expect("model");
+        assert_eq!(m.snapshot_seq(), 5, "only the tail is replayed");
+        let full = Projections::fold(
+            &log.reader()
+                .replay_from(1)
+                .expect("replay")
+                .collect::<Result<Vec<_>>>()
+                .expect("read"),
+        );
+        assert_eq!(m.projections(), &full);
+        assert_eq!(
+            m.store().last_applied_seq().expect("seq"),
+            events.len() as u64
+        );
+    }
+
+    #[test]
+    fn a_store_that_fails_to_open_is_set_aside_and_rebuilt() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = log_with(&dir.path().join("log"), &history(6));
+        let store_path = dir.path().join("store");
+        let good = answers(&ReadModel::open(MemoryStore::new(), &log.reader()).expect("model"));
+        // Not a sled directory at all.
+        std::fs::write(&store_path, b"garbage").expect("write");
+        let (store, aside) = SledStore::open_or_set_aside(&store_path).expect("open");
+        assert!(aside.as_ref().is_some_and(|p| p.exists()));
+        let rebuilt = answers(&ReadModel::open(store, &log.reader()).expect("model"));
+        assert_eq!(good, rebuilt);
+    }
+
+    #[test]
+    fn a_truncated_sled_store_is_behind_or_rebuilt_never_wrong() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = log_with(&dir.path().join("log"), &history(12));
+        let store_path = dir.path().join("store");
+        let good = answers(
+            &ReadModel::open(SledStore::open(&store_path).expect("store"), &log.reader())
+                .expect("model"),
+        );
+        for entry in std::fs::read_dir(&store_path).expect("ls") {
+            let path = entry.expect("entry").path();
+            if path.is_file() {
+                let len = std::fs::metadata(&path).expect("meta").len();
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .expect("open");
+                f.set_len(len / 3).expect("truncate");
+            }
+        }
+        let (store, _) = SledStore::open_or_set_aside(&store_path).expect("open");
+        let again = answers(&ReadModel::open(store, &log.reader()).expect("model"));
+        assert_eq!(good, again);
+    }
+
+    #[test]
+    fn a_snapshot_ahead_of_the_log_is_discarded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let events = history(6);
+        let store = MemoryStore::new();
+        {
+            let log = log_with(&dir.path().join("a"), &events);
+            ReadModel::open(store.clone(), &log.reader()).expect("model");
+        }
+        // The same store against a shorter log (e.g. the log restored from
+        // an older backup): the snapshot does not fit and is not used.
+        let log = log_with(&dir.path().join("b"), &events[..3]);
+        let m = ReadModel::open(store, &log.reader()).expect("model");
+        assert_eq!(m.snapshot_seq(), 0);
+        assert_eq!(m.projections().last_seq, 3);
+        assert_eq!(m.projections().points.points.len(), 2);
+    }
+
+    #[test]
+    fn a_snapshot_of_another_log_is_not_used() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let events = history(6);
+        let store = MemoryStore::new();
+        {
+            let log = log_with(&dir.path().join("a"), &events);
+            ReadModel::open(store.clone(), &log.reader()).expect("model");
+        }
+        // A log as long, but with other events (other times: other hashes).
+        let mut other = EventLog::open(
+            dir.path().join("b"),
+            LogOptions::default(),
+            Arc::new(ManualClock::new(99)),
+        )
+        .expect("open");
+        other.append(&events).expect("append");
+        let m = ReadModel::open(store, &other.reader()).expect("model");
+        assert_eq!(m.snapshot_seq(), 0);
+    }
+
+    #[test]
+    fn memory_and_sled_stores_answer_alike() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = log_with(&dir.path().join("log"), &history(12));
+        let a = answers(&ReadModel::open(MemoryStore::new(), &log.reader()).expect("model"));
+        let b = answers(
+            &ReadModel::open(
+                SledStore::open(dir.path().join("s")).expect("store"),
+                &log.reader(),
+            )
+            .expect("model"),
+        );
+        assert_eq!(a, b);
+    }
+}

@@ -1,0 +1,236 @@
+//! Test helpers: one sample event of every type, ids from small numbers.
+
+use std::time::Duration;
+
+use crate::event::*;
+use crate::ids::*;
+use crate::plan::*;
+use crate::retention::KeepPolicy;
+
+pub(crate) fn sid(n: u8) -> SnapshotId {
+    SnapshotId([n; 32])
+}
+
+pub(crate) fn plan_def(rpo_secs: u64, max_evidence_secs: u64) -> PlanDefinition {
+    PlanDefinition {
+        source: "agent:web-1:/etc".into(),
+        schedule: "daily 02:00".into(),
+        retention: KeepPolicy {
+            last: Some(3),
+            daily: Some(7),
+            ..Default::default()
+        },
+        verification: VerificationPolicy {
+            after_backup: true,
+            every: Some(Duration::from_secs(86_400)),
+            depth: VerifyDepth::ReadSample(10),
+        },
+        restore_test: RestoreTestPolicy {
+            every: Some(Duration::from_secs(7 * 86_400)),
+            max_evidence_age: Duration::from_secs(max_evidence_secs),
+            sample_files: Some(100),
+        },
+        rpo: Duration::from_secs(rpo_secs),
+        repository: RepositoryId::new("main"),
+    }
+}
+
+pub(crate) fn evidence() -> RestoreEvidence {
+    RestoreEvidence {
+        restored: vec!["/etc".into()],
+        files: 120,
+        bytes: 4096,
+        digests_compared: 120,
+        digests_matched: 120,
+        duration_ms: 1500,
+        location: "server:/var/lib/vouch/sandbox/1".into(),
+    }
+}
+
+/// One event of every type, in the order of `EVENT_TYPES`.
+pub(crate) fn sample_events() -> Vec<Event> {
+    let job = JobId::new("j1");
+    let agent = AgentId::new("a1");
+    let alert = AlertId::new("al1");
+    vec![
+        PlanCreated {
+            plan: PlanId::new("p1"),
+            definition: plan_def(86_400, 30 * 86_400),
+        }
+        .into(),
+        PlanChanged {
+            plan: PlanId::new("p1"),
+            definition: plan_def(3_600, 86_400),
+        }
+        .into(),
+        PlanRemoved {
+            plan: PlanId::new("p1"),
+        }
+        .into(),
+        JobScheduled {
+            job: job.clone(),
+            kind: JobKind::Backup,
+            plan: Some(PlanId::new("p1")),
+            point: None,
+            due_unix_ns: 1_000,
+            attempt: 1,
+        }
+        .into(),
+        JobStarted {
+            job: job.clone(),
+            agent: Some(agent.clone()),
+        }
+        .into(),
+        JobProgress {
+            job: job.clone(),
+            checkpoint: vec![1, 2, 3],
+            done_bytes: 10,
+            total_bytes: Some(20),
+        }
+        .into(),
+        JobFinished { job: job.clone() }.into(),
+        JobFailed {
+            job: job.clone(),
+            error_kind: "io".into(),
+            message: "disk full".into(),
+            retryable: true,
+        }
+        .into(),
+        JobAbandoned {
+            job: job.clone(),
+            reason: "lease expired".into(),
+        }
+        .into(),
+        BackupCommitted {
+            job: Some(job.clone()),
+            plan: Some(PlanId::new("p1")),
+            repository: RepositoryId::new("main"),
+            snapshot: sid(1),
+            snapshot_time_unix_ns: 2_000,
+            summary: BackupSummary {
+                files: 3,
+                bytes: 300,
+                added_bytes: 100,
+                stored_bytes: 60,
+                duration_ms: 7,
+            },
+        }
+        .into(),
+        PointDiscovered {
+            repository: RepositoryId::new("main"),
+            snapshot: sid(2),
+            snapshot_time_unix_ns: 3,
+            plan: None,
+        }
+        .into(),
+        VerificationStarted {
+            point: sid(1),
+            job: Some(job.clone()),
+            depth: VerifyDepth::Structure,
+        }
+        .into(),
+        VerificationPassed {
+            point: sid(1),
+            job: Some(job.clone()),
+            depth: VerifyDepth::ReadAll,
+            bytes_read: 300,
+            blobs_checked: 3,
+        }
+        .into(),
+        VerificationFailed {
+            point: sid(1),
+            job: None,
+            depth: VerifyDepth::ReadSample(5),
+            bytes_read: 30,
+            damaged: vec!["pack 00ab".into()],
+        }
+        .into(),
+        RestoreTestStarted {
+            point: sid(1),
+            job: Some(job.clone()),
+        }
+        .into(),
+        RestoreTestPassed {
+            point: sid(1),
+            job: Some(job.clone()),
+            evidence: evidence(),
+        }
+        .into(),
+        RestoreTestFailed {
+            point: sid(1),
+            job: None,
+            evidence: evidence(),
+            reason: "digest mismatch".into(),
+        }
+        .into(),
+        PointForgotten {
+            point: sid(1),
+            rule: "keep-last 3".into(),
+        }
+        .into(),
+        PointLocked {
+            point: sid(1),
+            until_unix_ns: 9_000,
+        }
+        .into(),
+        AnomalyDetected {
+            point: sid(1),
+            compared_with: Some(sid(2)),
+            signals: vec![AnomalySignal {
+                kind: "entropy-jump".into(),
+                score_permille: 900,
+                detail: "x".into(),
+            }],
+        }
+        .into(),
+        AlertRaised {
+            alert: alert.clone(),
+            severity: Severity::Critical,
+            subject: "plan p1".into(),
+            message: "m".into(),
+        }
+        .into(),
+        AlertDelivered {
+            alert: alert.clone(),
+            receiver: "ops".into(),
+            attempt: 1,
+        }
+        .into(),
+        AlertDeliveryFailed {
+            alert: alert.clone(),
+            receiver: "ops".into(),
+            attempt: 2,
+            error: "timeout".into(),
+            will_retry: true,
+        }
+        .into(),
+        AlertResolved { alert }.into(),
+        AgentRegistered {
+            agent: agent.clone(),
+            hostname: "web-1".into(),
+            os: "linux".into(),
+            version: "0.1.0".into(),
+        }
+        .into(),
+        AgentSeen {
+            agent: agent.clone(),
+        }
+        .into(),
+        LeaseGranted {
+            agent: agent.clone(),
+            job: job.clone(),
+            expires_unix_ns: 5_000,
+        }
+        .into(),
+        LeaseExpired { agent, job }.into(),
+        ServiceStarted {
+            version: "0.1.0".into(),
+        }
+        .into(),
+        ConfigurationChanged {
+            digest: "00".repeat(32),
+            summary: "alerts.receivers".into(),
+        }
+        .into(),
+    ]
+}
