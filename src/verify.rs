@@ -204,9 +204,17 @@ pub fn verify(
     // Snapshots: every tree loads, every blob is indexed; map damage to paths.
     let snapshots = repo.list_snapshots()?;
     report.snapshots = snapshots.len() as u64;
+    let mut scan = Scan {
+        repo,
+        index: &index,
+        bad: &bad_blobs,
+        dirty: HashMap::new(),
+    };
     for (sid, manifest) in &snapshots {
-        let (paths, count, problems) =
-            affected_paths(repo, &index, sid, &manifest.tree, &bad_blobs);
+        if !scan.is_dirty(&manifest.tree) {
+            continue;
+        }
+        let (paths, count, problems) = affected_paths(&mut scan, sid, &manifest.tree);
         report.damage.extend(problems);
         if count > 0 {
             report.affected.push(Affected {
@@ -300,13 +308,49 @@ fn read_back(
 
 /// Walks a snapshot; returns damaged paths (first 100), their count, and
 /// structural problems (missing blobs, unreadable trees).
+/// Which trees reach damage, each tree read once across all snapshots
+/// (snapshots share most of their trees).
+struct Scan<'a> {
+    repo: &'a Repository,
+    index: &'a MasterIndex,
+    bad: &'a HashSet<BlobId>,
+    dirty: HashMap<BlobId, bool>,
+}
+
+impl Scan<'_> {
+    fn blob_bad(&self, id: &BlobId) -> bool {
+        !self.index.contains(id) || self.bad.contains(id)
+    }
+
+    /// Whether anything at or below this tree is missing, unreadable or damaged.
+    fn is_dirty(&mut self, id: &BlobId) -> bool {
+        if let Some(&d) = self.dirty.get(id) {
+            return d;
+        }
+        let d = self.blob_bad(id)
+            || match self.repo.load_tree(self.index, id) {
+                Err(_) => true,
+                Ok(tree) => tree.nodes.iter().any(|n| match n.kind {
+                    NodeKind::Dir => n.subtree.is_some_and(|s| self.is_dirty(&s)),
+                    NodeKind::File => n
+                        .content
+                        .iter()
+                        .filter_map(|e| e.blob)
+                        .any(|b| self.blob_bad(&b)),
+                    _ => false,
+                }),
+            };
+        self.dirty.insert(*id, d);
+        d
+    }
+}
+
 fn affected_paths(
-    repo: &Repository,
-    index: &MasterIndex,
+    scan: &mut Scan<'_>,
     sid: &SnapshotId,
     root: &BlobId,
-    bad: &HashSet<BlobId>,
 ) -> (Vec<String>, u64, Vec<Damage>) {
+    let (repo, index, bad) = (scan.repo, scan.index, scan.bad);
     let mut paths = BTreeSet::new();
     let mut count = 0u64;
     let mut problems = Vec::new();
@@ -347,7 +391,7 @@ fn affected_paths(
             let path = format!("{prefix}/{}", node.display_name());
             match node.kind {
                 NodeKind::Dir => {
-                    if let Some(s) = node.subtree {
+                    if let Some(s) = node.subtree.filter(|s| scan.is_dirty(s)) {
                         stack.push((path, s));
                     }
                 }

@@ -154,6 +154,26 @@ pub fn read_whole(key: &MasterKey, id: PackId, bytes: &[u8]) -> Result<IndexPack
     })
 }
 
+thread_local! {
+    /// One zstd decompression context per thread: creating one per blob
+    /// cost more than decompressing a small blob.
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn decompress(data: &[u8], capacity: usize) -> std::io::Result<Vec<u8>> {
+    DECOMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new()?);
+        }
+        match slot.as_mut() {
+            Some(d) => d.decompress(data, capacity),
+            None => zstd::bulk::decompress(data, capacity),
+        }
+    })
+}
+
 /// Decrypts, decompresses and checks one blob.
 pub fn open_blob(
     key: &MasterKey,
@@ -167,7 +187,7 @@ pub fn open_blob(
         .map_err(|_| Error::Damaged(format!("blob {} fails authentication", entry.id)))?;
     let plain = match entry.compression {
         Compression::None => stored,
-        Compression::Zstd => zstd::bulk::decompress(&stored, entry.raw_length as usize)
+        Compression::Zstd => decompress(&stored, entry.raw_length as usize)
             .map_err(|e| Error::Damaged(format!("blob {} does not decompress: {e}", entry.id)))?,
     };
     if plain.len() != entry.raw_length as usize || key.blob_id(&plain) != entry.id {
