@@ -26,7 +26,7 @@ use crate::progress::Progress;
 use crate::repo::{lock, Repository};
 use crate::util::{host_name, now_ns, user_name};
 use read::{FileResult, ReaderContext};
-use save::{BlobJob, Dedup, Saver};
+use save::{BlobJob, Dedup, Naming, Saver};
 use walk::{SourceTrie, WalkItem, Walker};
 
 /// How hard a write path works to be durable (see `docs/format.md`).
@@ -189,7 +189,7 @@ fn store_tree(
     if dedup.claim(&id) {
         blobs
             .send(BlobJob {
-                id,
+                naming: Naming::Known(id),
                 kind: BlobType::Tree,
                 data,
             })

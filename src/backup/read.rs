@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::save::{BlobJob, Dedup};
+use super::save::{BlobJob, Dedup, Naming};
 use super::Abort;
 use crate::chunker::Chunker;
 use crate::crypto::MasterKey;
@@ -93,7 +93,7 @@ fn store_chunk(ctx: &ReaderContext, data: Vec<u8>) -> Result<Extent> {
     if ctx.dedup.claim(&id) {
         ctx.blobs
             .send(BlobJob {
-                id,
+                naming: Naming::Known(id),
                 kind: BlobType::Data,
                 data,
             })
@@ -138,14 +138,36 @@ fn read_file(ctx: &ReaderContext, job: &FileJob) -> Result<FileResult> {
             }
         }
     } else {
+        // A large file: hashing moves to the workers so that it runs on
+        // every core while this thread keeps reading and cutting.
+        let mut pending = Vec::new();
         let n = ctx.chunker.stream(&mut file, |chunk| {
             crate::util::check_interrupted()?;
             if ctx.abort.is_set() {
                 return Err(ctx.abort.error_or_interrupted());
             }
-            extents.push(store_chunk(ctx, chunk.to_vec())?);
-            Ok(())
+            let (reply, id) = crossbeam_channel::bounded(1);
+            Progress::add(&ctx.progress.bytes_done, chunk.len() as u64);
+            pending.push((id, chunk.len() as u64));
+            let naming = Naming::Unnamed {
+                dedup: ctx.dedup.clone(),
+                reply,
+            };
+            ctx.blobs
+                .send(BlobJob {
+                    naming,
+                    kind: BlobType::Data,
+                    data: chunk.to_vec(),
+                })
+                .map_err(|_| ctx.abort.error_or_interrupted())
         })?;
+        for (id, length) in pending {
+            let id = id.recv().map_err(|_| ctx.abort.error_or_interrupted())?;
+            extents.push(Extent {
+                blob: Some(id),
+                length,
+            });
+        }
         bytes_read = n;
         size = n;
     }

@@ -24,12 +24,26 @@ const INCOMPRESSIBLE_RATIO: f64 = 0.97;
 
 /// A blob to store.
 pub struct BlobJob {
-    /// Its id.
-    pub id: BlobId,
+    /// How it is named.
+    pub naming: Naming,
     /// Data or tree.
     pub kind: BlobType,
     /// Plaintext.
     pub data: Vec<u8>,
+}
+
+/// Who names a blob.
+pub enum Naming {
+    /// The producer hashed it and claimed it: store it.
+    Known(BlobId),
+    /// The worker hashes it (so that hashing a large file runs on every
+    /// core), sends the id back, and stores it only if it claims it.
+    Unnamed {
+        /// Which blobs are new.
+        dedup: Arc<Dedup>,
+        /// Where the id goes.
+        reply: Sender<BlobId>,
+    },
 }
 
 /// Decides which blobs a session must store: those neither in the index nor
@@ -197,9 +211,20 @@ fn save_worker(
     let mut compressor = Compressor::new(level);
     let mut pack: Option<PackBuilder> = None;
     for job in rx {
+        let id = match job.naming {
+            Naming::Known(id) => id,
+            Naming::Unnamed { dedup, reply } => {
+                let id = key.blob_id(&job.data);
+                let _ = reply.send(id);
+                if !dedup.claim(&id) {
+                    continue;
+                }
+                id
+            }
+        };
         let (compression, stored) = compressor.compress(&job.data);
         let builder = pack.get_or_insert_with(|| PackBuilder::new(&key, pack_size + pack_size / 8));
-        builder.add(job.id, job.kind, job.data.len(), compression, stored);
+        builder.add(id, job.kind, job.data.len(), compression, stored);
         Progress::add(&progress.bytes_added, job.data.len() as u64);
         if builder.len() >= pack_size {
             if let Some(full) = pack.take() {
