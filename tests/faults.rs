@@ -340,3 +340,57 @@ fn interrupted_restore_resumes_with_the_same_command() {
     }
     assert_eq!(common::describe(&src), common::describe(&target));
 }
+
+#[test]
+fn sigint_during_restore_says_how_to_resume() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    fs::create_dir_all(&src).unwrap();
+    for i in 0..40 {
+        fs::write(src.join(format!("f{i}")), random_bytes(1 << 20, 500 + i)).unwrap();
+    }
+    let snap = env.backup(&[&src]);
+    let target = env.path("t");
+    let spec = format!("{snap}:{}", src.display());
+    let args = [
+        "restore",
+        spec.as_str(),
+        "--target",
+        target.to_str().unwrap(),
+        "--threads",
+        "1",
+    ];
+    let mut interrupted = false;
+    for delay in [20u64, 50, 100, 200] {
+        let _ = fs::remove_dir_all(&target);
+        let child = env
+            .cmd()
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay));
+        vouch_chaos::interrupt(&child).unwrap();
+        let out = child.wait_with_output().unwrap();
+        // Too early (before the handler or before the restore began) or too
+        // late (already done): try the next delay.
+        let marker = target.join(".vouch-restore-in-progress").exists();
+        if out.status.code() == Some(INTERRUPTED) && marker {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("run the same command again"), "{err}");
+            interrupted = true;
+            break;
+        }
+        assert!(
+            matches!(out.status.code(), Some(0) | Some(INTERRUPTED) | None),
+            "{:?}",
+            out.status
+        );
+    }
+    assert!(interrupted, "no SIGINT landed during the restore");
+    let out = env.ok(&[args[0], args[1], args[2], args[3], "--json", "--verify"]);
+    assert_eq!(common::summary_of(&out)["summary"]["resumed"], true);
+    assert_eq!(common::describe(&src), common::describe(&target));
+}

@@ -199,3 +199,74 @@ fn excludes_and_cache_dirs() {
     assert!(ls.contains("CACHEDIR.TAG"));
     assert!(!ls.contains("cache/big"), "{ls}");
 }
+
+#[test]
+fn exclude_file_and_one_file_system() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    fs::create_dir_all(src.join("logs")).unwrap();
+    fs::write(src.join("logs/a.log"), b"log").unwrap();
+    fs::write(src.join("data"), b"data").unwrap();
+    let excl = env.path("excludes");
+    fs::write(&excl, "# comment\n\n*.log\n").unwrap();
+    env.ok(&[
+        "backup",
+        "--exclude-file",
+        excl.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
+    let ls = env.ok(&["ls", "latest"]);
+    assert!(ls.contains("/data") && !ls.contains("a.log"), "{ls}");
+    if !common::is_root() {
+        eprintln!("SKIPPED: --one-file-system part needs root to mount a tmpfs");
+        return;
+    }
+    let _mnt = vouch_chaos::Tmpfs::mount(&src.join("mnt"), 1 << 20).unwrap();
+    fs::write(src.join("mnt/other-fs"), b"elsewhere").unwrap();
+    env.ok(&["backup", "--one-file-system", src.to_str().unwrap()]);
+    let ls = env.ok(&["ls", "latest"]);
+    assert!(
+        ls.lines().any(|l| l.ends_with("/mnt")),
+        "the mount point itself is recorded: {ls}"
+    );
+    assert!(!ls.contains("other-fs"), "{ls}");
+    env.ok(&["backup", src.to_str().unwrap()]);
+    assert!(env.ok(&["ls", "latest"]).contains("other-fs"));
+}
+
+#[test]
+fn restore_include_and_exclude() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    fs::create_dir_all(src.join("a/deep")).unwrap();
+    fs::create_dir_all(src.join("b")).unwrap();
+    fs::write(src.join("a/deep/x.txt"), b"x").unwrap();
+    fs::write(src.join("a/y.bin"), b"y").unwrap();
+    fs::write(src.join("b/z.txt"), b"z").unwrap();
+    let snap = env.backup(&[&src]);
+    let spec = format!("{snap}:{}", src.display());
+    let t1 = env.path("t1");
+    env.ok(&[
+        "restore",
+        &spec,
+        "--target",
+        t1.to_str().unwrap(),
+        "--include",
+        "*.txt",
+    ]);
+    assert!(t1.join("a/deep/x.txt").exists() && t1.join("b/z.txt").exists());
+    assert!(!t1.join("a/y.bin").exists());
+    let t2 = env.path("t2");
+    env.ok(&[
+        "restore",
+        &spec,
+        "--target",
+        t2.to_str().unwrap(),
+        "--exclude",
+        "deep",
+    ]);
+    assert!(t2.join("a/y.bin").exists() && t2.join("b/z.txt").exists());
+    assert!(!t2.join("a/deep").exists());
+}
