@@ -3,6 +3,7 @@
 //! with bounded channels between the stages, then the commit protocol
 //! (packs, index, sync, manifest).
 
+mod assemble;
 mod exclude;
 mod read;
 mod save;
@@ -20,14 +21,15 @@ pub use save::Compressor;
 
 use crate::backend::WriteSync;
 use crate::error::{Error, Result};
-use crate::format::{encode, BlobType, IndexFile, Manifest, Node, NodeKind, Summary, Tree};
-use crate::id::{BlobId, SnapshotId};
+use crate::format::{IndexFile, Manifest, Summary};
+use crate::id::SnapshotId;
 use crate::progress::Progress;
 use crate::repo::{lock, Repository};
 use crate::util::{host_name, now_ns, user_name};
-use read::{FileResult, ReaderContext};
-use save::{BlobJob, Dedup, Naming, Saver};
-use walk::{SourceTrie, WalkItem, Walker};
+use assemble::{Assembler, Warnings};
+use read::ReaderContext;
+use save::{Dedup, Saver};
+use walk::{SourceTrie, Walker};
 
 /// How hard a write path works to be durable (see `docs/format.md`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -175,29 +177,6 @@ fn path_strings(paths: &[PathBuf]) -> Vec<String> {
         .collect()
 }
 
-/// Stores a tree blob if new; returns its id.
-fn store_tree(
-    repo: &Repository,
-    dedup: &Dedup,
-    blobs: &crossbeam_channel::Sender<BlobJob>,
-    abort: &Abort,
-    mut nodes: Vec<Node>,
-) -> Result<BlobId> {
-    nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    let data = encode(&Tree { nodes });
-    let id = repo.key().blob_id(&data);
-    if dedup.claim(&id) {
-        blobs
-            .send(BlobJob {
-                naming: Naming::Known(id),
-                kind: BlobType::Tree,
-                data,
-            })
-            .map_err(|_| abort.error_or_interrupted())?;
-    }
-    Ok(id)
-}
-
 /// Backs up `opts.paths` into `repo` and commits a snapshot.
 #[tracing::instrument(skip_all, fields(repo = %repo.backend().location(), paths = ?opts.paths))]
 pub fn backup(
@@ -257,7 +236,7 @@ pub fn backup(
 
     let abort = Arc::new(Abort::default());
     let dedup = Arc::new(Dedup::new(index.clone()));
-    let warnings = Arc::new(Mutex::new(Vec::<String>::new()));
+    let warnings = Arc::new(Warnings::new(progress.clone()));
     let saver = Saver::start(
         repo,
         cpu_threads,
@@ -314,76 +293,17 @@ pub fn backup(
         })
         .expect("spawning the walker");
 
-    // The assembler: builds trees bottom-up in walk order.
-    let mut summary = Summary::default();
-    let assembled = (|| -> Result<BlobId> {
-        let mut stack: Vec<Vec<Node>> = vec![Vec::new()];
-        for item in item_rx {
-            match item {
-                WalkItem::DirStart => stack.push(Vec::new()),
-                WalkItem::Entry(node, pending) => {
-                    let mut node = *node;
-                    if let Some(rx) = pending {
-                        match rx.recv() {
-                            Ok(FileResult::Done {
-                                extents,
-                                size,
-                                bytes_read,
-                                changed,
-                            }) => {
-                                if changed {
-                                    let msg = format!(
-                                        "{}: changed while being read",
-                                        String::from_utf8_lossy(&node.name)
-                                    );
-                                    Progress::add(&progress.warnings, 1);
-                                    if let Ok(mut w) = warnings.lock() {
-                                        w.push(msg);
-                                    }
-                                }
-                                node.content = extents;
-                                node.size = size;
-                                summary.files_read += 1;
-                                summary.bytes_read += bytes_read;
-                            }
-                            Ok(FileResult::Unreadable(msg)) => {
-                                Progress::add(&progress.warnings, 1);
-                                if let Ok(mut w) = warnings.lock() {
-                                    w.push(msg);
-                                }
-                                continue;
-                            }
-                            Err(_) => return Err(abort.error_or_interrupted()),
-                        }
-                    } else if node.kind == NodeKind::File {
-                        summary.files_unchanged += 1;
-                    }
-                    match node.kind {
-                        NodeKind::File => {
-                            summary.files += 1;
-                            summary.total_bytes += node.size;
-                        }
-                        NodeKind::Dir => summary.dirs += 1,
-                        _ => summary.others += 1,
-                    }
-                    if let Some(top) = stack.last_mut() {
-                        top.push(node);
-                    }
-                }
-                WalkItem::DirEnd(node) => {
-                    let mut node = *node;
-                    let nodes = stack.pop().unwrap_or_default();
-                    node.subtree = Some(store_tree(repo, &dedup, &saver.tx, &abort, nodes)?);
-                    summary.dirs += 1;
-                    if let Some(top) = stack.last_mut() {
-                        top.push(node);
-                    }
-                }
-            }
-        }
-        let root = stack.pop().unwrap_or_default();
-        store_tree(repo, &dedup, &saver.tx, &abort, root)
-    })();
+    // The assembler builds the trees bottom-up, in walk order, on this thread.
+    let mut assembler = Assembler {
+        repo,
+        dedup: &dedup,
+        blobs: &saver.tx,
+        abort: &abort,
+        warnings: &warnings,
+        summary: Summary::default(),
+    };
+    let assembled = assembler.run(item_rx);
+    let mut summary = assembler.summary;
     if let Err(e) = &assembled {
         abort.set(clone_error(e));
     }
@@ -417,7 +337,7 @@ pub fn backup(
         repo.backend().sync_all()?;
     }
     guard.check()?;
-    let all_warnings = warnings.lock().map(|w| w.clone()).unwrap_or_default();
+    let all_warnings = warnings.take();
     summary.warnings = all_warnings.len() as u64;
     summary.bytes_stored = bytes_stored;
     summary.duration_ms = started.elapsed().as_millis() as u64;

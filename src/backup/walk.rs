@@ -9,10 +9,11 @@ use std::fs::Metadata;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
+use super::assemble::Warnings;
 use super::exclude::Excludes;
 use super::read::{FileJob, FileResult};
 use super::Abort;
@@ -76,7 +77,7 @@ pub struct Walker {
     /// Counters.
     pub progress: Arc<Progress>,
     /// Warnings for the manifest.
-    pub warnings: Arc<Mutex<Vec<String>>>,
+    pub warnings: Arc<Warnings>,
     /// Name caches.
     pub users: HashMap<u32, Option<String>>,
     /// Name caches.
@@ -118,11 +119,7 @@ impl Walker {
     }
 
     fn warn(&self, msg: String) {
-        tracing::warn!("{msg}");
-        Progress::add(&self.progress.warnings, 1);
-        if let Ok(mut w) = self.warnings.lock() {
-            w.push(msg);
-        }
+        self.warnings.push(msg);
     }
 
     fn node(&mut self, name: &[u8], meta: &Metadata) -> Node {
