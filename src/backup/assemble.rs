@@ -67,9 +67,9 @@ pub struct Assembler<'a> {
 
 impl Assembler<'_> {
     /// Consumes the walk; returns the root tree's id.
-    pub fn run(&mut self, items: Receiver<WalkItem>) -> Result<BlobId> {
+    pub fn run(&mut self, items: Receiver<Vec<WalkItem>>) -> Result<BlobId> {
         let mut stack: Vec<Vec<Node>> = vec![Vec::new()];
-        for item in items {
+        for item in items.into_iter().flatten() {
             match item {
                 WalkItem::DirStart => stack.push(Vec::new()),
                 WalkItem::Entry(node, pending) => {

@@ -267,13 +267,16 @@ pub fn backup(
     drop(job_rx);
     drop(ctx);
 
-    let (item_tx, item_rx) = bounded(4096);
+    // Batches of walk items: 16 x 256 entries in flight at most.
+    let (item_tx, item_rx) = bounded(16);
     let walker = Walker {
         repo: repo.clone(),
         index: index.clone(),
         excludes,
         one_file_system: opts.one_file_system,
         items: item_tx,
+        batch: Vec::new(),
+        prefetch: walk::Prefetcher::start(read_threads),
         jobs: job_tx,
         abort: abort.clone(),
         progress: progress.clone(),

@@ -23,6 +23,83 @@ use crate::progress::Progress;
 use crate::repo::{MasterIndex, Repository};
 use crate::util::users;
 
+/// Reads directories and stats their entries on a few threads ahead of the
+/// walker, so that on a cold cache the disk sees several metadata reads at
+/// once; the walker's own `lstat`s then hit the cache. Hints are dropped
+/// when the queue is full: prefetching is an optimisation, never a duty.
+pub struct Prefetcher {
+    tx: Option<Sender<PathBuf>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Prefetcher {
+    /// Starts `threads` prefetching threads (0: none).
+    pub fn start(threads: usize) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if threads == 0 {
+            return Self {
+                tx: None,
+                stop,
+                threads: Vec::new(),
+            };
+        }
+        let (tx, rx) = bounded::<PathBuf>(4096);
+        let threads = (0..threads)
+            .filter_map(|i| {
+                let rx = rx.clone();
+                let stop = stop.clone();
+                std::thread::Builder::new()
+                    .name(format!("prefetch-{i}"))
+                    .spawn(move || {
+                        let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
+                        for dir in rx {
+                            if stopped() {
+                                return;
+                            }
+                            let Ok(entries) = std::fs::read_dir(&dir) else {
+                                continue;
+                            };
+                            for e in entries.flatten() {
+                                if stopped() {
+                                    return;
+                                }
+                                let _ = std::fs::symlink_metadata(e.path());
+                            }
+                        }
+                    })
+                    .ok()
+            })
+            .collect();
+        Self {
+            tx: Some(tx),
+            stop,
+            threads,
+        }
+    }
+
+    /// Suggests a directory the walker will soon enter.
+    pub fn hint(&self, dir: PathBuf) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.try_send(dir);
+        }
+    }
+}
+
+impl Drop for Prefetcher {
+    fn drop(&mut self) {
+        // The walk is over: what is still queued is of no use.
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.tx = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Entries per message to the assembler.
+pub const BATCH: usize = 256;
+
 /// What the walker tells the assembler.
 pub enum WalkItem {
     /// A directory's entries follow.
@@ -69,7 +146,12 @@ pub struct Walker {
     /// Stay on each source's file system.
     pub one_file_system: bool,
     /// To the assembler.
-    pub items: Sender<WalkItem>,
+    pub items: Sender<Vec<WalkItem>>,
+    /// Warms the inode cache ahead of the walk.
+    pub prefetch: Prefetcher,
+    /// Items not sent yet: they travel in batches, one channel operation per
+    /// [`BATCH`] entries instead of one per entry.
+    pub batch: Vec<WalkItem>,
     /// To the readers.
     pub jobs: Sender<FileJob>,
     /// Abort flag.
@@ -112,9 +194,21 @@ fn kind_of(meta: &Metadata) -> NodeKind {
 }
 
 impl Walker {
-    fn send(&self, item: WalkItem) -> Result<()> {
+    fn send(&mut self, item: WalkItem) -> Result<()> {
+        self.batch.push(item);
+        if self.batch.len() >= BATCH {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
         self.items
-            .send(item)
+            .send(batch)
             .map_err(|_| self.abort.error_or_interrupted())
     }
 
@@ -178,9 +272,11 @@ impl Walker {
             // `/` itself is a source: its contents are the root tree.
             let root =
                 std::fs::symlink_metadata("/").map_err(|_| Error::SourceMissing("/".into()))?;
-            return self.walk_dir_contents(Path::new("/"), parent_root.as_ref(), root.dev(), false);
+            self.walk_dir_contents(Path::new("/"), parent_root.as_ref(), root.dev(), false)?;
+            return self.flush();
         }
-        self.walk_virtual(Path::new("/"), trie, parent_root.as_ref())
+        self.walk_virtual(Path::new("/"), trie, parent_root.as_ref())?;
+        self.flush()
     }
 
     fn walk_virtual(&mut self, dir: &Path, trie: &SourceTrie, parent: Option<&Tree>) -> Result<()> {
@@ -292,7 +388,13 @@ impl Walker {
         let mut names: Vec<OsString> = Vec::new();
         for entry in entries {
             match entry {
-                Ok(e) => names.push(e.file_name()),
+                Ok(e) => {
+                    // d_type, no stat: hand subdirectories to the prefetcher.
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        self.prefetch.hint(e.path());
+                    }
+                    names.push(e.file_name())
+                }
                 Err(e) => self.warn(format!("{}: error while listing: {e}", dir.display())),
             }
         }
