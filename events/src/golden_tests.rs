@@ -1,7 +1,8 @@
 //! Golden bytes: the encoding of every event type and of the envelope is
 //! pinned. A failure here means the on-disk format changed: add a schema
-//! version and an upcaster instead (see `upcast.rs`). To regenerate after a
-//! *deliberate* new version, run with `VOUCH_BLESS=1` and review the diff.
+//! version and an upcaster instead (see `upcast.rs`). After adding a new
+//! (type, version), `VOUCH_BLESS=1` appends its golden line (and creates a
+//! missing fixture log); it refuses to change an existing line or fixture.
 
 use std::collections::BTreeMap;
 
@@ -35,23 +36,42 @@ fn every_event_type_has_a_sample() {
     }
 }
 
-#[test]
-fn payload_encodings_match_golden_bytes() {
-    let now = encodings();
-    if std::env::var_os("VOUCH_BLESS").is_some() {
-        let text: String = now.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
-        std::fs::write(
-            concat!(env!("CARGO_MANIFEST_DIR"), "/src/golden/v1.txt"),
-            text,
-        )
-        .expect("bless");
-        return;
-    }
-    let golden: BTreeMap<String, String> = GOLDEN_V1
+fn golden() -> BTreeMap<String, String> {
+    GOLDEN_V1
         .lines()
         .filter_map(|l| l.split_once(' '))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
+        .collect()
+}
+
+#[test]
+fn payload_encodings_match_golden_bytes() {
+    let now = encodings();
+    let golden = golden();
+    if std::env::var_os("VOUCH_BLESS").is_some() {
+        // Existing lines are a frozen contract: blessing only appends the
+        // lines of new (type, version) pairs and refuses to change any.
+        for (k, v) in &now {
+            if let Some(old) = golden.get(k) {
+                assert_eq!(
+                    old, v,
+                    "refusing to bless: the encoding of {k} changed; add a schema version instead"
+                );
+            }
+        }
+        let new: String = now
+            .iter()
+            .filter(|(k, _)| !golden.contains_key(*k))
+            .map(|(k, v)| format!("{k} {v}\n"))
+            .collect();
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/golden/v1.txt");
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .expect("open golden file");
+        std::io::Write::write_all(&mut f, new.as_bytes()).expect("bless");
+        return;
+    }
     for (k, v) in &now {
         assert_eq!(golden.get(k), Some(v), "encoding of {k} changed");
     }
@@ -59,14 +79,21 @@ fn payload_encodings_match_golden_bytes() {
 }
 
 #[test]
-fn every_golden_payload_decodes_to_the_sample() {
-    for (e, line) in sample_events()
-        .iter()
-        .zip(GOLDEN_V1.lines().collect::<Vec<_>>().iter())
-    {
-        let _ = line;
+fn regression_t2_every_sample_encodes_to_its_golden_line_and_back() {
+    let golden = golden();
+    for e in sample_events() {
+        let key = format!("{}@v{}", e.event_type(), e.schema_version());
+        let line = golden
+            .get(&key)
+            .unwrap_or_else(|| panic!("no golden line for {key}"));
         let bytes = e.encode_payload().expect("encode");
-        assert_eq!(&decode_event(e.event_type(), e.schema_version(), &bytes), e);
+        assert_eq!(&hex::encode(&bytes), line, "encoding of {key} changed");
+        let pinned = hex::decode(line).expect("hex");
+        assert_eq!(
+            decode_event(e.event_type(), e.schema_version(), &pinned),
+            e,
+            "golden bytes of {key} no longer decode to the sample"
+        );
     }
     for line in GOLDEN_V1.lines() {
         let (k, v) = line.split_once(' ').expect("line");
@@ -142,8 +169,9 @@ fn the_v1_fixture_log_still_reads() {
     use crate::log::{verify_chain, EventLog, LogOptions, LogReader};
 
     let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/log-v1");
-    if std::env::var_os("VOUCH_BLESS").is_some() {
-        let _ = std::fs::remove_dir_all(&fixture);
+    if std::env::var_os("VOUCH_BLESS").is_some() && !fixture.exists() {
+        // A committed fixture is never rewritten: bless only creates a
+        // missing one (a new version gets a new directory).
         let clock = ManualClock::new(1_800_000_000_000_000_000);
         let mut log =
             EventLog::open(&fixture, LogOptions::default(), Arc::new(clock)).expect("open");

@@ -59,10 +59,10 @@ pub use log::{
 };
 pub use plan::{PlanDefinition, RestoreTestPolicy, VerificationPolicy, VerifyDepth};
 pub use projection::{
-    plan_protection, rollup, Agent, AgentsProjection, Alert, AlertsProjection, Delivery,
-    Inconsistency, Job, JobError, JobState, JobsProjection, Plan, PlanProtection, PlansProjection,
-    Point, PointOrigin, PointState, PointsProjection, Projections, Protection, Recorded,
-    RestoreOutcome, UnknownSeen, VerificationOutcome, PROJECTION_SNAPSHOT_VERSION,
+    plan_protection, rollup, Agent, AgentsProjection, Alert, AlertsProjection, BackupOutcome,
+    Delivery, Inconsistency, Job, JobError, JobState, JobsProjection, Plan, PlanProtection,
+    PlansProjection, Point, PointOrigin, PointState, PointsProjection, Projections, Protection,
+    Recorded, RestoreOutcome, UnknownSeen, VerificationOutcome, PROJECTION_SNAPSHOT_VERSION,
 };
 pub use retention::{
     apply_retention, KeepPolicy, KeepReason, RetentionCandidate, RetentionDecision,

@@ -28,7 +28,7 @@ use crate::util::users;
 /// once; the walker's own `lstat`s then hit the cache. Hints are dropped
 /// when the queue is full: prefetching is an optimisation, never a duty.
 pub struct Prefetcher {
-    tx: Option<Sender<PathBuf>>,
+    tx: Option<Sender<(PathBuf, Option<u64>)>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
@@ -44,7 +44,7 @@ impl Prefetcher {
                 threads: Vec::new(),
             };
         }
-        let (tx, rx) = bounded::<PathBuf>(4096);
+        let (tx, rx) = bounded::<(PathBuf, Option<u64>)>(4096);
         let threads = (0..threads)
             .filter_map(|i| {
                 let rx = rx.clone();
@@ -53,9 +53,14 @@ impl Prefetcher {
                     .name(format!("prefetch-{i}"))
                     .spawn(move || {
                         let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
-                        for dir in rx {
+                        for (dir, same_fs) in rx {
                             if stopped() {
                                 return;
+                            }
+                            // Never wander onto another file system the walk will not enter.
+                            let dev = std::fs::symlink_metadata(&dir).map(|m| m.dev());
+                            if same_fs.is_some_and(|want| dev.as_ref().ok() != Some(&want)) {
+                                continue;
                             }
                             let Ok(entries) = std::fs::read_dir(&dir) else {
                                 continue;
@@ -78,10 +83,11 @@ impl Prefetcher {
         }
     }
 
-    /// Suggests a directory the walker will soon enter.
-    pub fn hint(&self, dir: PathBuf) {
+    /// Suggests a directory the walker will soon enter; with `same_fs`, only
+    /// if it is on that device.
+    pub fn hint(&self, dir: PathBuf, same_fs: Option<u64>) {
         if let Some(tx) = &self.tx {
-            let _ = tx.try_send(dir);
+            let _ = tx.try_send((dir, same_fs));
         }
     }
 }
@@ -390,8 +396,10 @@ impl Walker {
             match entry {
                 Ok(e) => {
                     // d_type, no stat: hand subdirectories to the prefetcher.
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        self.prefetch.hint(e.path());
+                    let path = e.path();
+                    if e.file_type().is_ok_and(|t| t.is_dir()) && !self.excludes.excluded(&path) {
+                        let same_fs = self.one_file_system.then_some(root_dev);
+                        self.prefetch.hint(path, same_fs);
                     }
                     names.push(e.file_name())
                 }

@@ -11,12 +11,16 @@ use crate::error::{EventError, Result};
 use crate::format::{EventHash, SEGMENT_HEADER_LEN};
 use crate::log::frame::{read_frame, Frame};
 use crate::log::notify::Notifier;
-use crate::log::segment::{check_header, list_segments, SegmentFile};
+use crate::log::segment::{check_header, find_whole_record, list_segments, SegmentFile};
 use crate::Envelope;
 
 /// Reads the log of a directory. Safe to use while a writer appends: it
-/// stops at the last whole record (and, for a [`Subscription`], at the last
-/// durable one).
+/// ends cleanly at the end of the data on a record boundary, or at a record
+/// cut short with nothing whole after it (a write in flight, or a torn tail
+/// the writer cuts when it next opens), except that a [`Subscription`] treats
+/// even that as damage for a seq the writer acknowledged. Any other damage
+/// (a bad checksum or length, or a whole record after the damage) is an
+/// [`EventError::Corrupt`], never a silently short replay.
 #[derive(Clone, Debug)]
 pub struct LogReader {
     dir: PathBuf,
@@ -64,7 +68,7 @@ impl Iterator for Replay {
         if self.failed {
             return None;
         }
-        let item = self.cursor.next().transpose();
+        let item = self.cursor.next(false).transpose();
         self.failed = matches!(item, Some(Err(_)));
         item
     }
@@ -167,8 +171,10 @@ impl Cursor {
         }
     }
 
-    /// The next envelope, or `None` at the current end of the log.
-    fn next(&mut self) -> Result<Option<Envelope>> {
+    /// The next envelope, or `None` at the current end of the log. A
+    /// damaged record is an error, never an end; `durable` says the writer
+    /// has acknowledged `next_seq`, so even a record cut short is damage.
+    fn next(&mut self, durable: bool) -> Result<Option<Envelope>> {
         if self.segment.is_none() && !self.locate()? {
             return Ok(None);
         }
@@ -205,7 +211,18 @@ impl Cursor {
                     return Ok(Some(env));
                 }
                 // The end of what is there now: new data or a new segment.
-                _ => {
+                other => {
+                    let damage = match other {
+                        Frame::End => None,
+                        Frame::Truncated => Some(("record cut short".to_string(), true)),
+                        Frame::BadLength(l) => {
+                            Some((format!("impossible record length {l}"), false))
+                        }
+                        Frame::BadHash => {
+                            Some(("record does not match its checksum".to_string(), false))
+                        }
+                        Frame::Record { .. } => unreachable!("handled above"),
+                    };
                     if !refilled && self.refill()? {
                         refilled = true;
                         continue;
@@ -214,7 +231,35 @@ impl Cursor {
                         refilled = false;
                         continue;
                     }
-                    return Ok(None);
+                    let Some((what, short)) = damage else {
+                        // EOF exactly at a frame boundary: a clean end.
+                        return Ok(None);
+                    };
+                    // A record cut short with nothing whole after it is a
+                    // write still in flight (or a torn tail the writer will
+                    // cut when it opens), unless the writer has told us this
+                    // seq is durable. Anything else is damage.
+                    let after = find_whole_record(&self.data, self.pos);
+                    if short && after.is_none() && !durable {
+                        return Ok(None);
+                    }
+                    let following = match after {
+                        Some((at, _)) => {
+                            format!("; a whole record follows at byte {}", self.base + at as u64)
+                        }
+                        None if short => "; the writer had acknowledged it".to_string(),
+                        None => String::new(),
+                    };
+                    return Err(EventError::Corrupt {
+                        path: self
+                            .segment
+                            .as_ref()
+                            .map(|s| s.path.clone())
+                            .unwrap_or_default(),
+                        offset: self.base + self.pos as u64,
+                        seq: self.next_seq,
+                        message: format!("{what}{following}"),
+                    });
                 }
             }
         }
@@ -250,7 +295,7 @@ impl Subscription {
         if self.notifier.wait_for(want, timeout) < want {
             return Ok(None);
         }
-        self.cursor.next()
+        self.cursor.next(true)
     }
 
     /// Every durable event not yet delivered, without waiting.
@@ -258,7 +303,7 @@ impl Subscription {
         let committed = self.notifier.committed();
         let mut out = Vec::new();
         while self.cursor.next_seq <= committed {
-            match self.cursor.next()? {
+            match self.cursor.next(true)? {
                 Some(env) => out.push(env),
                 None => break,
             }

@@ -185,3 +185,25 @@ pub(crate) fn walk_records(
         end,
     }
 }
+
+/// The first whole record (length plausible, checksum matching its body) at
+/// or after `from`, scanning byte by byte: its offset and, if its body
+/// decodes, its seq. A torn tail has none; damage in the middle of the data
+/// does (a matching BLAKE3 checksum is never produced by chance).
+pub(crate) fn find_whole_record(data: &[u8], from: usize) -> Option<(usize, Option<u64>)> {
+    let mut pos = from;
+    while pos < data.len() {
+        // Cheap filter before hashing: a version-1 envelope body is a
+        // msgpack array of six fields (0x96).
+        let rest = &data[pos..];
+        if rest.len() > crate::format::RECORD_HEADER_LEN
+            && rest[crate::format::RECORD_HEADER_LEN] == 0x96
+        {
+            if let Frame::Record { body, .. } = read_frame(rest) {
+                return Some((pos, decode_persisted(body).ok().map(|e| e.seq)));
+            }
+        }
+        pos += 1;
+    }
+    None
+}

@@ -482,3 +482,221 @@ mod garbage {
         }
     }
 }
+
+fn torn_files(dir: &Path) -> Vec<String> {
+    let mut out: Vec<String> = fs::read_dir(dir)
+        .expect("ls")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".torn"))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn regression_d1_damage_followed_by_valid_records_refuses_to_open_and_cuts_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seg = log_of_five(dir.path());
+    let recs = records(&seg);
+    let mut data = fs::read(&seg).expect("read");
+    let (off, len) = recs[1];
+    data[off + len - 1] ^= 0x01; // bit rot inside seq 2; seqs 3..5 follow
+    fs::write(&seg, &data).expect("write");
+    let clock = ManualClock::new(0);
+    let err = EventLog::open(dir.path(), LogOptions::default(), Arc::new(clock))
+        .expect_err("mid-segment damage must not be cut as a torn tail");
+    match &err {
+        EventError::Corrupt {
+            path,
+            offset,
+            seq,
+            message,
+        } => {
+            assert_eq!((path, *offset, *seq), (&seg, off as u64, 2));
+            assert!(message.contains("not a torn tail"), "{message}");
+            assert!(message.contains("truncate"), "{message}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    assert_eq!(fs::read(&seg).expect("read"), data, "nothing may be cut");
+    assert!(torn_files(dir.path()).is_empty());
+}
+
+#[test]
+fn regression_d1_a_valid_record_with_a_broken_link_is_not_a_torn_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seg = log_of_five(dir.path());
+    let recs = records(&seg);
+    let data = fs::read(&seg).expect("read");
+    // Drop seq 4: seq 5 is whole but does not follow seq 3.
+    let (off, len) = recs[3];
+    let mut cut = data[..off].to_vec();
+    cut.extend_from_slice(&data[off + len..]);
+    fs::write(&seg, &cut).expect("write");
+    let err = EventLog::open(
+        dir.path(),
+        LogOptions::default(),
+        Arc::new(ManualClock::new(0)),
+    )
+    .expect_err("must refuse");
+    assert!(matches!(err, EventError::Corrupt { seq: 4, .. }), "{err}");
+    assert_eq!(fs::read(&seg).expect("read"), cut);
+}
+
+#[test]
+fn regression_d1_a_second_crash_at_the_same_seq_keeps_both_torn_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(0);
+    let tear_last = |dir: &Path| -> Vec<u8> {
+        let seg = only_segment(dir);
+        let recs = records(&seg);
+        let full = fs::read(&seg).expect("read");
+        let (off, len) = recs[recs.len() - 1];
+        fs::write(&seg, &full[..off + len / 2]).expect("tear");
+        full[off..off + len / 2].to_vec()
+    };
+    open(dir.path(), &clock)
+        .append(&[ev(1), ev(2), ev(3)])
+        .expect("append");
+    let first_tail = tear_last(dir.path());
+    assert_eq!(open(dir.path(), &clock).last_seq(), 2);
+    open(dir.path(), &clock)
+        .append_one(&ev(33))
+        .expect("append");
+    let second_tail = tear_last(dir.path());
+    assert_eq!(open(dir.path(), &clock).last_seq(), 2);
+    let names = torn_files(dir.path());
+    assert_eq!(names.len(), 2, "{names:?}");
+    let seg = only_segment(dir.path());
+    let first = fs::read(format!("{}.torn-3", seg.display())).expect("first");
+    let second = fs::read(format!("{}.torn-3.1", seg.display())).expect("second");
+    assert_eq!((first, second), (first_tail, second_tail));
+}
+
+#[test]
+fn regression_d1_a_second_interrupted_segment_creation_keeps_both() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(0);
+    open(dir.path(), &clock)
+        .append(&[ev(1), ev(2)])
+        .expect("append");
+    let name = crate::format::segment_file_name(3);
+    for content in [&b"VOUCH"[..], &b"VOU"[..]] {
+        fs::write(dir.path().join(&name), content).expect("write");
+        assert_eq!(open(dir.path(), &clock).last_seq(), 2);
+    }
+    let names = torn_files(dir.path());
+    assert_eq!(names.len(), 2, "{names:?}");
+}
+
+#[test]
+fn regression_d7_a_segment_starting_at_seq_zero_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fs::write(
+        dir.path().join(crate::format::segment_file_name(0)),
+        crate::format::segment_header(0),
+    )
+    .expect("write");
+    let r = EventLog::open(
+        dir.path(),
+        LogOptions::default(),
+        Arc::new(ManualClock::new(0)),
+    );
+    assert!(matches!(r, Err(EventError::BadSegment { .. })), "{r:?}");
+}
+
+#[test]
+fn regression_d8_the_last_segment_must_chain_to_the_one_before() {
+    let a = tempfile::tempdir().expect("tempdir");
+    let b = tempfile::tempdir().expect("tempdir");
+    // Same sizes (same segment boundaries), different hashes.
+    for (dir, t) in [(a.path(), 0), (b.path(), 1)] {
+        let clock = ManualClock::new(t);
+        let mut log = open_small(dir, &clock);
+        for i in 1..=10 {
+            log.append_one(&ev(i)).expect("append");
+        }
+    }
+    let segs_a = list_segments(a.path()).expect("list");
+    let segs_b = list_segments(b.path()).expect("list");
+    assert!(segs_a.len() > 1);
+    assert_eq!(
+        segs_a.iter().map(|s| s.first_seq).collect::<Vec<_>>(),
+        segs_b.iter().map(|s| s.first_seq).collect::<Vec<_>>()
+    );
+    let last_a = &segs_a[segs_a.len() - 1].path;
+    let foreign = fs::read(&segs_b[segs_b.len() - 1].path).expect("read");
+    fs::write(last_a, &foreign).expect("swap in a foreign segment");
+    let r = EventLog::open(
+        a.path(),
+        LogOptions::default(),
+        Arc::new(ManualClock::new(0)),
+    );
+    match r {
+        Err(EventError::Corrupt { message, .. }) => {
+            assert!(message.contains("does not chain"), "{message}")
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    assert_eq!(fs::read(last_a).expect("read"), foreign);
+}
+
+#[test]
+fn regression_d3_a_bad_checksum_in_the_last_segment_is_an_error_not_an_end() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seg = log_of_five(dir.path());
+    let recs = records(&seg);
+    for victim in [1usize, 4] {
+        let mut data = fs::read(&seg).expect("read");
+        let (off, len) = recs[victim];
+        data[off + len - 1] ^= 0x01;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        fs::write(tmp.path().join(seg.file_name().expect("name")), &data).expect("write");
+        let results: Vec<_> = LogReader::new(tmp.path())
+            .replay_from(1)
+            .expect("replay")
+            .collect();
+        assert_eq!(results.len(), victim + 1, "victim {victim}: {results:?}");
+        assert!(
+            matches!(results[victim], Err(EventError::Corrupt { seq, offset, .. })
+                if seq == victim as u64 + 1 && offset == off as u64),
+            "victim {victim}: {results:?}"
+        );
+    }
+}
+
+#[test]
+fn regression_d3_a_bad_length_in_the_last_segment_is_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seg = log_of_five(dir.path());
+    let recs = records(&seg);
+    let mut data = fs::read(&seg).expect("read");
+    let (off, _) = recs[2];
+    data[off..off + 4].copy_from_slice(&0u32.to_le_bytes());
+    fs::write(&seg, &data).expect("write");
+    let results: Vec<_> = LogReader::new(dir.path())
+        .replay_from(1)
+        .expect("replay")
+        .collect();
+    assert!(
+        matches!(
+            results.last(),
+            Some(Err(EventError::Corrupt { seq: 3, .. }))
+        ),
+        "{results:?}"
+    );
+}
+
+#[test]
+fn regression_d3_a_record_cut_short_at_the_very_end_is_a_clean_end_for_a_reader() {
+    // What a reader sees while a write is in flight, or before the writer
+    // has cut a torn tail: the end of the durable data.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seg = log_of_five(dir.path());
+    let recs = records(&seg);
+    let data = fs::read(&seg).expect("read");
+    let (off, len) = recs[4];
+    fs::write(&seg, &data[..off + len / 2]).expect("tear");
+    assert_eq!(all(dir.path()).len(), 4);
+}

@@ -16,7 +16,8 @@ use crate::log::frame::write_frame;
 use crate::log::notify::Notifier;
 use crate::log::reader::{LogReader, Subscription};
 use crate::log::segment::{
-    check_header, create_segment, list_segments, sync_dir, walk_records, SegmentFile, WalkEnd,
+    check_header, create_segment, find_whole_record, list_segments, sync_dir, walk_records,
+    SegmentFile, WalkEnd,
 };
 
 /// Options of [`EventLog::open`].
@@ -115,13 +116,40 @@ impl EventLog {
             let data = fs::read(&seg.path)
                 .map_err(|e| EventError::io(format!("reading {}", seg.path.display()), e))?;
             check_header(&seg, &data)?;
+            if seg.first_seq == 0 {
+                return Err(EventError::BadSegment {
+                    path: seg.path.clone(),
+                    message: "starts at seq 0, but sequence numbers start at 1".into(),
+                });
+            }
+            // The first record must chain to the head of the segment before
+            // (or to the genesis hash for seq 1).
             let prev = if seg.first_seq == 1 {
                 Some(GENESIS_HASH)
             } else {
-                None
+                previous_segment_head(&segments)?
             };
             let walk = walk_records(&data, seg.first_seq, prev, |_, _, _| {});
             if let WalkEnd::Damaged { offset, what } = &walk.end {
+                // A torn tail is damage with nothing whole after it. A whole
+                // record after the damage means acknowledged events were hit
+                // (bit rot, tampering): cutting would lose them and let new
+                // appends reuse their seqs, so refuse and change nothing.
+                if let Some((at, seq)) = find_whole_record(&data, *offset) {
+                    let seq = seq.map_or_else(|| "?".to_string(), |s| s.to_string());
+                    return Err(EventError::Corrupt {
+                        path: seg.path.clone(),
+                        offset: *offset as u64,
+                        seq: walk.next_seq,
+                        message: format!(
+                            "{what}; a whole record (seq {seq}) follows at byte {at}, so this is \
+                             not a torn tail and the log was left unchanged. Restore the segment \
+                             from a backup, or, to give up every event from seq {} on, copy the \
+                             segment aside, truncate it to {offset} bytes and open again",
+                            walk.next_seq
+                        ),
+                    });
+                }
                 let cut = data.len() - offset;
                 let side = set_aside_tail(&seg.path, &data[*offset..], walk.next_seq)?;
                 let f = OpenOptions::new()
@@ -136,7 +164,7 @@ impl EventLog {
                     offset,
                     bytes_cut = cut,
                     kept_in = %side.display(),
-                    last_good_seq = walk.next_seq - 1,
+                    last_good_seq = walk.next_seq.saturating_sub(1),
                     reason = %what,
                     "event log: torn tail cut at the last whole, chain-valid event"
                 );
@@ -144,11 +172,7 @@ impl EventLog {
             next_seq = walk.next_seq;
             last_hash = walk.last_hash;
             if walk.records == 0 {
-                last_hash = if seg.first_seq == 1 {
-                    GENESIS_HASH
-                } else {
-                    previous_segment_head(&segments)?
-                };
+                last_hash = prev.unwrap_or_default();
             }
             let file = OpenOptions::new()
                 .append(true)
@@ -156,6 +180,12 @@ impl EventLog {
                 .map_err(|e| EventError::io(format!("opening {}", seg.path.display()), e))?;
             active = Some((seg, file, walk.valid_len as u64));
         }
+        let last_seq = next_seq
+            .checked_sub(1)
+            .ok_or_else(|| EventError::BadSegment {
+                path: dir.clone(),
+                message: "the log would continue at seq 0; sequence numbers start at 1".into(),
+            })?;
         tracing::info!(dir = %dir.display(), next_seq, "event log opened");
         Ok(EventLog {
             dir,
@@ -165,7 +195,7 @@ impl EventLog {
             active,
             next_seq,
             last_hash,
-            notifier: Arc::new(Notifier::new(next_seq - 1)),
+            notifier: Arc::new(Notifier::new(last_seq)),
             poisoned: false,
             buf: Vec::new(),
         })
@@ -178,7 +208,8 @@ impl EventLog {
 
     /// Seq of the last durable event (0 when empty).
     pub fn last_seq(&self) -> u64 {
-        self.next_seq - 1
+        // `open` guarantees next_seq >= 1.
+        self.next_seq.saturating_sub(1)
     }
 
     /// Hash of the last durable event (the genesis hash when empty).
@@ -204,7 +235,7 @@ impl EventLog {
         if events.is_empty() {
             return Ok(AppendReceipt {
                 first_seq: self.next_seq,
-                last_seq: self.next_seq - 1,
+                last_seq: self.next_seq.saturating_sub(1),
                 last_hash: self.last_hash,
             });
         }
@@ -296,10 +327,26 @@ fn lock_dir(dir: &Path) -> Result<File> {
     Ok(f)
 }
 
-/// Moves a whole file aside (renamed with a `.torn` suffix).
+/// `<path><suffix>`, or, if that exists already, `<path><suffix>.<n>` for the
+/// first free `n`: a file set aside is never overwritten.
+fn unique_side_path(path: &Path, suffix: &str) -> PathBuf {
+    let mut base = path.as_os_str().to_owned();
+    base.push(suffix);
+    let mut candidate = PathBuf::from(&base);
+    let mut n = 1u32;
+    while fs::symlink_metadata(&candidate).is_ok() {
+        let mut next = base.clone();
+        next.push(format!(".{n}"));
+        candidate = PathBuf::from(next);
+        n += 1;
+    }
+    candidate
+}
+
+/// Moves a whole file aside (renamed with a `.torn` suffix, never over an
+/// existing file).
 fn set_aside(path: &Path) -> Result<()> {
-    let mut side = path.as_os_str().to_owned();
-    side.push(".torn");
+    let side = unique_side_path(path, ".torn");
     fs::rename(path, &side)
         .map_err(|e| EventError::io(format!("setting aside {}", path.display()), e))?;
     if let Some(dir) = path.parent() {
@@ -308,13 +355,15 @@ fn set_aside(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Writes the cut tail of a segment to `<segment>.torn-<seq>` so nothing is
-/// destroyed; returns that path.
+/// Writes the cut tail of a segment to `<segment>.torn-<seq>` (or
+/// `.torn-<seq>.<n>` if that exists: an earlier crash at the same seq) so
+/// nothing is destroyed; returns that path.
 fn set_aside_tail(path: &Path, tail: &[u8], at_seq: u64) -> Result<PathBuf> {
-    let mut side = path.as_os_str().to_owned();
-    side.push(format!(".torn-{at_seq}"));
-    let side = PathBuf::from(side);
-    let mut f = File::create(&side)
+    let side = unique_side_path(path, &format!(".torn-{at_seq}"));
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&side)
         .map_err(|e| EventError::io(format!("creating {}", side.display()), e))?;
     f.write_all(tail)
         .and_then(|()| f.sync_data())
@@ -325,11 +374,15 @@ fn set_aside_tail(path: &Path, tail: &[u8], at_seq: u64) -> Result<PathBuf> {
     Ok(side)
 }
 
-/// The head hash of the segment before the last one.
-fn previous_segment_head(segments: &[SegmentFile]) -> Result<EventHash> {
+/// The head hash of the segment before the last one, checking that it ends
+/// just before the last one starts; `None` if there is no segment before.
+fn previous_segment_head(segments: &[SegmentFile]) -> Result<Option<EventHash>> {
     let n = segments.len();
-    let Some(prev) = n.checked_sub(2).and_then(|i| segments.get(i)) else {
-        return Ok(GENESIS_HASH);
+    let (Some(prev), Some(last)) = (
+        n.checked_sub(2).and_then(|i| segments.get(i)),
+        segments.last(),
+    ) else {
+        return Ok(None);
     };
     let data = fs::read(&prev.path)
         .map_err(|e| EventError::io(format!("reading {}", prev.path.display()), e))?;
@@ -343,5 +396,17 @@ fn previous_segment_head(segments: &[SegmentFile]) -> Result<EventHash> {
             message: what,
         });
     }
-    Ok(walk.last_hash)
+    if walk.next_seq != last.first_seq {
+        return Err(EventError::Corrupt {
+            path: last.path.clone(),
+            offset: 0,
+            seq: walk.next_seq,
+            message: format!(
+                "the segment before ends at seq {}, but this one starts at seq {}",
+                walk.next_seq.saturating_sub(1),
+                last.first_seq
+            ),
+        });
+    }
+    Ok(Some(walk.last_hash))
 }

@@ -64,12 +64,14 @@ impl AgentsProjection {
                 None
             }
             Event::AgentSeen(e) => {
-                let known = self.agents.contains_key(&e.agent);
-                self.entry(&e.agent).last_seen_unix_ns = Some(at.unix_ns);
-                if known {
-                    None
-                } else {
-                    bad(format!("agent {} seen before registering", e.agent))
+                // An inconsistent event changes nothing: an agent seen
+                // before registering is only flagged.
+                match self.agents.get_mut(&e.agent) {
+                    Some(a) => {
+                        a.last_seen_unix_ns = Some(at.unix_ns);
+                        None
+                    }
+                    None => bad(format!("agent {} seen before registering", e.agent)),
                 }
             }
             Event::LeaseGranted(e) => {

@@ -101,11 +101,27 @@ impl Job {
     }
 }
 
+/// How the latest backup job of a plan that ended, ended. Kept apart from
+/// the job itself so that rescheduling or restarting a failed job under the
+/// same id does not hide the failure: it stays until a later backup job of
+/// the plan ends.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupOutcome {
+    /// The job.
+    pub job: JobId,
+    /// `Succeeded`, `Failed` or `Abandoned`.
+    pub state: JobState,
+    /// When it ended.
+    pub at: Recorded,
+}
+
 /// Every job.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobsProjection {
     /// By id.
     pub jobs: BTreeMap<JobId, Job>,
+    /// The latest ended backup job of each plan.
+    pub last_backup: BTreeMap<PlanId, BackupOutcome>,
 }
 
 impl JobsProjection {
@@ -235,16 +251,23 @@ impl JobsProjection {
             j.last_error = error;
         }
         j.updated = at;
+        if let (JobKind::Backup, Some(plan)) = (j.kind, j.plan.clone()) {
+            self.last_backup.insert(
+                plan,
+                BackupOutcome {
+                    job: job.clone(),
+                    state,
+                    at,
+                },
+            );
+        }
         None
     }
 
-    /// The latest backup job of `plan` that ended, if any.
-    pub fn last_ended_backup(&self, plan: &PlanId) -> Option<&Job> {
-        self.jobs
-            .values()
-            .filter(|j| {
-                j.kind == JobKind::Backup && j.plan.as_ref() == Some(plan) && j.state.is_terminal()
-            })
-            .max_by_key(|j| j.updated.seq)
+    /// How the latest backup job of `plan` that ended, ended, if one did. A
+    /// failure stays the answer while the job is scheduled or running again;
+    /// only a later end (success or not) replaces it.
+    pub fn last_ended_backup(&self, plan: &PlanId) -> Option<&BackupOutcome> {
+        self.last_backup.get(plan)
     }
 }

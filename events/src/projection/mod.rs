@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 pub use agents::{Agent, AgentsProjection};
 pub use alerts::{Alert, AlertsProjection, Delivery};
-pub use jobs::{Job, JobError, JobState, JobsProjection};
+pub use jobs::{BackupOutcome, Job, JobError, JobState, JobsProjection};
 pub use plans::{plan_protection, rollup, Plan, PlanProtection, PlansProjection, Protection};
 pub use points::{
     Point, PointOrigin, PointState, PointsProjection, RestoreOutcome, VerificationOutcome,
@@ -60,11 +60,16 @@ pub struct UnknownSeen {
     pub event_type: String,
     /// Its version.
     pub schema_version: u16,
+    /// Whether its type is of a family that reports on recovery points.
+    pub about_points: bool,
+    /// The point it names, if that could be told (see `docs/events.md`).
+    pub point: Option<SnapshotId>,
 }
 
 /// Version of the snapshot encoding; a snapshot of another version is
 /// ignored and the projections are rebuilt from the log.
-pub const PROJECTION_SNAPSHOT_VERSION: u16 = 1;
+/// 2: jobs keep the latest ended backup outcome of each plan (D2).
+pub const PROJECTION_SNAPSHOT_VERSION: u16 = 2;
 
 /// Every projection, folded together.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,17 +132,43 @@ impl Projections {
         }
         self.last_seq = at.seq;
         if let Event::Unknown(u) = event {
+            let (about_points, point) = self.points.apply_unknown(at, u);
             self.unknown_events.push(UnknownSeen {
                 at,
                 event_type: u.event_type.clone(),
                 schema_version: u.schema_version,
+                about_points,
+                point,
             });
             return;
+        }
+        // Job events are read by several projections; the jobs projection
+        // decides whether one fits. One that does not changes nothing else
+        // (no lease ends, no job is tied to a point).
+        let job_event = matches!(
+            event,
+            Event::JobScheduled(_)
+                | Event::JobStarted(_)
+                | Event::JobProgress(_)
+                | Event::JobFinished(_)
+                | Event::JobFailed(_)
+                | Event::JobAbandoned(_)
+        );
+        if job_event {
+            if let Some(inc) = self.jobs.apply(at, event) {
+                tracing::debug!(seq = at.seq, event_type = %inc.event_type, message = %inc.message, "inconsistent event");
+                self.inconsistencies.push(inc);
+                return;
+            }
         }
         let found = [
             self.points.apply(at, event),
             self.plans.apply(at, event),
-            self.jobs.apply(at, event),
+            if job_event {
+                None // applied above
+            } else {
+                self.jobs.apply(at, event)
+            },
             self.agents.apply(at, event),
             self.alerts.apply(at, event),
         ];
@@ -148,8 +179,25 @@ impl Projections {
     }
 
     /// The protection of one plan at `now`.
+    ///
+    /// An unreadable event about points that names no point the log knows
+    /// might be about any plan's: then no plan is better than `unknown`.
     pub fn plan_protection(&self, plan: &PlanId, now_unix_ns: i64) -> PlanProtection {
-        plan_protection(&self.plans, &self.points, &self.jobs, plan, now_unix_ns)
+        let verdict = plan_protection(&self.plans, &self.points, &self.jobs, plan, now_unix_ns);
+        let unattributed = self
+            .unknown_events
+            .iter()
+            .find(|u| u.about_points && u.point.is_none());
+        match unattributed {
+            Some(u) if verdict.status > Protection::Unknown => PlanProtection {
+                status: Protection::Unknown,
+                reason: format!(
+                    "{} (v{}) at seq {} is about a recovery point but this build cannot read it",
+                    u.event_type, u.schema_version, u.at.seq
+                ),
+            },
+            _ => verdict,
+        }
     }
 
     /// The rollup over every plan not removed (unknown when there is none).

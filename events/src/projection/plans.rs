@@ -140,11 +140,14 @@ pub fn plan_protection(
     if p.removed.is_some() {
         return verdict(Protection::Unknown, "plan was removed");
     }
-    if let Some(job) = jobs.last_ended_backup(plan) {
-        if matches!(job.state, JobState::Failed | JobState::Abandoned) {
+    if let Some(last) = jobs.last_ended_backup(plan) {
+        if matches!(last.state, JobState::Failed | JobState::Abandoned) {
             return verdict(
                 Protection::Unprotected,
-                format!("last backup job {} {}", job.id, job.state),
+                format!(
+                    "last backup job {} {} and no backup job of the plan succeeded since",
+                    last.job, last.state
+                ),
             );
         }
     }
@@ -156,7 +159,13 @@ pub fn plan_protection(
     let in_window: Vec<_> = points
         .points
         .values()
-        .filter(|pt| pt.plan.as_ref() == Some(plan) && pt.snapshot_time_unix_ns >= window_start)
+        // The snapshot's time comes from the client's clock: a time after
+        // the server recorded the point is clamped to that record, so a
+        // future-dated point cannot stay inside the RPO forever.
+        .filter(|pt| {
+            pt.plan.as_ref() == Some(plan)
+                && pt.snapshot_time_unix_ns.min(pt.since.unix_ns) >= window_start
+        })
         .collect();
     let fresh_recoverable = in_window.iter().any(|pt| {
         pt.state == PointState::Recoverable

@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{AnomalySignal, BackupSummary, Event, RestoreEvidence};
+use crate::event::{AnomalySignal, BackupSummary, Event, RestoreEvidence, UnknownEvent};
 use crate::ids::{JobId, PlanId, RepositoryId, SnapshotId};
 use crate::plan::VerifyDepth;
 use crate::projection::{Inconsistency, Recorded};
@@ -122,6 +122,11 @@ pub struct Point {
     pub last_failed_check: Option<Recorded>,
     /// Forgotten: when, and by which rule.
     pub expired: Option<(Recorded, String)>,
+    /// Events naming this point that this build cannot read (a newer
+    /// version, e.g. of `verification.failed`): they may say the point is
+    /// damaged, so while there is one the point is never better than
+    /// `unknown`.
+    pub unreadable: Vec<Recorded>,
     /// The state, derived from the fields above by [`Point::derive_state`].
     pub state: PointState,
 }
@@ -129,6 +134,18 @@ pub struct Point {
 impl Point {
     /// The state the facts of this point support (see `docs/events.md`).
     pub fn derive_state(&self) -> PointState {
+        let state = self.state_from_known_facts();
+        let good = matches!(
+            state,
+            PointState::Recoverable | PointState::Verified | PointState::Unverified
+        );
+        if good && !self.unreadable.is_empty() {
+            return PointState::Unknown;
+        }
+        state
+    }
+
+    fn state_from_known_facts(&self) -> PointState {
         if self.expired.is_some() {
             return PointState::Expired;
         }
@@ -181,6 +198,31 @@ impl PointsProjection {
         self.points.get(id).map_or(PointState::Unknown, |p| p.state)
     }
 
+    /// Takes note of an event this build cannot read. Returns whether its
+    /// type is of a family that reports on points (`verification.*`,
+    /// `restore_test.*`, `point.*`, `anomaly.*`) and, if its payload starts
+    /// with a point id (as every version-1 payload of those families does)
+    /// of a point the log knows, that point, which is then marked.
+    pub(crate) fn apply_unknown(
+        &mut self,
+        at: Recorded,
+        event: &UnknownEvent,
+    ) -> (bool, Option<SnapshotId>) {
+        let family = event.event_type.split('.').next().unwrap_or("");
+        if !POINT_FAMILIES.contains(&family) {
+            return (false, None);
+        }
+        let Some(id) = leading_point_id(&event.payload) else {
+            return (true, None);
+        };
+        let Some(p) = self.points.get_mut(&id) else {
+            return (true, None);
+        };
+        p.unreadable.push(at);
+        p.state = p.derive_state();
+        (true, Some(id))
+    }
+
     /// Applies one event; an event that does not fit is returned as an
     /// inconsistency and changes nothing.
     pub(crate) fn apply(&mut self, at: Recorded, event: &Event) -> Option<Inconsistency> {
@@ -211,6 +253,7 @@ impl PointsProjection {
                     anomalies: Vec::new(),
                     last_failed_check: None,
                     expired: None,
+                    unreadable: Vec::new(),
                     state: PointState::Unverified,
                 };
                 self.points.insert(e.snapshot, p);
@@ -233,6 +276,7 @@ impl PointsProjection {
                     anomalies: Vec::new(),
                     last_failed_check: None,
                     expired: None,
+                    unreadable: Vec::new(),
                     state: PointState::Unknown,
                 });
                 None
@@ -424,4 +468,24 @@ impl PointsProjection {
             _ => None,
         }
     }
+}
+
+/// Event type families (the part before the first `.`) whose events report
+/// on a recovery point.
+const POINT_FAMILIES: &[&str] = &["verification", "restore_test", "point", "anomaly"];
+
+/// The point id a payload starts with, if it is a msgpack array whose first
+/// element is a 32-byte `bin 8` (`c4 20` + 32 bytes).
+fn leading_point_id(payload: &[u8]) -> Option<SnapshotId> {
+    let rest = match *payload.first()? {
+        0x91..=0x9f => payload.get(1..)?,
+        0xdc => payload.get(3..)?,
+        0xdd => payload.get(5..)?,
+        _ => return None,
+    };
+    if rest.get(..2)? != [0xc4, 0x20] {
+        return None;
+    }
+    let bytes: [u8; 32] = rest.get(2..34)?.try_into().ok()?;
+    Some(SnapshotId(bytes))
 }

@@ -633,10 +633,6 @@ proptest! {
             restored.apply(e);
         }
         prop_assert_eq!(&restored, &full);
-        // And folding one by one equals folding in one go.
-        let mut step = Projections::new();
-        for e in &envs { step.apply(e); }
-        prop_assert_eq!(step, full);
     }
 
     #[test]
@@ -671,4 +667,281 @@ proptest! {
 fn duration_fields_are_used_for_the_rpo() {
     // Guards the unit: plan_def takes seconds.
     assert_eq!(plan_def(60, 60).rpo, Duration::from_secs(60));
+}
+
+#[test]
+fn regression_d2_a_failed_backup_stays_failed_while_its_job_is_retried() {
+    let now = T0 + 10 * SEC;
+    // Given a protected plan whose latest backup job failed,
+    let p = given(&[
+        plan_created(24, 48),
+        commit_at(1, T0),
+        vp(1),
+        rp(1),
+        scheduled("j", 1),
+        started("j"),
+        failed("j"),
+    ]);
+    assert_eq!(protection(&p, now), Protection::Unprotected);
+    // when the same job is scheduled again, then it is still unprotected,
+    let p = when(p, scheduled("j", 2));
+    assert_eq!(protection(&p, now), Protection::Unprotected, "rescheduled");
+    // when it runs again, still unprotected (nothing succeeded yet),
+    let p = when(p, started("j"));
+    assert_eq!(protection(&p, now), Protection::Unprotected, "restarted");
+    // and a direct restart after another failure too.
+    let p = when(p, failed("j"));
+    let p = when(p, started("j"));
+    assert_eq!(protection(&p, now), Protection::Unprotected, "retried");
+    assert!(p
+        .plan_protection(&PlanId::new("p1"), now)
+        .reason
+        .contains("failed"));
+    // Only when a backup job of the plan succeeds is it protected again.
+    let p = when(p, finished("j"));
+    assert_eq!(protection(&p, now), Protection::Protected);
+}
+
+/// `event` as a newer schema version this build cannot read (same payload).
+fn from_the_future(event: &Event) -> Event {
+    let payload = event.encode_payload().expect("encode");
+    let e = crate::codec::decode_event(event.event_type(), event.schema_version() + 1, &payload);
+    assert!(matches!(e, Event::Unknown(_)));
+    e
+}
+
+#[test]
+fn regression_d4_a_newer_verification_failed_makes_the_point_unknown_not_recoverable() {
+    let now = T0 + 10 * SEC;
+    // Given a recoverable point and a protected plan,
+    let p = given(&[plan_created(24, 48), commit_at(1, T0), vp(1), rp(1)]);
+    assert_eq!(p.points.state_of(&sid(1)), Recoverable);
+    assert_eq!(protection(&p, now), Protection::Protected);
+    // when a newer-version verification.failed about it arrives,
+    let p = when(p, from_the_future(&vf(1)));
+    // then the point is no better than unknown and the plan not protected.
+    assert_eq!(p.points.state_of(&sid(1)), Unknown);
+    assert_eq!(p.unknown_events[0].point, Some(sid(1)));
+    assert_ne!(protection(&p, now), Protection::Protected);
+    assert_ne!(protection(&p, now), Protection::AtRisk);
+    // A newer restore_test.failed does the same.
+    let p = given(&[plan_created(24, 48), commit_at(1, T0), vp(1), rp(1)]);
+    let p = when(p, from_the_future(&rf(1)));
+    assert_eq!(p.points.state_of(&sid(1)), Unknown);
+    assert_ne!(protection(&p, now), Protection::Protected);
+    // A known-bad state stays as bad.
+    let p = given(&[commit_at(1, T0), vf(1)]);
+    let p = when(p, from_the_future(&vp(1)));
+    assert_eq!(p.points.state_of(&sid(1)), Corrupt);
+}
+
+#[test]
+fn regression_d4_an_unreadable_point_event_naming_no_known_point_caps_every_plan() {
+    let now = T0 + 10 * SEC;
+    let p = given(&[plan_created(24, 48), commit_at(1, T0), vp(1), rp(1)]);
+    let p = when(
+        p,
+        Event::Unknown(UnknownEvent {
+            event_type: "restore_test.failed".into(),
+            schema_version: 9,
+            payload: vec![0xc0],
+        }),
+    );
+    assert_eq!(p.points.state_of(&sid(1)), Recoverable);
+    assert_eq!(protection(&p, now), Protection::Unknown);
+    assert_eq!(p.overall_protection(now), Protection::Unknown);
+    // An unknown event of an unrelated family changes nothing.
+    let p = given(&[plan_created(24, 48), commit_at(1, T0), vp(1), rp(1)]);
+    let p = when(
+        p,
+        Event::Unknown(UnknownEvent {
+            event_type: "alert.snoozed".into(),
+            schema_version: 1,
+            payload: vec![],
+        }),
+    );
+    assert_eq!(protection(&p, now), Protection::Protected);
+}
+
+#[test]
+fn regression_d5_a_future_dated_point_leaves_the_rpo_window_on_the_servers_time() {
+    // Committed (recorded at T0 + 2 s) with a snapshot time a year ahead.
+    let p = given(&[
+        plan_created(24, 24 * 365 * 2),
+        commit_at(1, T0 + 365 * 24 * HOUR),
+        vp(1),
+        rp(1),
+    ]);
+    assert_eq!(protection(&p, T0 + 10 * SEC), Protection::Protected);
+    // 25 h after it was recorded, it is older than the 24 h RPO.
+    assert_eq!(
+        protection(&p, T0 + 25 * HOUR),
+        Protection::Unprotected,
+        "a future-dated point must not stay inside the RPO"
+    );
+}
+
+#[test]
+fn regression_d6_agent_seen_before_registering_changes_nothing() {
+    let a = AgentId::new("ghost");
+    let p = given(&[AgentSeen { agent: a.clone() }.into()]);
+    assert_eq!(p.inconsistencies.len(), 1);
+    assert!(!p.agents.agents.contains_key(&a), "{:?}", p.agents);
+}
+
+#[test]
+fn regression_d6_an_invalid_job_end_does_not_end_a_lease() {
+    let a = AgentId::new("a1");
+    let p = given(&[
+        AgentRegistered {
+            agent: a.clone(),
+            hostname: "h".into(),
+            os: "linux".into(),
+            version: "1".into(),
+        }
+        .into(),
+        scheduled("j", 1),
+        LeaseGranted {
+            agent: a.clone(),
+            job: JobId::new("j"),
+            expires_unix_ns: T0 + 60 * SEC,
+        }
+        .into(),
+    ]);
+    // Finishing a job that never started is inconsistent: the lease stays.
+    let p = when(p, finished("j"));
+    assert_eq!(p.inconsistencies.len(), 1);
+    assert_eq!(p.agents.agents[&a].leases.len(), 1);
+}
+
+#[test]
+fn regression_d6_a_rejected_job_scheduled_does_not_retie_the_job_to_another_point() {
+    let verify_job = |point: u8| -> Event {
+        JobScheduled {
+            job: JobId::new("v"),
+            kind: JobKind::Verify,
+            plan: Some(PlanId::new("p1")),
+            point: Some(sid(point)),
+            due_unix_ns: T0,
+            attempt: 1,
+        }
+        .into()
+    };
+    let p = given(&[commit(1), commit(2), verify_job(1), verify_job(2)]);
+    assert_eq!(
+        p.inconsistencies.len(),
+        1,
+        "scheduled again while scheduled"
+    );
+    // The job still works on point 1: a result of it for point 1 fits.
+    let p = when(
+        p,
+        VerificationPassed {
+            point: sid(1),
+            job: Some(JobId::new("v")),
+            depth: crate::VerifyDepth::ReadAll,
+            bytes_read: 1,
+            blobs_checked: 1,
+        }
+        .into(),
+    );
+    assert_eq!(p.inconsistencies.len(), 1, "{:?}", p.inconsistencies);
+    assert_eq!(p.points.state_of(&sid(1)), Verified);
+}
+
+fn arb_any_event() -> impl Strategy<Value = Event> {
+    let agent = prop_oneof![Just(AgentId::new("a1")), Just(AgentId::new("a2"))];
+    let job = prop_oneof![Just(JobId::new("b1")), Just(JobId::new("j1"))];
+    prop_oneof![
+        4 => arb_event(true),
+        1 => (agent.clone(), job.clone()).prop_map(|(agent, job)| LeaseGranted {
+            agent,
+            job,
+            expires_unix_ns: T0
+        }
+        .into()),
+        1 => (agent.clone(), job.clone())
+            .prop_map(|(agent, job)| LeaseExpired { agent, job }.into()),
+        1 => agent.clone().prop_map(|agent| AgentSeen { agent }.into()),
+        1 => agent.prop_map(|agent| AgentRegistered {
+            agent,
+            hostname: "h".into(),
+            os: "linux".into(),
+            version: "1".into()
+        }
+        .into()),
+        1 => Just(scheduled("j1", 1)),
+        1 => Just(started("j1")),
+        1 => Just(failed("j1")),
+        1 => Just(JobAbandoned { job: JobId::new("b1"), reason: "gone".into() }.into()),
+    ]
+}
+
+proptest! {
+    /// An event flagged as inconsistent changes nothing but the list of
+    /// inconsistencies (and the seq/hash the state reflects).
+    #[test]
+    fn regression_d6_an_inconsistent_event_changes_nothing_else(
+        events in proptest::collection::vec(arb_any_event(), 0..80),
+    ) {
+        let mut p = Projections::new();
+        for env in &envelopes(&events) {
+            let before = p.clone();
+            p.apply(env);
+            if p.inconsistencies.len() > before.inconsistencies.len() {
+                let mut same = p.clone();
+                same.inconsistencies = before.inconsistencies.clone();
+                same.last_seq = before.last_seq;
+                same.last_hash = before.last_hash;
+                prop_assert_eq!(&same, &before, "{:?}", env.event);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Folding what a real `EventLog` wrote, read back and decoded, equals
+    /// folding the events in memory (only the tie to the real chain's hash
+    /// differs); and a snapshot taken at a random point of the real log and
+    /// restored, plus the rest, equals that too.
+    #[test]
+    fn regression_t1_folding_a_real_log_read_back_equals_folding_in_memory(
+        events in proptest::collection::vec(arb_any_event(), 0..40),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        use std::sync::Arc;
+
+        use crate::clock::ManualClock;
+        use crate::log::{EventLog, LogOptions, LogReader};
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = ManualClock::new(T0);
+        let mut log = EventLog::open(dir.path(), LogOptions::default(), Arc::new(clock.clone()))
+            .expect("open");
+        for e in &events {
+            log.append_one(e).expect("append");
+            clock.advance(SEC);
+        }
+        let back: Vec<crate::Envelope> = LogReader::new(dir.path())
+            .replay_from(1)
+            .expect("replay")
+            .collect::<Result<_, _>>()
+            .expect("read back");
+        prop_assert_eq!(back.len(), events.len());
+        let mut from_log = Projections::fold(&back);
+        prop_assert_eq!(from_log.last_hash, back.last().map(|e| e.hash).unwrap_or_default());
+        let k = cut.index(back.len() + 1);
+        let mut restored = Projections::from_snapshot(
+            &Projections::fold(&back[..k]).to_snapshot().expect("snapshot"),
+        )
+        .expect("restore");
+        for e in &back[k..] {
+            restored.apply(e);
+        }
+        prop_assert_eq!(&restored, &from_log);
+        from_log.last_hash = Default::default();
+        prop_assert_eq!(from_log, Projections::fold(&envelopes(&events)));
+    }
 }
