@@ -51,6 +51,9 @@ impl SharedLog {
 
     /// Appends `events` durably (they stay together and in order); returns
     /// once they are synced, possibly in a commit shared with other callers.
+    /// The receipt's `first_seq`/`last_seq` are this caller's; its
+    /// `last_hash` is the head after the whole group commit, which is the
+    /// hash of this caller's last event only if it was last in the group.
     pub fn append(&self, events: Vec<Event>) -> Result<AppendReceipt> {
         let mut q = lock(&self.queue);
         let ticket = q.next_ticket;
