@@ -30,12 +30,15 @@ fn kill_9_during_backup_never_leaves_a_broken_snapshot() {
         )
         .unwrap();
     }
-    // How long an uninterrupted backup takes, to spread the kills over it.
-    let t0 = Instant::now();
     env.ok(&["backup", "--tag", "round-init", src.to_str().unwrap()]);
+    // How long an uninterrupted round takes (a few changed files), to
+    // spread the kills over it.
+    fs::write(src.join("d/f0"), random_bytes(300_000, 4242)).unwrap();
+    let t0 = Instant::now();
+    env.ok(&["backup", "--tag", "round-timing", src.to_str().unwrap()]);
     let full = t0.elapsed().max(Duration::from_millis(20));
     let mut expected: HashMap<String, std::collections::BTreeMap<String, String>> = HashMap::new();
-    expected.insert("round-init".into(), describe(&src));
+    expected.insert("round-timing".into(), describe(&src));
 
     let (mut killed, mut finished) = (0, 0);
     for round in 0..ROUNDS {
