@@ -261,10 +261,7 @@ fn sigint_during_backup_leaves_a_usable_repository() {
     let env = Env::new();
     env.init();
     let src = env.path("src");
-    fs::create_dir_all(&src).unwrap();
-    for i in 0..40 {
-        fs::write(src.join(format!("f{i}")), random_bytes(1 << 20, i)).unwrap();
-    }
+    common::random_files(&src, 40, 1 << 20, 0);
     let mut child = env
         .cmd()
         .args(["backup", "--sync-level", "file", src.to_str().unwrap()])
@@ -297,10 +294,7 @@ fn interrupted_restore_resumes_with_the_same_command() {
     let env = Env::new();
     env.init();
     let src = env.path("src");
-    fs::create_dir_all(&src).unwrap();
-    for i in 0..30 {
-        fs::write(src.join(format!("f{i}")), random_bytes(1 << 20, 100 + i)).unwrap();
-    }
+    common::random_files(&src, 30, 1 << 20, 100);
     let snap = env.backup(&[&src]);
     let target = env.path("t");
     let spec = format!("{snap}:{}", src.display());
@@ -346,10 +340,7 @@ fn sigint_during_restore_says_how_to_resume() {
     let env = Env::new();
     env.init();
     let src = env.path("src");
-    fs::create_dir_all(&src).unwrap();
-    for i in 0..40 {
-        fs::write(src.join(format!("f{i}")), random_bytes(1 << 20, 500 + i)).unwrap();
-    }
+    common::random_files(&src, 40, 1 << 20, 500);
     let snap = env.backup(&[&src]);
     let target = env.path("t");
     let spec = format!("{snap}:{}", src.display());

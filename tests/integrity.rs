@@ -87,104 +87,64 @@ fn repair_index_rebuilds_from_packs() {
 #[test]
 fn keys_add_list_remove_passwd() {
     let (env, _) = populated();
-    let added = env
-        .cmd()
-        .env("VOUCH_NEW_PASSWORD", "second")
-        .args([
-            "key",
-            "add",
-            "--kdf-memory-kib",
-            "1024",
-            "--kdf-iterations",
-            "1",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        added.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&added.stderr)
-    );
-    let list = env.ok(&["key", "list", "--json"]);
-    let keys: serde_json::Value = serde_json::from_str(list.trim()).unwrap();
-    assert_eq!(keys.as_array().unwrap().len(), 2);
-    let second_ok = env
-        .cmd()
-        .env("VOUCH_PASSWORD", "second")
-        .arg("snapshots")
-        .output()
-        .unwrap();
-    assert_eq!(second_ok.status.code(), Some(0));
-    // The key in use cannot be removed; the other one can.
-    let current = keys
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["current"] == true)
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let other = keys
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["current"] == false)
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert_eq!(
-        env.run(&["key", "remove", &current[..8]]).status.code(),
-        Some(2)
-    );
-    env.ok(&["key", "remove", &other[..8]]);
-    assert_eq!(
+    // `key add` / `key passwd` with a new passphrase, cheap KDF settings.
+    let new_key = |action: &str, passphrase: &str| {
+        let out = env
+            .cmd()
+            .env("VOUCH_NEW_PASSWORD", passphrase)
+            .args([
+                "key",
+                action,
+                "--kdf-memory-kib",
+                "1024",
+                "--kdf-iterations",
+                "1",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let open_with = |passphrase: &str| {
         env.cmd()
-            .env("VOUCH_PASSWORD", "second")
+            .env("VOUCH_PASSWORD", passphrase)
             .arg("snapshots")
             .output()
             .unwrap()
             .status
-            .code(),
-        Some(11)
+            .code()
+    };
+    new_key("add", "second");
+    let keys: serde_json::Value =
+        serde_json::from_str(env.ok(&["key", "list", "--json"]).trim()).unwrap();
+    let keys = keys.as_array().unwrap();
+    assert_eq!(keys.len(), 2);
+    assert_eq!(open_with("second"), Some(0));
+    // The key in use cannot be removed; the other one can.
+    let id_of = |current: bool| {
+        keys.iter().find(|k| k["current"] == current).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        env.run(&["key", "remove", &id_of(true)[..8]]).status.code(),
+        Some(2)
     );
+    env.ok(&["key", "remove", &id_of(false)[..8]]);
+    assert_eq!(open_with("second"), Some(11));
     // passwd replaces the key in use.
-    let out = env
-        .cmd()
-        .env("VOUCH_NEW_PASSWORD", "third")
-        .args([
-            "key",
-            "passwd",
-            "--kdf-memory-kib",
-            "1024",
-            "--kdf-iterations",
-            "1",
-        ])
-        .output()
-        .unwrap();
+    new_key("passwd", "third");
     assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        env.run(&["snapshots"]).status.code(),
+        open_with(common::PASSWORD),
         Some(11),
         "old passphrase must stop working"
     );
-    assert_eq!(
-        env.cmd()
-            .env("VOUCH_PASSWORD", "third")
-            .arg("snapshots")
-            .output()
-            .unwrap()
-            .status
-            .code(),
-        Some(0)
-    );
+    assert_eq!(open_with("third"), Some(0));
 }
 
 #[test]

@@ -109,6 +109,14 @@ pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
     v
 }
 
+/// Creates `dir` with `files` files `f0, f1, ...` of `size` random bytes.
+pub fn random_files(dir: &Path, files: u64, size: usize, seed: u64) {
+    fs::create_dir_all(dir).unwrap();
+    for i in 0..files {
+        fs::write(dir.join(format!("f{i}")), random_bytes(size, seed + i)).unwrap();
+    }
+}
+
 /// What a tree looks like: path -> (kind, mode, size, mtime, content hash, link target, inode group).
 pub fn describe(root: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
