@@ -287,30 +287,12 @@ impl PointsProjection {
                 }
                 None
             }
-            Event::VerificationStarted(e) => {
-                if let Some(msg) = self
-                    .check_live(&e.point)
-                    .or_else(|| self.check_job(&e.job, &e.point))
-                {
-                    return bad(Some(e.point), msg);
-                }
-                if let Some(job) = &e.job {
-                    self.job_points.insert(job.clone(), e.point);
-                }
-                None
-            }
-            Event::RestoreTestStarted(e) => {
-                if let Some(msg) = self
-                    .check_live(&e.point)
-                    .or_else(|| self.check_job(&e.job, &e.point))
-                {
-                    return bad(Some(e.point), msg);
-                }
-                if let Some(job) = &e.job {
-                    self.job_points.insert(job.clone(), e.point);
-                }
-                None
-            }
+            Event::VerificationStarted(e) => self
+                .check_started(&e.point, &e.job)
+                .and_then(|msg| bad(Some(e.point), msg)),
+            Event::RestoreTestStarted(e) => self
+                .check_started(&e.point, &e.job)
+                .and_then(|msg| bad(Some(e.point), msg)),
             Event::VerificationPassed(e) => self.verification(
                 at,
                 &e.point,
@@ -445,6 +427,21 @@ impl PointsProjection {
         }
         p.last_verification = Some(outcome);
         p.state = p.derive_state();
+        None
+    }
+
+    /// A verification or restore test started: ties its job to the point, or
+    /// says why the event does not fit (and then changes nothing).
+    fn check_started(&mut self, point: &SnapshotId, job: &Option<JobId>) -> Option<String> {
+        if let Some(msg) = self
+            .check_live(point)
+            .or_else(|| self.check_job(job, point))
+        {
+            return Some(msg);
+        }
+        if let Some(job) = job {
+            self.job_points.insert(job.clone(), *point);
+        }
         None
     }
 
