@@ -191,3 +191,28 @@ fn the_v1_fixture_log_still_reads() {
         .collect();
     assert_eq!(events, sample_events());
 }
+
+#[test]
+fn paused_plan_round_trips_and_old_plans_read_as_unpaused() {
+    let mut def = crate::testkit::plan_def(3600, 7200);
+    let unpaused = rmp_serde::to_vec(&def).expect("encode");
+    def.paused = true;
+    let paused = rmp_serde::to_vec(&def).expect("encode");
+    assert_ne!(unpaused, paused, "a paused plan must encode the flag");
+    let back: crate::plan::PlanDefinition = rmp_serde::from_slice(&paused).expect("decode");
+    assert!(back.paused);
+    // The v1 encoding (no `paused` element) decodes as not paused.
+    let old: crate::plan::PlanDefinition = rmp_serde::from_slice(&unpaused).expect("decode");
+    assert!(!old.paused);
+}
+
+#[test]
+fn snapshot_ids_are_hex_in_json_and_bin8_in_msgpack() {
+    let id = crate::ids::SnapshotId([0xab; 32]);
+    let json = serde_json::to_string(&id).expect("json");
+    assert_eq!(json, format!("\"{}\"", "ab".repeat(32)));
+    let back: crate::ids::SnapshotId = serde_json::from_str(&json).expect("json back");
+    assert_eq!(back, id);
+    let mp = rmp_serde::to_vec(&id).expect("msgpack");
+    assert_eq!(&mp[..2], &[0xc4, 32]);
+}

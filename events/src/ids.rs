@@ -54,14 +54,24 @@ impl FromStr for SnapshotId {
     }
 }
 
+/// MessagePack (the log, snapshots of projections) gets `bin 8`; a
+/// human-readable format (JSON in the API) gets the 64 hex digits.
 impl Serialize for SnapshotId {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(&self.0)
+        if s.is_human_readable() {
+            s.serialize_str(&self.to_hex())
+        } else {
+            s.serialize_bytes(&self.0)
+        }
     }
 }
 
 impl<'de> Deserialize<'de> for SnapshotId {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if d.is_human_readable() {
+            let s = String::deserialize(d)?;
+            return s.parse().map_err(serde::de::Error::custom);
+        }
         let buf: serde_bytes::ByteBuf = serde_bytes::ByteBuf::deserialize(d)?;
         let arr: [u8; 32] = buf
             .as_slice()

@@ -26,6 +26,15 @@ pub struct PlanDefinition {
     pub rpo: Duration,
     /// The repository the points are written to.
     pub repository: RepositoryId,
+    /// Paused: the scheduler starts no backup of it (run now still works).
+    /// Added compatibly: absent in older events (read as `false`) and not
+    /// written while `false`, so the encoding of unpaused plans is unchanged.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub paused: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// How deep a verification reads.

@@ -32,6 +32,7 @@ pub(crate) fn plan_def(rpo_secs: u64, max_evidence_secs: u64) -> PlanDefinition 
         },
         rpo: Duration::from_secs(rpo_secs),
         repository: RepositoryId::new("main"),
+        paused: false,
     }
 }
 
