@@ -11,11 +11,15 @@
 //!   downtime, stable per-plan jitter, single flight per plan.
 //! * [`BackoffPolicy`], [`Backoff`], [`RestartGate`]: exponential restart
 //!   backoff for supervised actix actors.
+//! * [`service`]: the running service — event store, read model,
+//!   dispatcher, scheduler and alerter actors, started by
+//!   [`service::start`] and driven through a [`service::ServiceHandle`].
 
 #![warn(missing_docs)]
 
 mod clock;
 mod schedule;
+pub mod service;
 mod supervisor;
 
 pub use clock::{duration_to_ns, unix_ns_to_utc, Clock, ManualClock, SystemClock, NANOS_PER_SEC};

@@ -1,0 +1,216 @@
+//! The typed commands the orchestration sends to workers, and what workers
+//! answer. Workers live outside this crate (the engine in the `vouch`
+//! package, later agents); they are handed in as [`Recipient`]s.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use actix::{Message, Recipient};
+use vouch_events::{
+    Event, JobId, JobKind, KeepPolicy, PlanDefinition, PlanId, SnapshotId, VerifyDepth,
+};
+
+/// What a job does, with everything the worker needs to do it.
+#[derive(Clone, Debug)]
+pub enum JobCommand {
+    /// Back up the plan's source into its repository.
+    Backup {
+        /// The plan.
+        plan: PlanId,
+        /// Its definition when the job started.
+        definition: PlanDefinition,
+    },
+    /// Verify one point.
+    Verify {
+        /// The point.
+        point: SnapshotId,
+        /// Its plan, if any.
+        plan: Option<PlanId>,
+        /// How deep to read.
+        depth: VerifyDepth,
+    },
+    /// Restore one point into a sandbox and compare it with its manifest.
+    RestoreTest {
+        /// The point.
+        point: SnapshotId,
+        /// Its plan, if any.
+        plan: Option<PlanId>,
+        /// Restore at most this many files (a sample), if set.
+        sample_files: Option<u64>,
+    },
+    /// Apply a plan's keep rules.
+    Retention {
+        /// The plan.
+        plan: PlanId,
+        /// The rules.
+        keep: KeepPolicy,
+        /// Points that must not be forgotten whatever the rules say (locked
+        /// points, the plan's last recoverable point).
+        protect: Vec<SnapshotId>,
+    },
+}
+
+impl JobCommand {
+    /// The job kind recorded in `job.scheduled`.
+    pub fn kind(&self) -> JobKind {
+        match self {
+            JobCommand::Backup { .. } => JobKind::Backup,
+            JobCommand::Verify { .. } => JobKind::Verify,
+            JobCommand::RestoreTest { .. } => JobKind::RestoreTest,
+            JobCommand::Retention { .. } => JobKind::Forget,
+        }
+    }
+
+    /// The plan it serves.
+    pub fn plan(&self) -> Option<&PlanId> {
+        match self {
+            JobCommand::Backup { plan, .. } | JobCommand::Retention { plan, .. } => Some(plan),
+            JobCommand::Verify { plan, .. } | JobCommand::RestoreTest { plan, .. } => plan.as_ref(),
+        }
+    }
+
+    /// The point it works on.
+    pub fn point(&self) -> Option<SnapshotId> {
+        match self {
+            JobCommand::Verify { point, .. } | JobCommand::RestoreTest { point, .. } => {
+                Some(*point)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Set by the dispatcher to ask a running job to stop at its next check.
+#[derive(Clone, Debug, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    /// Asks the job to stop.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the job was asked to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// The flag itself, for engines that poll an `AtomicBool`.
+    pub fn flag(&self) -> Arc<AtomicBool> {
+        self.0.clone()
+    }
+}
+
+/// Progress of a running job, as counted so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ProgressReading {
+    /// Files done.
+    pub files: u64,
+    /// Bytes done.
+    pub bytes: u64,
+    /// Bytes expected, when known.
+    pub bytes_total: Option<u64>,
+}
+
+type ProgressSource = Box<dyn Fn() -> ProgressReading + Send + Sync>;
+
+/// Where the dispatcher reads a running job's progress: the worker installs
+/// a source (a closure over its engine's counters) when it starts.
+#[derive(Clone, Default)]
+pub struct ProgressCell(Arc<Mutex<Option<ProgressSource>>>);
+
+impl std::fmt::Debug for ProgressCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgressCell").finish_non_exhaustive()
+    }
+}
+
+impl ProgressCell {
+    /// Installs the closure that reads the worker's counters.
+    pub fn set_source(&self, source: impl Fn() -> ProgressReading + Send + Sync + 'static) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Box::new(source));
+    }
+
+    /// The current reading (none before the worker installed a source).
+    pub fn read(&self) -> Option<ProgressReading> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|f| f())
+    }
+}
+
+/// What a worker reports when a job ran to its end: the domain events it
+/// produced (`backup.committed`, `verification.passed` or `.failed`, ...),
+/// appended together with `job.finished`.
+#[derive(Clone, Debug, Default)]
+pub struct JobOutput {
+    /// Events to record.
+    pub events: Vec<Event>,
+}
+
+/// Why a job could not run to its end.
+#[derive(Clone, Debug)]
+pub struct JobFailure {
+    /// A stable kind (`source_missing`, `repository_locked`, `cancelled`, ...).
+    pub kind: String,
+    /// For humans: what happened and what to do.
+    pub message: String,
+    /// Whether trying again may help.
+    pub retryable: bool,
+    /// Events to record with the failure (e.g. `verification.started`).
+    pub events: Vec<Event>,
+}
+
+impl JobFailure {
+    /// A failure without events.
+    pub fn new(kind: impl Into<String>, message: impl Into<String>, retryable: bool) -> Self {
+        JobFailure {
+            kind: kind.into(),
+            message: message.into(),
+            retryable,
+            events: Vec::new(),
+        }
+    }
+}
+
+/// Run one job. The worker must not block its actor's event loop: the work
+/// goes to a thread (`spawn_blocking` or its own pool).
+#[derive(Message)]
+#[rtype(result = "Result<JobOutput, JobFailure>")]
+pub struct RunJob {
+    /// The job.
+    pub job: JobId,
+    /// What to do.
+    pub command: JobCommand,
+    /// Asks it to stop.
+    pub cancel: CancelToken,
+    /// Where it reports progress.
+    pub progress: ProgressCell,
+}
+
+/// The workers, one recipient per kind of job (one actor may serve all).
+#[derive(Clone)]
+pub struct Workers {
+    /// Backups.
+    pub backup: Recipient<RunJob>,
+    /// Verifications.
+    pub verify: Recipient<RunJob>,
+    /// Restore tests.
+    pub restore_test: Recipient<RunJob>,
+    /// Retention.
+    pub retention: Recipient<RunJob>,
+}
+
+impl Workers {
+    /// The recipient of a kind of command.
+    pub fn for_command(&self, command: &JobCommand) -> &Recipient<RunJob> {
+        match command {
+            JobCommand::Backup { .. } => &self.backup,
+            JobCommand::Verify { .. } => &self.verify,
+            JobCommand::RestoreTest { .. } => &self.restore_test,
+            JobCommand::Retention { .. } => &self.retention,
+        }
+    }
+}

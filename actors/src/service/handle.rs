@@ -1,0 +1,269 @@
+//! Starting the service and talking to it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tokio::sync::broadcast;
+use vouch_events::{
+    AppendReceipt, Envelope, Event, JobId, LogReader, PlanDefinition, PlanId, Projections,
+    ReadModel, ServiceStarted, SharedLog, SledStore,
+};
+
+use super::alerting::{Alerter, AlertingConfig, Evaluate};
+use super::command::{JobCommand, Workers};
+use super::dispatcher::{Cancel, DispatchConfig, Dispatcher, Drain, Enqueue, LiveProgress, Load};
+use super::error::ServiceError;
+use super::read_model::{Query, ReadModelActor};
+use super::scheduler::{next_run, Scheduler, SchedulerConfig, Tick};
+use super::store::{Append, EventStore, Subscribe, LIVE_CAPACITY};
+use crate::clock::Clock;
+
+/// Everything the service's actors are configured with.
+#[derive(Clone, Debug, Default)]
+pub struct ServiceConfig {
+    /// The job queue.
+    pub dispatch: DispatchConfig,
+    /// The scheduler.
+    pub scheduler: SchedulerConfig,
+    /// Alerting.
+    pub alerting: AlertingConfig,
+    /// The version recorded in `service.started`.
+    pub version: String,
+}
+
+/// The door to the running service: cheap to clone, usable from any
+/// arbiter (HTTP workers included).
+#[derive(Clone)]
+pub struct ServiceHandle {
+    store: Addr<EventStore>,
+    read: Addr<ReadModelActor>,
+    dispatcher: Addr<Dispatcher>,
+    scheduler: Addr<Scheduler>,
+    alerter: Addr<Alerter>,
+    log: Arc<SharedLog>,
+    live: broadcast::Sender<Arc<Envelope>>,
+    progress: broadcast::Sender<Arc<LiveProgress>>,
+    clock: Arc<dyn Clock>,
+    config: Arc<ServiceConfig>,
+    stopping: Arc<AtomicBool>,
+}
+
+/// Starts the actors inside the current actix system: the event store on
+/// its own arbiter (its thread waits on the disk, nobody else's does), the
+/// read model (opened from `read_store` and caught up with the log), the
+/// dispatcher (which abandons and retries what the log says was running),
+/// the scheduler and the alerter. Records `service.started`.
+pub async fn start(
+    log: Arc<SharedLog>,
+    read_store: SledStore,
+    workers: Workers,
+    clock: Arc<dyn Clock>,
+    config: ServiceConfig,
+) -> Result<ServiceHandle, ServiceError> {
+    let reader: LogReader = log.reader();
+    let model = {
+        let reader = reader.clone();
+        tokio::task::spawn_blocking(move || ReadModel::open(read_store, &reader)).await??
+    };
+    let (live, _) = broadcast::channel(LIVE_CAPACITY);
+    let (progress, _) = broadcast::channel(256);
+
+    let store_arbiter = Arbiter::new();
+    let store = {
+        let log = log.clone();
+        let live = live.clone();
+        EventStore::start_in_arbiter(&store_arbiter.handle(), move |_| EventStore::new(log, live))
+    };
+    let read = ReadModelActor::new(model, reader).start();
+    store.send(Subscribe(read.clone().recipient())).await?;
+
+    store
+        .send(Append(vec![ServiceStarted {
+            version: config.version.clone(),
+        }
+        .into()]))
+        .await??;
+
+    let dispatcher = {
+        let (store, read, clock, dispatch, progress) = (
+            store.clone(),
+            read.clone(),
+            clock.clone(),
+            config.dispatch.clone(),
+            progress.clone(),
+        );
+        Dispatcher::new(store, read, workers, clock, dispatch, progress).start()
+    };
+    let scheduler = Scheduler::new(
+        read.clone(),
+        dispatcher.clone(),
+        clock.clone(),
+        config.scheduler.clone(),
+    )
+    .start();
+    let alerter = Alerter::new(
+        store.clone(),
+        read.clone(),
+        clock.clone(),
+        config.alerting.clone(),
+    )
+    .start();
+    store.send(Subscribe(alerter.clone().recipient())).await?;
+    tracing::info!(seq = log.last_seq(), "service started");
+    Ok(ServiceHandle {
+        store,
+        read,
+        dispatcher,
+        scheduler,
+        alerter,
+        log,
+        live,
+        progress,
+        clock,
+        config: Arc::new(config),
+        stopping: Arc::new(AtomicBool::new(false)),
+    })
+}
+
+impl ServiceHandle {
+    /// Appends events durably; answered once they are on disk.
+    pub async fn append(&self, events: Vec<Event>) -> Result<AppendReceipt, ServiceError> {
+        self.store.send(Append(events)).await?
+    }
+
+    /// Runs `f` over the projections once they include `min_seq`.
+    pub async fn query<R, F>(&self, min_seq: u64, f: F) -> Result<R, ServiceError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Projections) -> R + Send + 'static,
+    {
+        Ok(self.read.send(Query::new(min_seq, f)).await?)
+    }
+
+    /// Schedules a job.
+    pub async fn enqueue(&self, command: JobCommand) -> Result<JobId, ServiceError> {
+        if self.is_stopping() {
+            return Err(ServiceError::ShuttingDown);
+        }
+        self.dispatcher.send(Enqueue(command)).await?
+    }
+
+    /// Schedules a backup of `plan` now (paused plans too).
+    pub async fn run_now(&self, plan: PlanId) -> Result<JobId, ServiceError> {
+        let id = plan.clone();
+        let def = self
+            .query(0, move |p| {
+                p.plans
+                    .plans
+                    .get(&id)
+                    .filter(|pl| pl.removed.is_none())
+                    .map(|pl| pl.definition.clone())
+            })
+            .await?
+            .ok_or_else(|| ServiceError::NoSuchPlan(plan.clone()))?;
+        self.enqueue(JobCommand::Backup {
+            plan,
+            definition: def,
+        })
+        .await
+    }
+
+    /// Cancels a job.
+    pub async fn cancel(&self, job: JobId) -> Result<(), ServiceError> {
+        self.dispatcher.send(Cancel(job)).await?
+    }
+
+    /// Up to `limit` events from `from_seq` on, oldest first, read from the
+    /// log.
+    pub async fn events(&self, from_seq: u64, limit: usize) -> Result<Vec<Envelope>, ServiceError> {
+        let reader = self.log.reader();
+        tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            for env in reader.replay_from(from_seq.max(1))? {
+                out.push(env?);
+                if out.len() >= limit {
+                    break;
+                }
+            }
+            Ok::<_, ServiceError>(out)
+        })
+        .await?
+    }
+
+    /// Reads the whole log through `f` (on the blocking pool).
+    pub async fn scan_events<R, F>(&self, from_seq: u64, f: F) -> Result<R, ServiceError>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut dyn Iterator<Item = Envelope>) -> R + Send + 'static,
+    {
+        let reader = self.log.reader();
+        tokio::task::spawn_blocking(move || {
+            let replay = reader.replay_from(from_seq.max(1))?;
+            let mut it = replay.map_while(|e| e.ok());
+            Ok::<_, ServiceError>(f(&mut it))
+        })
+        .await?
+    }
+
+    /// Committed events as they happen (bounded: a receiver that lags gets
+    /// `Lagged` and must re-read from the log).
+    pub fn subscribe_events(&self) -> broadcast::Receiver<Arc<Envelope>> {
+        self.live.subscribe()
+    }
+
+    /// Live progress of running jobs.
+    pub fn subscribe_progress(&self) -> broadcast::Receiver<Arc<LiveProgress>> {
+        self.progress.subscribe()
+    }
+
+    /// The seq of the last durable event.
+    pub fn last_seq(&self) -> u64 {
+        self.log.last_seq()
+    }
+
+    /// Now, by the service's clock.
+    pub fn now_unix_ns(&self) -> i64 {
+        self.clock.now_unix_ns()
+    }
+
+    /// When `plan`'s next backup is due after now.
+    pub fn next_run(&self, plan: &PlanId, definition: &PlanDefinition) -> Option<i64> {
+        next_run(
+            definition,
+            plan,
+            self.config.scheduler.max_jitter,
+            self.clock.now_unix_ns(),
+        )
+    }
+
+    /// Jobs running and waiting.
+    pub async fn load(&self) -> Result<(usize, usize), ServiceError> {
+        Ok(self.dispatcher.send(Load).await?)
+    }
+
+    /// Evaluates schedules now; returns how many jobs were asked for.
+    pub async fn tick(&self) -> Result<usize, ServiceError> {
+        Ok(self.scheduler.send(Tick).await?)
+    }
+
+    /// Evaluates the alert rules now.
+    pub async fn evaluate_alerts(&self) -> Result<(), ServiceError> {
+        Ok(self.alerter.send(Evaluate).await?)
+    }
+
+    /// Whether a shutdown began.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Stops taking jobs and waits up to `grace` for running ones to end.
+    /// Returns whether they all did (those that did not are abandoned and
+    /// retried on the next start).
+    pub async fn shutdown(&self, grace: Duration) -> bool {
+        self.stopping.store(true, Ordering::SeqCst);
+        let drained = actix::clock::timeout(grace, self.dispatcher.send(Drain)).await;
+        matches!(drained, Ok(Ok(())))
+    }
+}

@@ -1,0 +1,37 @@
+//! The service: the supervision tree of actors that runs Vouch.
+//!
+//! ```text
+//!              +-------------+   Committed (try_send, bounded)   +--------------+
+//!  appends --> | EventStore  | --------------------------------> | ReadModel    | <-- queries
+//!              | (own thread)| ----> broadcast (live stream)     +--------------+
+//!              +-------------+ ----> Alerter (rules, webhooks)
+//!                     ^
+//!   Scheduler --> Dispatcher --> RunJob --> workers (handed in; engine threads)
+//! ```
+//!
+//! [`start`] builds it inside a running actix system and returns a
+//! [`ServiceHandle`], the one door the web layer and the binary use.
+
+mod alerting;
+mod command;
+mod dispatcher;
+mod error;
+mod handle;
+mod policy;
+mod read_model;
+mod scheduler;
+mod store;
+
+pub use alerting::{
+    delivery_name, incidents, render, AlertingConfig, Evaluate, Incident, Notification, Receiver,
+    WebhookFormat,
+};
+pub use command::{
+    CancelToken, JobCommand, JobFailure, JobOutput, ProgressCell, ProgressReading, RunJob, Workers,
+};
+pub use dispatcher::{kind_name, DispatchConfig, LiveProgress};
+pub use error::ServiceError;
+pub use handle::{start, ServiceConfig, ServiceHandle};
+pub use policy::{follow_ups, live_points, periodic_checks, retention_protects};
+pub use scheduler::{next_run, SchedulerConfig};
+pub use store::LIVE_CAPACITY;

@@ -1,0 +1,194 @@
+//! The scheduler: on every tick it reads the plans from the read model and
+//! asks the dispatcher for what is due: a plan's backup when a slot of its
+//! cron schedule (plus its stable jitter) passed since its last run (one
+//! run for any number of missed slots), and the periodic re-verifications
+//! and restore tests the plans' policies ask for. Its clock is injected, so
+//! tests move time by hand and call [`Tick`] themselves.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use vouch_events::{PlanDefinition, PlanId};
+
+use super::command::JobCommand;
+use super::dispatcher::{Dispatcher, EnqueueMany};
+use super::policy;
+use super::read_model::{Query, ReadModelActor};
+use crate::clock::Clock;
+use crate::schedule::{Decision, PlanSchedule, Schedule};
+
+/// Evaluate schedules now.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct Tick;
+
+/// How the scheduler runs.
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    /// How often it looks (it also looks when told with [`Tick`]).
+    pub tick: Duration,
+    /// Largest jitter added to a plan's slots.
+    pub max_jitter: Duration,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            tick: Duration::from_secs(10),
+            max_jitter: Duration::from_secs(300),
+        }
+    }
+}
+
+struct PlanView {
+    id: PlanId,
+    definition: PlanDefinition,
+    created_ns: i64,
+    last_run_ns: Option<i64>,
+}
+
+/// When the next backup of a plan is due, for the API (none: paused, or a
+/// schedule that never fires).
+pub fn next_run(
+    definition: &PlanDefinition,
+    plan: &PlanId,
+    max_jitter: Duration,
+    after_ns: i64,
+) -> Option<i64> {
+    if definition.paused {
+        return None;
+    }
+    let schedule = Schedule::parse(&definition.schedule).ok()?;
+    PlanSchedule::new(schedule, plan.as_str().as_bytes(), max_jitter)
+        .next_after(after_ns)
+        .ok()
+}
+
+/// Decides when plans run.
+pub struct Scheduler {
+    read: Addr<ReadModelActor>,
+    dispatcher: Addr<Dispatcher>,
+    clock: Arc<dyn Clock>,
+    config: SchedulerConfig,
+    /// The slot each plan last fired for in this process (the log's
+    /// `job.scheduled` may not be folded yet on the next tick).
+    fired: HashMap<PlanId, i64>,
+    busy: bool,
+}
+
+impl Scheduler {
+    /// A scheduler reading plans from `read` and sending jobs to `dispatcher`.
+    pub fn new(
+        read: Addr<ReadModelActor>,
+        dispatcher: Addr<Dispatcher>,
+        clock: Arc<dyn Clock>,
+        config: SchedulerConfig,
+    ) -> Self {
+        Scheduler {
+            read,
+            dispatcher,
+            clock,
+            config,
+            fired: HashMap::new(),
+            busy: false,
+        }
+    }
+
+    fn due(&mut self, plans: Vec<PlanView>, now: i64) -> Vec<JobCommand> {
+        let mut out = Vec::new();
+        for plan in plans {
+            if plan.definition.paused {
+                continue;
+            }
+            let schedule = match Schedule::parse(&plan.definition.schedule) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(plan = %plan.id, error = %e, "plan has an invalid schedule; it never runs");
+                    continue;
+                }
+            };
+            let ps = PlanSchedule::new(
+                schedule,
+                plan.id.as_str().as_bytes(),
+                self.config.max_jitter,
+            );
+            let last = match (plan.last_run_ns, self.fired.get(&plan.id)) {
+                (Some(a), Some(&b)) => Some(a.max(b)),
+                (a, b) => a.or(b.copied()),
+            };
+            match ps.catch_up(last, plan.created_ns, now) {
+                Ok(Decision::Due {
+                    slot_unix_ns,
+                    slots,
+                    ..
+                }) => {
+                    if slots > 1 {
+                        tracing::info!(plan = %plan.id, missed = slots - 1, "catching up: one run for the missed slots");
+                    }
+                    self.fired.insert(plan.id.clone(), now.max(slot_unix_ns));
+                    out.push(JobCommand::Backup {
+                        plan: plan.id,
+                        definition: plan.definition,
+                    });
+                }
+                Ok(Decision::NotDue { .. }) => {}
+                Err(e) => {
+                    tracing::warn!(plan = %plan.id, error = %e, "schedule could not be evaluated")
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Actor for Scheduler {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(self.config.tick, |_, ctx| {
+            ctx.address().do_send(Tick);
+        });
+    }
+}
+
+impl Handler<Tick> for Scheduler {
+    type Result = ResponseActFuture<Self, usize>;
+
+    fn handle(&mut self, _msg: Tick, _ctx: &mut Self::Context) -> Self::Result {
+        if self.busy {
+            return Box::pin(actix::fut::ready(0));
+        }
+        self.busy = true;
+        let now = self.clock.now_unix_ns();
+        let query = self.read.send(Query::new(0, move |p| {
+            let plans: Vec<PlanView> = policy::active_plans(p)
+                .map(|pl| PlanView {
+                    id: pl.id.clone(),
+                    definition: pl.definition.clone(),
+                    created_ns: pl.created.unix_ns,
+                    last_run_ns: policy::last_backup_scheduled(p, &pl.id),
+                })
+                .collect();
+            (plans, policy::periodic_checks(p, now))
+        }));
+        Box::pin(query.into_actor(self).map(move |res, act, _ctx| {
+            act.busy = false;
+            let (plans, checks) = match res {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(error = %e, "scheduler could not read the plans");
+                    return 0;
+                }
+            };
+            let mut commands = act.due(plans, now);
+            commands.extend(checks);
+            let n = commands.len();
+            if n > 0 {
+                act.dispatcher.do_send(EnqueueMany(commands));
+            }
+            n
+        }))
+    }
+}

@@ -1,0 +1,132 @@
+//! The event-store actor: the single writer of the log.
+//!
+//! Appends run on the blocking pool, so several in flight share one
+//! `fdatasync` ([`SharedLog`]'s group commit) and the actor's own arbiter
+//! never waits on the disk. A caller's `Append` is answered only once its
+//! events are durable. Committed events are then fanned out, in sequence
+//! order, to the subscribers: actors get them with `try_send` (their
+//! mailboxes are bounded, and one that is full catches up from the log
+//! later), the web's live stream through a bounded broadcast channel (a
+//! receiver that lags re-reads the log).
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use tokio::sync::broadcast;
+use vouch_events::{AppendReceipt, Envelope, Event, LogReader, SharedLog};
+
+use super::error::ServiceError;
+
+/// Append events; answered once they are durable.
+#[derive(Message)]
+#[rtype(result = "Result<AppendReceipt, ServiceError>")]
+pub struct Append(pub Vec<Event>);
+
+/// Committed events, in order, sent to subscribers.
+#[derive(Message, Clone)]
+#[rtype(result = "()")]
+pub struct Committed(pub Arc<Vec<Arc<Envelope>>>);
+
+/// Adds a subscriber actor.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Subscribe(pub Recipient<Committed>);
+
+/// Capacity of the live broadcast channel.
+pub const LIVE_CAPACITY: usize = 4096;
+
+/// The single writer of the log.
+pub struct EventStore {
+    log: Arc<SharedLog>,
+    reader: LogReader,
+    published: u64,
+    subscribers: Vec<Recipient<Committed>>,
+    live: broadcast::Sender<Arc<Envelope>>,
+}
+
+impl EventStore {
+    /// The store over an open log; `live` feeds the web's event stream.
+    pub fn new(log: Arc<SharedLog>, live: broadcast::Sender<Arc<Envelope>>) -> Self {
+        let reader = log.reader();
+        let published = log.last_seq();
+        EventStore {
+            log,
+            reader,
+            published,
+            subscribers: Vec::new(),
+            live,
+        }
+    }
+
+    /// Publishes everything durable after `published`, in order.
+    fn publish(&mut self) {
+        let last = self.log.last_seq();
+        if last <= self.published {
+            return;
+        }
+        let mut batch = Vec::new();
+        let from = self.published + 1;
+        let read = self.reader.for_each(from, |env| {
+            if env.seq <= last {
+                batch.push(Arc::new(env));
+            }
+        });
+        if let Err(e) = read {
+            // Subscribers catch up from the log on their own; nothing is lost.
+            tracing::error!(error = %e, from, "could not read back committed events to publish");
+            return;
+        }
+        if let Some(last_env) = batch.last() {
+            self.published = last_env.seq;
+        }
+        for env in &batch {
+            // No receiver (nobody watching) is fine.
+            let _ = self.live.send(env.clone());
+        }
+        let msg = Committed(Arc::new(batch));
+        self.subscribers.retain(|s| match s.try_send(msg.clone()) {
+            Ok(()) => true,
+            Err(SendError::Full(_)) => {
+                tracing::warn!("a subscriber's mailbox is full; it will catch up from the log");
+                true
+            }
+            Err(SendError::Closed(_)) => false,
+        });
+    }
+}
+
+impl Actor for EventStore {
+    type Context = Context<Self>;
+
+    fn started(&mut self, _ctx: &mut Self::Context) {
+        tracing::info!(seq = self.published, "event store started");
+    }
+}
+
+impl Handler<Append> for EventStore {
+    type Result = ResponseActFuture<Self, Result<AppendReceipt, ServiceError>>;
+
+    fn handle(&mut self, msg: Append, _ctx: &mut Self::Context) -> Self::Result {
+        let log = self.log.clone();
+        let write = async move {
+            tokio::task::spawn_blocking(move || log.append(msg.0))
+                .await
+                .map_err(ServiceError::from)?
+                .map_err(ServiceError::from)
+        };
+        Box::pin(write.into_actor(self).map(|res, act, _ctx| {
+            if res.is_ok() {
+                act.publish();
+            }
+            res
+        }))
+    }
+}
+
+impl Handler<Subscribe> for EventStore {
+    type Result = ();
+
+    fn handle(&mut self, msg: Subscribe, _ctx: &mut Self::Context) {
+        self.subscribers.push(msg.0);
+    }
+}
