@@ -8,6 +8,7 @@
 
 pub mod backend;
 pub mod backup;
+pub mod bench;
 pub mod chunker;
 pub mod cli;
 pub mod crypto;
@@ -17,11 +18,13 @@ pub mod forget;
 pub mod format;
 pub mod id;
 pub mod progress;
+pub mod proof;
 pub mod prune;
 pub mod repo;
 pub mod restore;
 pub mod tree;
 pub mod util;
 pub mod verify;
+pub mod workers;
 
 pub use error::{exit_code, Error, IoContext, Result};

@@ -29,25 +29,52 @@ fn main() {
     bound_allocator_memory();
     default_sigpipe();
     let cli = vouch::cli::Cli::parse();
-    let filter = match cli.verbose {
-        0 => "warn",
-        1 => "info",
+    let serving = matches!(cli.command, vouch::cli::Command::Serve(_));
+    let json_logs = matches!(&cli.command, vouch::cli::Command::Serve(a) if a.log_format == "json");
+    let filter = match (cli.verbose, serving) {
+        (0, false) => "warn",
+        (0, true) | (1, _) => "info",
         _ => "debug",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("VOUCH_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter)),
-        )
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
-    let _ = ctrlc::set_handler(|| {
+    let env_filter = tracing_subscriber::EnvFilter::try_from_env("VOUCH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
+    if json_logs {
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(env_filter)
+            .with_writer(std::io::stderr)
+            .init();
+    } else {
+        tracing_subscriber::fmt()
+            .with_env_filter(env_filter)
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .init();
+    }
+    let _ = ctrlc::set_handler(move || {
+        if serving {
+            vouch::util::note_signal();
+            return;
+        }
         if vouch::util::interrupted() {
             std::process::exit(vouch::exit_code::INTERRUPTED);
         }
         vouch::util::set_interrupted();
     });
+    if matches!(
+        cli.command,
+        vouch::cli::Command::Serve(_) | vouch::cli::Command::Token(_)
+    ) {
+        let code = match vouch::cli::run_service(cli.command) {
+            Some(Ok(code)) => code,
+            Some(Err(e)) => {
+                eprintln!("vouch: {e:#}");
+                1
+            }
+            None => 2,
+        };
+        std::process::exit(code);
+    }
     let json = cli.json;
     let code = match vouch::cli::run(cli) {
         Ok(code) => code,

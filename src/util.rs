@@ -4,6 +4,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+static SIGNALS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts a SIGINT/SIGTERM for `vouch serve`, which stops gracefully on
+/// the first (running jobs get a grace period) and at once on the second.
+pub fn note_signal() {
+    if SIGNALS.fetch_add(1, Ordering::SeqCst) >= 1 {
+        set_interrupted();
+    }
+}
+
+/// How many SIGINT/SIGTERM `vouch serve` got.
+pub fn signals() -> usize {
+    SIGNALS.load(Ordering::SeqCst)
+}
 
 /// Marks the process as interrupted (called from the signal handler).
 pub fn set_interrupted() {

@@ -87,6 +87,9 @@ pub struct BackupOptions {
     pub read_threads: usize,
     /// Compression/encryption threads (0 = one per core).
     pub cpu_threads: usize,
+    /// Set from outside to stop the backup (like SIGINT, for this backup
+    /// only): it ends with [`Error::Interrupted`] and commits nothing.
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 /// What a backup made.
@@ -103,6 +106,7 @@ pub struct BackupOutcome {
 pub struct Abort {
     flag: AtomicBool,
     error: Mutex<Option<Error>>,
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 impl Abort {
@@ -118,13 +122,27 @@ impl Abort {
 
     /// Whether to stop.
     pub fn is_set(&self) -> bool {
-        self.flag.load(Ordering::Relaxed) || crate::util::interrupted()
+        self.flag.load(Ordering::Relaxed) || crate::util::interrupted() || self.cancelled()
+    }
+
+    /// An abort that also stops when `cancel` is set.
+    pub fn with_cancel(cancel: Option<Arc<AtomicBool>>) -> Self {
+        Abort {
+            cancel,
+            ..Default::default()
+        }
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
     }
 
     /// A stand-in error for a stage that stops because another failed; the
     /// first real error is what the backup reports.
     pub fn error_or_interrupted(&self) -> Error {
-        if crate::util::interrupted() {
+        if crate::util::interrupted() || self.cancelled() {
             Error::Interrupted
         } else {
             Error::io(
@@ -234,7 +252,7 @@ pub fn backup(
         WriteSync::Deferred
     };
 
-    let abort = Arc::new(Abort::default());
+    let abort = Arc::new(Abort::with_cancel(opts.cancel.clone()));
     let dedup = Arc::new(Dedup::new(index.clone()));
     let warnings = Arc::new(Warnings::new(progress.clone()));
     let saver = Saver::start(
@@ -320,6 +338,9 @@ pub fn backup(
     }
     let root = assembled?;
     crate::util::check_interrupted()?;
+    if abort.is_set() {
+        return Err(abort.error_or_interrupted());
+    }
 
     // Commit: index, then everything durable, then the manifest.
     let bytes_stored: u64 = packs.iter().map(|p| p.size).sum();

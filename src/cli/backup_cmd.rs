@@ -68,6 +68,7 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
         sync: a.sync_level,
         read_threads: a.read_threads,
         cpu_threads: 0,
+        cancel: None,
     };
     let progress = Arc::new(Progress::default());
     let reporter = ctx.out.progress("backup", progress.clone());

@@ -2,12 +2,14 @@
 //! of subcommands lives in its own module; all of them only call the engine.
 
 mod backup_cmd;
+mod bench_cmd;
 mod inspect;
 mod maintain;
 mod output;
 mod password;
 mod repo_cmds;
 mod restore_cmd;
+pub mod serve;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -66,6 +68,12 @@ pub enum Command {
     Key(repo_cmds::KeyArgs),
     /// Repair repository metadata.
     Repair(repo_cmds::RepairArgs),
+    /// Measure performance, side by side with restic and borg.
+    Bench(bench_cmd::BenchArgs),
+    /// Run the service: scheduler, proof policies, alerts, API and console.
+    Serve(serve::ServeArgs),
+    /// Manage the service's API tokens.
+    Token(serve::TokenArgs),
 }
 
 /// Shared handle for subcommands.
@@ -135,5 +143,19 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Prune(a) => maintain::prune(&ctx, a),
         Command::Key(a) => repo_cmds::key(&ctx, a),
         Command::Repair(a) => repo_cmds::repair(&ctx, a),
+        Command::Bench(a) => bench_cmd::run(&ctx, a),
+        Command::Serve(_) | Command::Token(_) => Err(Error::InvalidArgument(
+            "serve and token run through cli::run_service".into(),
+        )),
+    }
+}
+
+/// Runs `serve` or `token` (errors at the binary's edge, as `anyhow`).
+/// Returns `None` for any other command.
+pub fn run_service(command: Command) -> Option<anyhow::Result<i32>> {
+    match command {
+        Command::Serve(a) => Some(serve::serve(a)),
+        Command::Token(a) => Some(serve::token(a)),
+        _ => None,
     }
 }

@@ -1,26 +1,35 @@
 //! API tokens: stored only as hashes, checked in constant time.
 //!
-//! Every route under `/api/v1` sits behind [`require_token`], which wants
-//! `Authorization: Bearer <token>`; health and metrics stay open. Tokens
+//! Every route under `/api/v1` (and `/metrics`) sits behind
+//! [`require_token`], which wants `Authorization: Bearer <token>`. Tokens
 //! are long random strings, so a fast keyed hash is enough (no password
 //! KDF): the store holds the BLAKE3 hash, derived with a context string of
 //! its own, and a presented token is hashed and compared with
 //! `blake3::Hash`'s constant-time equality.
+//!
+//! The store persists as a JSON file (`<data-dir>/tokens.json`, mode 0600,
+//! replaced atomically): `{"tokens": [{"name", "role", "hash", "created_at"}]}`.
 
 use std::fmt;
 use std::future::{ready, Ready};
+use std::io::Write;
+use std::path::Path;
+use std::str::FromStr;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::http::header::AUTHORIZATION;
 use actix_web::middleware::Next;
 use actix_web::{web, Error, FromRequest, HttpMessage, HttpRequest};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::WebError;
 
 /// Domain separation of token hashes; changing it invalidates every token.
 const TOKEN_CONTEXT: &str = "vouch 2026 api token v1";
+
+/// The prefix of every token made by [`TokenStore::create`].
+pub const TOKEN_PREFIX: &str = "vouch_";
 
 /// The stored form of an API token.
 #[derive(Clone, PartialEq, Eq)]
@@ -53,22 +62,57 @@ impl fmt::Debug for TokenHash {
     }
 }
 
-/// What a token may do (enforced per route from issue 5 on).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// What a token may do (see the role table in `docs/api.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Everything, including token management.
     Admin,
-    /// Plans and jobs: create, run, cancel.
+    /// Reads everything; plans, jobs and locks: create, change, run, cancel.
     Operator,
     /// Read only.
     Viewer,
-    /// A backup agent: its own jobs only.
+    /// A backup agent: only plans whose source is `agent:<token name>:...`,
+    /// their jobs and points.
     Agent,
 }
 
+impl Role {
+    /// The lower-case name (`admin`, ...).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Operator => "operator",
+            Role::Viewer => "viewer",
+            Role::Agent => "agent",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "admin" => Ok(Role::Admin),
+            "operator" => Ok(Role::Operator),
+            "viewer" => Ok(Role::Viewer),
+            "agent" => Ok(Role::Agent),
+            _ => Err(format!(
+                "unknown role {s:?}: expected admin, operator, viewer or agent"
+            )),
+        }
+    }
+}
+
 /// The authenticated caller of a request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Principal {
     /// The token's name.
     pub name: String,
@@ -76,10 +120,93 @@ pub struct Principal {
     pub role: Role,
 }
 
+impl Principal {
+    /// Ok if the caller may change things (admin, operator); 403 otherwise.
+    pub fn require_write(&self) -> Result<(), WebError> {
+        match self.role {
+            Role::Admin | Role::Operator => Ok(()),
+            Role::Viewer | Role::Agent => Err(WebError::Forbidden(format!(
+                "a token with role {} may not change anything",
+                self.role
+            ))),
+        }
+    }
+
+    /// Ok unless the caller is an agent, which sees only its own plans.
+    pub fn require_not_agent(&self) -> Result<(), WebError> {
+        match self.role {
+            Role::Agent => Err(WebError::Forbidden(
+                "an agent token sees only its own plans, jobs and points".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the caller may see a plan with this source.
+    pub fn sees_source(&self, source: &str) -> bool {
+        match self.role {
+            Role::Agent => source
+                .strip_prefix("agent:")
+                .and_then(|rest| rest.strip_prefix(self.name.as_str()))
+                .is_some_and(|rest| rest.starts_with(':')),
+            _ => true,
+        }
+    }
+}
+
+/// A stored token, as listed (never the token itself).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenEntry {
+    /// Its unique name.
+    pub name: String,
+    /// Its role.
+    pub role: Role,
+    /// The hex BLAKE3 hash of the token ([`TokenHash::to_hex`]).
+    pub hash: String,
+    /// When it was made (RFC 3339).
+    pub created_at: String,
+}
+
+/// Errors of [`TokenStore::load`], [`TokenStore::save`] and
+/// [`TokenStore::create`].
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// The file could not be read or written.
+    #[error("token file {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not a token store.
+    #[error("token file {path} is damaged: {message}")]
+    Format {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A token of that name exists.
+    #[error("a token named {0:?} exists; revoke it first")]
+    NameTaken(String),
+    /// The name is empty or has characters other than `[A-Za-z0-9._-]`.
+    #[error("token name {0:?} is not allowed: use 1-64 of A-Z a-z 0-9 . _ -")]
+    BadName(String),
+    /// The operating system gave no randomness.
+    #[error("no randomness for a new token: {0}")]
+    Random(String),
+}
+
+#[derive(Serialize, Deserialize)]
+struct TokenFile {
+    tokens: Vec<TokenEntry>,
+}
+
 /// The known tokens, by hash.
 #[derive(Debug, Clone, Default)]
 pub struct TokenStore {
-    tokens: Vec<(TokenHash, Principal)>,
+    tokens: Vec<(TokenHash, Principal, String)>,
 }
 
 impl TokenStore {
@@ -96,7 +223,148 @@ impl TokenStore {
                 name: name.into(),
                 role,
             },
+            crate::views::rfc3339_now(),
         ));
+    }
+
+    /// Makes a new token for `name` with `role`: 32 random bytes as hex,
+    /// prefixed `vouch_`. Returns the token (shown once; only its hash is
+    /// kept).
+    pub fn create(&mut self, name: &str, role: Role) -> Result<String, TokenError> {
+        let name_ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if !name_ok {
+            return Err(TokenError::BadName(name.to_owned()));
+        }
+        if self.tokens.iter().any(|(_, p, _)| p.name == name) {
+            return Err(TokenError::NameTaken(name.to_owned()));
+        }
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).map_err(|e| TokenError::Random(e.to_string()))?;
+        let token = format!(
+            "{TOKEN_PREFIX}{}",
+            bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        );
+        self.insert(TokenHash::of(&token), name, role);
+        Ok(token)
+    }
+
+    /// Removes the token named `name`; whether there was one.
+    pub fn revoke(&mut self, name: &str) -> bool {
+        let before = self.tokens.len();
+        self.tokens.retain(|(_, p, _)| p.name != name);
+        self.tokens.len() != before
+    }
+
+    /// Every token (name, role, hash, creation time), in creation order.
+    pub fn list(&self) -> Vec<TokenEntry> {
+        self.tokens
+            .iter()
+            .map(|(h, p, at)| TokenEntry {
+                name: p.name.clone(),
+                role: p.role,
+                hash: h.to_hex(),
+                created_at: at.clone(),
+            })
+            .collect()
+    }
+
+    /// Whether no token is stored.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Reads a store written by [`TokenStore::save`]; a missing file is an
+    /// empty store.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, TokenError> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::new()),
+            Err(source) => {
+                return Err(TokenError::Io {
+                    path: shown,
+                    source,
+                })
+            }
+        };
+        let file: TokenFile = serde_json::from_slice(&bytes).map_err(|e| TokenError::Format {
+            path: shown.clone(),
+            message: e.to_string(),
+        })?;
+        let mut store = Self::new();
+        for t in file.tokens {
+            let hash = TokenHash::from_hex(&t.hash).ok_or_else(|| TokenError::Format {
+                path: shown.clone(),
+                message: format!("token {:?} has no valid hash", t.name),
+            })?;
+            store.tokens.push((
+                hash,
+                Principal {
+                    name: t.name,
+                    role: t.role,
+                },
+                t.created_at,
+            ));
+        }
+        Ok(store)
+    }
+
+    /// Writes the store to `path` atomically (a temporary file in the same
+    /// directory, synced, mode 0600, renamed over `path`).
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<(), TokenError> {
+        let path = path.as_ref();
+        let io = |source| TokenError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let body = serde_json::to_vec_pretty(&TokenFile {
+            tokens: self.list(),
+        })
+        .map_err(|e| TokenError::Format {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "tokens.json".into());
+        let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        let result = (|| {
+            let mut f = options.open(&tmp)?;
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            }
+            f.write_all(&body)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)?;
+            if let Ok(d) = std::fs::File::open(dir) {
+                // Best effort: makes the rename durable where supported.
+                let _ = d.sync_all();
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result.map_err(io)
     }
 
     /// The caller holding `presented`, if it matches a stored hash.
@@ -105,7 +373,7 @@ impl TokenStore {
     /// an earlier one matched.
     pub fn authenticate(&self, presented: &str) -> Option<&Principal> {
         let hash = TokenHash::of(presented);
-        self.tokens.iter().fold(None, |found, (stored, who)| {
+        self.tokens.iter().fold(None, |found, (stored, who, _)| {
             let matches = *stored == hash;
             found.or(matches.then_some(who))
         })
@@ -209,5 +477,59 @@ mod tests {
         // Not a plain BLAKE3 of the token: the context separates it.
         assert_ne!(hex, blake3::hash(b"s3cret-admin").to_hex().to_string());
         assert!(!format!("{h:?}").contains(&hex));
+    }
+
+    #[test]
+    fn tokens_persist_hashed_with_mode_0600_and_revoke() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("tokens.json");
+        let mut s = TokenStore::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(s.is_empty());
+        let t = s
+            .create("ops", Role::Operator)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(t.starts_with(TOKEN_PREFIX) && t.len() == TOKEN_PREFIX.len() + 64);
+        assert!(matches!(
+            s.create("ops", Role::Viewer),
+            Err(TokenError::NameTaken(_))
+        ));
+        assert!(matches!(
+            s.create("a b", Role::Viewer),
+            Err(TokenError::BadName(_))
+        ));
+        s.save(&path).unwrap_or_else(|e| panic!("{e}"));
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(!text.contains(&t), "the token itself must not be stored");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path)
+                .map(|m| m.permissions().mode())
+                .unwrap_or(0);
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let mut back = TokenStore::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back.list(), s.list());
+        assert_eq!(back.authenticate(&t).map(|p| p.role), Some(Role::Operator));
+        assert!(back.revoke("ops"));
+        assert!(!back.revoke("ops"));
+        assert_eq!(back.authenticate(&t), None);
+    }
+
+    #[test]
+    fn agents_see_only_their_sources() {
+        let p = Principal {
+            name: "web-1".into(),
+            role: Role::Agent,
+        };
+        assert!(p.sees_source("agent:web-1:/etc"));
+        assert!(!p.sees_source("agent:web-10:/etc"));
+        assert!(!p.sees_source("/etc"));
+        let v = Principal {
+            name: "x".into(),
+            role: Role::Viewer,
+        };
+        assert!(v.sees_source("/etc"));
+        assert!(v.require_write().is_err());
     }
 }

@@ -1,71 +1,184 @@
-//! Vouch's HTTP face: health, metrics and the versioned API (`/api/v1`).
+//! Vouch's HTTP face: health, metrics, the versioned API (`/api/v1`) and
+//! its OpenAPI document. The contract is `docs/api.md`.
 //!
 //! [`configure`] is the route table, shared by the binary and the tests;
 //! [`app`] wraps it with the shared state and middleware; [`serve`] runs it
 //! on a listener the caller bound (tests bind `127.0.0.1:0`).
 //!
-//! | route | auth | answer |
-//! |---|---|---|
-//! | `GET /healthz` | none | `{"status":"ok","version":...}` |
-//! | `GET /metrics` | none | Prometheus text format |
-//! | `/api/v1/...` | `Authorization: Bearer <token>` | JSON; 401 JSON error without a valid token |
-//! | `GET /api/v1/whoami` | bearer | `{"name":...,"role":...}` |
+//! | route | auth |
+//! |---|---|
+//! | `GET /healthz`, `GET /readyz`, `GET /api/v1/openapi.json`, console assets | none |
+//! | `GET /metrics`, everything else under `/api/v1` | `Authorization: Bearer <token>` |
+//!
+//! Without a [`ServiceHandle`] (see [`AppState::with_service`]) only health,
+//! metrics and whoami answer; the API answers 503 `unavailable`.
 
 #![warn(missing_docs)]
 
+mod api;
 mod auth;
+mod browse;
 mod error;
 mod metrics;
+mod openapi;
 mod routes;
+mod validate;
+mod views;
+
+mod console;
+pub use console::configure_console;
 
 use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{Server, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer};
+use vouch_actors::service::ServiceHandle;
 
-pub use auth::{require_token, Principal, Role, TokenHash, TokenStore};
+pub use api::misc::VERSION;
+pub use auth::{
+    require_token, Principal, Role, TokenEntry, TokenError, TokenHash, TokenStore, TOKEN_PREFIX,
+};
+pub use browse::{Browse, BrowseEntry, BrowseError, EntryKind, FileReader, RepoStats};
 pub use error::WebError;
-pub use metrics::{Metrics, BUILD_INFO, CONTENT_TYPE, HTTP_REQUESTS_TOTAL, UNMATCHED_ROUTE};
-pub use routes::VERSION;
+pub use metrics::{
+    Metrics, BACKUP_BYTES_ADDED, BACKUP_BYTES_READ, BUILD_INFO, CONTENT_TYPE, EVENT_LOG_BYTES,
+    EVENT_LOG_LAST_SEQ, HTTP_REQUESTS_TOTAL, JOB_DURATION, PLAN_LAST_RECOVERABLE, PLAN_PROTECTION,
+    RECOVERY_POINTS, UNMATCHED_ROUTE, VERIFICATION_COVERAGE, WEBHOOK_DELIVERIES,
+};
+pub use openapi::openapi_json_text;
+
+use api::{events, jobs, misc, plans, points, Ctx};
 
 /// What every worker of the HTTP server shares.
 #[derive(Clone)]
 pub struct AppState {
     metrics: web::Data<Metrics>,
     tokens: web::Data<TokenStore>,
+    service: Option<ServiceHandle>,
+    browse: Option<Arc<dyn Browse>>,
+    log_dir: Option<PathBuf>,
+    ctx: Option<web::Data<Ctx>>,
 }
 
 impl AppState {
-    /// State with fresh metrics for this build and the given tokens.
+    /// State with fresh metrics for this build and the given tokens, and no
+    /// service yet.
     pub fn new(tokens: TokenStore) -> Result<Self, WebError> {
         Ok(AppState {
             metrics: web::Data::new(Metrics::new(VERSION)?),
             tokens: web::Data::new(tokens),
+            service: None,
+            browse: None,
+            log_dir: None,
+            ctx: None,
         })
+    }
+
+    /// The running service the API answers from.
+    pub fn with_service(mut self, service: ServiceHandle) -> Self {
+        self.service = Some(service);
+        self.ctx = None;
+        self
+    }
+
+    /// The engine's file browser and repository statistics.
+    pub fn with_browse(mut self, browse: Arc<dyn Browse>) -> Self {
+        self.browse = Some(browse);
+        self.ctx = None;
+        self
+    }
+
+    /// The event log's directory, measured for `vouch_event_log_bytes`.
+    pub fn with_log_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.log_dir = Some(dir.into());
+        self.ctx = None;
+        self
     }
 
     /// The metrics, to register more or to observe from outside HTTP.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }
+
+    /// Rebuilds the event-derived metrics from the log and follows the live
+    /// stream; runs until the service stops. [`serve`] spawns it.
+    pub async fn follow_events(&self) {
+        if let Some(h) = &self.service {
+            self.metrics.clone().into_inner().follow(h.clone()).await;
+        }
+    }
+
+    fn ctx(&self) -> web::Data<Ctx> {
+        self.ctx.clone().unwrap_or_else(|| {
+            web::Data::new(Ctx {
+                service: self.service.clone(),
+                browse: self.browse.clone(),
+                log_dir: self.log_dir.clone(),
+            })
+        })
+    }
+
+    /// Shares one context between every worker.
+    fn sealed(mut self) -> Self {
+        self.ctx = Some(self.ctx());
+        self
+    }
 }
 
-/// The route table: health and metrics open, `/api/v1` behind
-/// [`require_token`]. Needs [`Metrics`] and [`TokenStore`] as app data
-/// (see [`app`]).
+fn bad_request(message: String) -> actix_web::Error {
+    WebError::BadRequest(message).into()
+}
+
+/// The route table: health, readiness, the OpenAPI document and the
+/// console open; `/metrics` and `/api/v1` behind [`require_token`]. Needs
+/// the app data [`app`] installs.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(routes::healthz))
-        .route("/metrics", web::get().to(routes::metrics))
+    cfg.app_data(web::JsonConfig::default().error_handler(|e, _| bad_request(e.to_string())))
+        .app_data(web::QueryConfig::default().error_handler(|e, _| bad_request(e.to_string())))
+        .app_data(web::PathConfig::default().error_handler(|e, _| bad_request(e.to_string())))
+        .route("/healthz", web::get().to(misc::healthz))
+        .route("/readyz", web::get().to(misc::readyz))
+        .service(
+            web::resource("/metrics")
+                .wrap(from_fn(require_token))
+                .route(web::get().to(misc::metrics)),
+        )
+        .route("/api/v1/openapi.json", web::get().to(openapi::openapi_json))
         .service(
             web::scope("/api/v1")
                 .wrap(from_fn(require_token))
-                .route("/whoami", web::get().to(routes::whoami)),
+                .route("/whoami", web::get().to(misc::whoami))
+                .route("/overview", web::get().to(misc::overview))
+                .route("/plans", web::get().to(plans::list))
+                .route("/plans", web::post().to(plans::create))
+                .route("/plans/defaults", web::get().to(plans::defaults))
+                .route("/plans/{id}", web::get().to(plans::get))
+                .route("/plans/{id}", web::put().to(plans::put))
+                .route("/plans/{id}", web::delete().to(plans::delete))
+                .route("/plans/{id}/run", web::post().to(plans::run))
+                .route("/plans/{id}/pause", web::post().to(plans::pause))
+                .route("/plans/{id}/resume", web::post().to(plans::resume))
+                .route("/jobs", web::get().to(jobs::list))
+                .route("/jobs/{id}", web::get().to(jobs::get))
+                .route("/jobs/{id}/cancel", web::post().to(jobs::cancel))
+                .route("/points", web::get().to(points::list))
+                .route("/points/{id}", web::get().to(points::get))
+                .route("/points/{id}/lock", web::post().to(points::lock))
+                .route("/points/{id}/files", web::get().to(points::files))
+                .route("/points/{id}/file", web::get().to(points::file))
+                .route("/events", web::get().to(events::list))
+                .route("/events/stream", web::get().to(events::stream))
+                .route("/alerts", web::get().to(misc::alerts))
+                .route("/repositories", web::get().to(misc::repositories)),
         );
+    crate::configure_console(cfg);
 }
 
-/// The whole application: state, request counting and [`configure`].
+/// The whole application: state, request spans and counting, [`configure`].
 pub fn app(
     state: AppState,
 ) -> App<
@@ -77,19 +190,28 @@ pub fn app(
         InitError = (),
     >,
 > {
+    let ctx = state.ctx();
     App::new()
         .app_data(state.metrics)
         .app_data(state.tokens)
+        .app_data(ctx)
         .wrap(from_fn(routes::count_requests))
         .configure(configure)
 }
 
 /// Serves [`app`] on `listener` until the returned server is stopped
-/// (through its handle) or the process gets SIGINT/SIGTERM.
+/// (through its handle) or the process gets SIGINT/SIGTERM. With a service,
+/// it also starts the metrics' event follower ([`AppState::follow_events`]),
+/// so it must be called inside a Tokio runtime (the actix system).
 ///
 /// The caller binds the listener, so `127.0.0.1:0` picks a free port and
 /// `listener.local_addr()` tells which.
 pub fn serve(listener: TcpListener, state: AppState) -> std::io::Result<Server> {
+    let state = state.sealed();
+    if state.service.is_some() && tokio::runtime::Handle::try_current().is_ok() {
+        let follower = state.clone();
+        tokio::spawn(async move { follower.follow_events().await });
+    }
     Ok(HttpServer::new(move || app(state.clone()))
         .listen(listener)?
         .run())

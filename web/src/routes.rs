@@ -1,46 +1,17 @@
-//! The handlers. Thin: parse, authorise, ask, render.
+//! Middleware shared by every route: a tracing span and request counting.
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
-use actix_web::{web, Error, HttpResponse};
-use serde::Serialize;
+use actix_web::{web, Error};
+use tracing::Instrument;
 
-use crate::auth::Principal;
-use crate::error::WebError;
-use crate::metrics::{Metrics, CONTENT_TYPE, UNMATCHED_ROUTE};
+use crate::metrics::{Metrics, UNMATCHED_ROUTE};
 
-/// The version reported by `/healthz` and `vouch_build_info`.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// Body of `GET /healthz`.
-#[derive(Debug, Serialize)]
-struct Health {
-    status: &'static str,
-    version: &'static str,
-}
-
-/// `GET /healthz`: the process is up and answering (no auth).
-pub(crate) async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(Health {
-        status: "ok",
-        version: VERSION,
-    })
-}
-
-/// `GET /metrics`: Prometheus text format (no auth).
-pub(crate) async fn metrics(metrics: web::Data<Metrics>) -> Result<HttpResponse, WebError> {
-    let text = metrics.render()?;
-    Ok(HttpResponse::Ok().content_type(CONTENT_TYPE).body(text))
-}
-
-/// `GET /api/v1/whoami`: the caller's token name and role.
-pub(crate) async fn whoami(principal: Principal) -> HttpResponse {
-    HttpResponse::Ok().json(principal)
-}
-
-/// Middleware (for `middleware::from_fn`) counting every answered request
-/// in [`crate::metrics::HTTP_REQUESTS_TOTAL`], by route pattern and status.
+/// Middleware (for `middleware::from_fn`) that runs each request in a
+/// `http` span (method and route pattern, never the token or raw ids) and
+/// counts every answered request in
+/// [`crate::metrics::HTTP_REQUESTS_TOTAL`], by route pattern and status.
 pub(crate) async fn count_requests(
     req: ServiceRequest,
     next: Next<impl MessageBody>,
@@ -49,14 +20,16 @@ pub(crate) async fn count_requests(
     // The pattern comes from the route table, not from routing having run,
     // so it is known even when a middleware answers early (e.g. a 401).
     let route = req.match_pattern();
-    let res = next.call(req).await;
+    let label = route.as_deref().unwrap_or(UNMATCHED_ROUTE).to_owned();
+    let span = tracing::info_span!("http", method = %req.method(), route = %label);
+    let res = next.call(req).instrument(span.clone()).await;
+    let status = match &res {
+        Ok(res) => res.status(),
+        Err(e) => e.as_response_error().status_code(),
+    };
+    span.in_scope(|| tracing::debug!(status = status.as_u16(), "answered"));
     if let Some(metrics) = metrics {
-        let status = match &res {
-            Ok(res) => res.status(),
-            Err(e) => e.as_response_error().status_code(),
-        };
-        let route = route.as_deref().unwrap_or(UNMATCHED_ROUTE);
-        metrics.observe_request(route, status.as_u16());
+        metrics.observe_request(&label, status.as_u16());
     }
     res
 }

@@ -175,7 +175,7 @@ async fn unknown_api_routes_do_not_leak_without_a_token() {
 }
 
 #[actix_web::test]
-async fn metrics_are_open_and_count_requests_by_route_and_status() {
+async fn metrics_need_a_token_and_count_requests_by_route_and_status() {
     let s = Server::start();
     let auth = format!("Bearer {ADMIN_TOKEN}");
     s.get("/healthz", None).await;
@@ -183,8 +183,10 @@ async fn metrics_are_open_and_count_requests_by_route_and_status() {
     s.get("/api/v1/whoami", Some(&auth)).await;
     s.get("/api/v1/whoami", None).await;
     s.get("/nowhere", None).await;
+    let (status, _, _) = s.get("/metrics", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
 
-    let (status, ct, text) = s.get("/metrics", None).await;
+    let (status, ct, text) = s.get("/metrics", Some(&auth)).await;
     assert_eq!(status, StatusCode::OK);
     assert!(ct.starts_with("text/plain"), "{ct}");
     assert!(ct.contains("version=0.0.4"), "{ct}");
@@ -193,6 +195,7 @@ async fn metrics_are_open_and_count_requests_by_route_and_status() {
         "vouch_http_requests_total{route=\"/healthz\",status=\"200\"} 2".to_owned(),
         "vouch_http_requests_total{route=\"/api/v1/whoami\",status=\"200\"} 1".to_owned(),
         "vouch_http_requests_total{route=\"/api/v1/whoami\",status=\"401\"} 1".to_owned(),
+        "vouch_http_requests_total{route=\"/metrics\",status=\"401\"} 1".to_owned(),
         "vouch_http_requests_total{route=\"unmatched\",status=\"404\"} 1".to_owned(),
     ] {
         assert!(
@@ -201,9 +204,22 @@ async fn metrics_are_open_and_count_requests_by_route_and_status() {
         );
     }
     // This scrape itself is counted after it is answered.
-    let (_, _, text) = s.get("/metrics", None).await;
+    let (_, _, text) = s.get("/metrics", Some(&auth)).await;
     assert!(text
         .lines()
         .any(|l| l == "vouch_http_requests_total{route=\"/metrics\",status=\"200\"} 1"));
+    s.stop().await;
+}
+
+#[actix_web::test]
+async fn without_a_service_the_api_is_503_and_readyz_says_starting() {
+    let s = Server::start();
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let (status, _, body) = s.get("/api/v1/plans", Some(&auth)).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(parse(&body)["code"], "unavailable");
+    let (status, _, body) = s.get("/readyz", None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(parse(&body), json!({"status": "starting"}));
     s.stop().await;
 }

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use actix::{Message, Recipient};
 use vouch_events::{
-    Event, JobId, JobKind, KeepPolicy, PlanDefinition, PlanId, SnapshotId, VerifyDepth,
+    Event, JobId, JobKind, KeepPolicy, PlanDefinition, PlanId, RepositoryId, SnapshotId,
+    VerifyDepth,
 };
 
 /// What a job does, with everything the worker needs to do it.
@@ -26,6 +27,8 @@ pub enum JobCommand {
         point: SnapshotId,
         /// Its plan, if any.
         plan: Option<PlanId>,
+        /// Its repository.
+        repository: RepositoryId,
         /// How deep to read.
         depth: VerifyDepth,
     },
@@ -35,6 +38,8 @@ pub enum JobCommand {
         point: SnapshotId,
         /// Its plan, if any.
         plan: Option<PlanId>,
+        /// Its repository.
+        repository: RepositoryId,
         /// Restore at most this many files (a sample), if set.
         sample_files: Option<u64>,
     },
@@ -42,6 +47,8 @@ pub enum JobCommand {
     Retention {
         /// The plan.
         plan: PlanId,
+        /// Its repository.
+        repository: RepositoryId,
         /// The rules.
         keep: KeepPolicy,
         /// Points that must not be forgotten whatever the rules say (locked
@@ -66,6 +73,16 @@ impl JobCommand {
         match self {
             JobCommand::Backup { plan, .. } | JobCommand::Retention { plan, .. } => Some(plan),
             JobCommand::Verify { plan, .. } | JobCommand::RestoreTest { plan, .. } => plan.as_ref(),
+        }
+    }
+
+    /// The repository it works in.
+    pub fn repository(&self) -> &RepositoryId {
+        match self {
+            JobCommand::Backup { definition, .. } => &definition.repository,
+            JobCommand::Verify { repository, .. }
+            | JobCommand::RestoreTest { repository, .. }
+            | JobCommand::Retention { repository, .. } => repository,
         }
     }
 

@@ -576,6 +576,13 @@ impl Dispatcher {
     }
 }
 
+fn repository_of(p: &Projections, point: &vouch_events::SnapshotId) -> vouch_events::RepositoryId {
+    p.points.points.get(point).map_or_else(
+        || vouch_events::RepositoryId::new("default"),
+        |pt| pt.repository.clone(),
+    )
+}
+
 /// The command of a job as the log describes it (none when its plan is
 /// gone).
 fn rebuild_command(p: &Projections, j: &vouch_events::Job) -> Option<JobCommand> {
@@ -592,6 +599,7 @@ fn rebuild_command(p: &Projections, j: &vouch_events::Job) -> Option<JobCommand>
         JobKind::Verify => j.point.map(|point| JobCommand::Verify {
             point,
             plan: j.plan.clone(),
+            repository: repository_of(p, &point),
             depth: plan.map_or(vouch_events::VerifyDepth::Structure, |pl| {
                 pl.definition.verification.depth
             }),
@@ -599,10 +607,12 @@ fn rebuild_command(p: &Projections, j: &vouch_events::Job) -> Option<JobCommand>
         JobKind::RestoreTest => j.point.map(|point| JobCommand::RestoreTest {
             point,
             plan: j.plan.clone(),
+            repository: repository_of(p, &point),
             sample_files: plan.and_then(|pl| pl.definition.restore_test.sample_files),
         }),
         JobKind::Forget => plan.map(|pl| JobCommand::Retention {
             plan: pl.id.clone(),
+            repository: pl.definition.repository.clone(),
             keep: pl.definition.retention.clone(),
             protect: Vec::new(),
         }),

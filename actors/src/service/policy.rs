@@ -20,7 +20,7 @@ pub fn live_points<'a>(p: &'a Projections, plan: &PlanId) -> Vec<&'a Point> {
         .values()
         .filter(|pt| pt.plan.as_ref() == Some(plan) && pt.expired.is_none())
         .collect();
-    v.sort_by(|a, b| b.snapshot_time_unix_ns.cmp(&a.snapshot_time_unix_ns));
+    v.sort_by_key(|pt| std::cmp::Reverse(pt.snapshot_time_unix_ns));
     v
 }
 
@@ -72,29 +72,30 @@ pub fn follow_ups(
                     out.push(JobCommand::Verify {
                         point: c.snapshot,
                         plan: Some(plan.id.clone()),
+                        repository: c.repository.clone(),
                         depth: def.verification.depth,
                     });
                 }
                 if !def.retention.is_empty() {
                     out.push(JobCommand::Retention {
                         plan: plan.id.clone(),
+                        repository: def.repository.clone(),
                         keep: def.retention.clone(),
                         protect: retention_protects(p, &plan.id, now_ns),
                     });
                 }
             }
             (JobKind::Verify, Event::VerificationPassed(v)) => {
-                let plan = p
-                    .points
-                    .points
-                    .get(&v.point)
-                    .and_then(|pt| pt.plan.as_ref())
-                    .and_then(|id| p.plans.plans.get(id));
+                let Some(point) = p.points.points.get(&v.point) else {
+                    continue;
+                };
+                let plan = point.plan.as_ref().and_then(|id| p.plans.plans.get(id));
                 if let Some(plan) = plan {
                     if plan.removed.is_none() && plan.definition.restore_test.every.is_some() {
                         out.push(JobCommand::RestoreTest {
                             point: v.point,
                             plan: Some(plan.id.clone()),
+                            repository: point.repository.clone(),
                             sample_files: plan.definition.restore_test.sample_files,
                         });
                     }
@@ -143,6 +144,7 @@ pub fn periodic_checks(p: &Projections, now_ns: i64) -> Vec<JobCommand> {
                 out.push(JobCommand::Verify {
                     point: newest.id,
                     plan: Some(plan.id.clone()),
+                    repository: newest.repository.clone(),
                     depth: def.verification.depth,
                 });
             }
@@ -158,6 +160,7 @@ pub fn periodic_checks(p: &Projections, now_ns: i64) -> Vec<JobCommand> {
                     out.push(JobCommand::RestoreTest {
                         point: pt.id,
                         plan: Some(plan.id.clone()),
+                        repository: pt.repository.clone(),
                         sample_files: def.restore_test.sample_files,
                     });
                 }

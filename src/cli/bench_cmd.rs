@@ -1,0 +1,178 @@
+//! `vouch bench run` and `vouch bench primitives`.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+
+use super::Ctx;
+use crate::bench::{self, CachePolicy, PrimitivesOptions, RunOptions, Scale, Scenario, Tool};
+use crate::error::{exit_code, Result};
+
+/// `vouch bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// What to measure.
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+/// `vouch bench` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Run scenarios with real binaries, side by side with peers.
+    Run(RunArgs),
+    /// MiB/s of chunking, hashing, compression, encryption and the whole pipeline.
+    Primitives(PrimitivesArgs),
+}
+
+/// `vouch bench run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Work directory: data, repositories, logs and results go there.
+    #[arg(long)]
+    pub workdir: PathBuf,
+    /// small (a few minutes), medium (the documented run), large (hours).
+    #[arg(long, default_value = "small")]
+    pub scale: Scale,
+    /// Peers to run side by side: restic, borg (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub peers: Vec<Tool>,
+    /// Scenarios to run (repeatable or comma-separated; default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub scenario: Vec<Scenario>,
+    /// Real data for source-tree: a directory holding linux-6.1 and
+    /// linux-6.12 (then backed up in turn at the same path), or any tree.
+    /// Default: $VOUCH_BENCH_DIR or /var/tmp/vouch-bench.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Write the Markdown report to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The vouch binary to measure (default: this one).
+    #[arg(long)]
+    pub vouch_bin: Option<PathBuf>,
+    /// Do not drop caches before steps (default: drop them when root).
+    #[arg(long)]
+    pub warm: bool,
+    /// Memory limit of the low-memory scenario, in MiB.
+    #[arg(long, default_value_t = 160)]
+    pub memory_limit_mib: u64,
+}
+
+/// `vouch bench primitives`.
+#[derive(Args, Debug)]
+pub struct PrimitivesArgs {
+    /// Real data: a directory whose files are concatenated (default: linux-6.1
+    /// under $VOUCH_BENCH_DIR or /var/tmp/vouch-bench, if present).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Buffer per kind of data, in MiB.
+    #[arg(long, default_value_t = 64)]
+    pub buffer_mib: usize,
+    /// zstd level (the repository default).
+    #[arg(long, default_value_t = 3)]
+    pub level: i32,
+    /// Seconds per figure (at least one pass).
+    #[arg(long, default_value_t = 2.0)]
+    pub seconds: f64,
+    /// Threads for the all-core column (0: all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Write the Markdown table to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs `vouch bench`.
+pub fn run(ctx: &Ctx, a: BenchArgs) -> Result<i32> {
+    let outcome = match a.command {
+        BenchCommand::Run(r) => run_scenarios(ctx, r),
+        BenchCommand::Primitives(p) => primitives(ctx, p),
+    };
+    match outcome {
+        Ok(()) => Ok(exit_code::OK),
+        Err(e) => {
+            if ctx.out.json {
+                ctx.out.json_line(&serde_json::json!({
+                    "type": "error", "error": format!("{e:#}"), "exit_code": exit_code::FAILURE,
+                }));
+            }
+            eprintln!("vouch bench: {e:#}");
+            Ok(if crate::util::interrupted() {
+                exit_code::INTERRUPTED
+            } else {
+                exit_code::FAILURE
+            })
+        }
+    }
+}
+
+fn command_line() -> String {
+    std::env::args()
+        .map(|a| {
+            if a.contains([' ', '"', '\'']) {
+                format!("'{a}'")
+            } else {
+                a
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn emit(
+    ctx: &Ctx,
+    json: &impl serde::Serialize,
+    md: String,
+    out: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    if let Some(path) = out {
+        std::fs::write(&path, &md).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if ctx.out.json {
+        ctx.out.json_line(json);
+    } else if !ctx.out.quiet {
+        println!("{md}");
+    }
+    Ok(())
+}
+
+fn run_scenarios(ctx: &Ctx, a: RunArgs) -> anyhow::Result<()> {
+    let vouch = match a.vouch_bin {
+        Some(p) => p,
+        None => std::env::current_exe().context("finding this vouch binary")?,
+    };
+    let o = RunOptions {
+        workdir: a.workdir,
+        scale: a.scale,
+        peers: a.peers,
+        vouch,
+        scenarios: a.scenario,
+        data: a.data,
+        cache: if a.warm {
+            CachePolicy::Warm
+        } else {
+            CachePolicy::Cold
+        },
+        memory_limit_mib: a.memory_limit_mib,
+        command_line: command_line(),
+        quiet: ctx.out.quiet || ctx.out.json,
+    };
+    let report = bench::run(&o).context("benchmark run")?;
+    let md = report.to_markdown();
+    emit(ctx, &report, md, a.out)
+}
+
+fn primitives(ctx: &Ctx, a: PrimitivesArgs) -> anyhow::Result<()> {
+    let o = PrimitivesOptions {
+        real_data: a.data,
+        buffer_mib: a.buffer_mib,
+        level: a.level,
+        min_seconds: a.seconds,
+        threads: a.threads,
+    };
+    let report = bench::run_primitives(&o, command_line()).context("primitives")?;
+    let md = report.to_markdown();
+    emit(ctx, &report, md, a.out)
+}

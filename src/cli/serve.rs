@@ -1,0 +1,483 @@
+//! `vouch serve`: the long-running service (scheduler, proof policies,
+//! alerting, API, metrics, console) and `vouch token`.
+//!
+//! Everything it keeps lives in the data directory:
+//!
+//! | path | what |
+//! |---|---|
+//! | `events/` | the event log: the service's only memory of decisions |
+//! | `read-store/` | the sled read store (derived, rebuilt from the log) |
+//! | `repository/` | the default repository |
+//! | `repository.passphrase` | its generated passphrase (mode 0600) |
+//! | `tokens.json` | API tokens, hashed (mode 0600) |
+//! | `sandbox/` | restore tests (each deleted when done) |
+
+use std::net::TcpListener;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::{Args, Subcommand};
+use serde::Deserialize;
+use vouch_actors::service::{
+    self, AlertingConfig, DispatchConfig, Receiver, SchedulerConfig, ServiceConfig, WebhookFormat,
+};
+use vouch_actors::{BackoffPolicy, SystemClock};
+use vouch_events::{EventLog, LogOptions, RepositoryId, SharedLog, SledStore};
+use vouch_web::{AppState, Role, TokenStore};
+
+use crate::backend::LocalBackend;
+use crate::repo::{InitOptions, Repository};
+use crate::workers::{EngineBrowser, EngineWorker, RepoSet, RepoSpec};
+
+/// Options of `vouch serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address for the API and console (port 0 picks a free one).
+    #[arg(long, env = "VOUCH_LISTEN")]
+    pub listen: Option<String>,
+    /// Where the service keeps its log, read store, default repository and tokens.
+    #[arg(long, env = "VOUCH_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// A TOML configuration file (see docs/operations.md).
+    #[arg(long, env = "VOUCH_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Log lines as `text` or `json` (on stderr).
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+}
+
+/// Options of `vouch token`.
+#[derive(Args, Debug)]
+pub struct TokenArgs {
+    /// The service's data directory.
+    #[arg(long, env = "VOUCH_DATA_DIR", default_value = "vouch-data")]
+    pub data_dir: PathBuf,
+    /// What to do.
+    #[command(subcommand)]
+    pub action: TokenAction,
+}
+
+/// `vouch token` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum TokenAction {
+    /// Make a token; it is printed once and stored only as a hash.
+    Create {
+        /// Its unique name (an agent's token is named after the agent).
+        #[arg(long)]
+        name: String,
+        /// admin, operator, viewer or agent.
+        #[arg(long, default_value = "viewer")]
+        role: String,
+    },
+    /// List tokens (names, roles, dates; never the tokens).
+    List,
+    /// Revoke a token by name (a running service notices on restart).
+    Revoke {
+        /// Its name.
+        name: String,
+    },
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".into()
+}
+
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("vouch-data")
+}
+
+fn dur(s: &str, key: &str) -> anyhow::Result<Duration> {
+    humantime::parse_duration(s)
+        .with_context(|| format!("{key}: {s:?} is not a duration (e.g. \"30s\", \"5m\", \"1h\")"))
+}
+
+/// The configuration file. Every key is optional; unknown keys are an
+/// error. Documented in `docs/operations.md`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `listen = "127.0.0.1:8080"`.
+    pub listen: Option<String>,
+    /// `data_dir = "/var/lib/vouch"`.
+    pub data_dir: Option<PathBuf>,
+    /// `[tls]`.
+    pub tls: Option<TlsConfig>,
+    /// `[scheduler]`.
+    #[serde(default)]
+    pub scheduler: SchedulerSection,
+    /// `[jobs]`.
+    #[serde(default)]
+    pub jobs: JobsSection,
+    /// `[alerting]`.
+    #[serde(default)]
+    pub alerting: AlertingSection,
+    /// `[[webhooks]]`.
+    #[serde(default)]
+    pub webhooks: Vec<WebhookSection>,
+    /// `[[repositories]]` besides the default one.
+    #[serde(default)]
+    pub repositories: Vec<RepositorySection>,
+}
+
+/// `[tls]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+}
+
+/// `[scheduler]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerSection {
+    /// How often schedules are evaluated (default 10s).
+    pub tick: Option<String>,
+    /// Largest per-plan jitter (default 5m).
+    pub max_jitter: Option<String>,
+}
+
+/// `[jobs]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobsSection {
+    /// Jobs at once (default 2).
+    pub max_concurrent: Option<usize>,
+    /// Attempts per job (default 3).
+    pub max_attempts: Option<u32>,
+    /// First retry delay, doubling (default 30s).
+    pub retry_initial: Option<String>,
+    /// Largest restore test before sampling (default 1GiB, in bytes).
+    pub restore_test_max_bytes: Option<u64>,
+    /// Time running jobs get to finish on SIGTERM (default 60s).
+    pub shutdown_grace: Option<String>,
+}
+
+/// `[alerting]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertingSection {
+    /// How often the rules are evaluated (default 30s).
+    pub evaluate_every: Option<String>,
+    /// An agent unseen this long is lost (default 10m).
+    pub agent_lost_after: Option<String>,
+    /// The console's URL, for links in alerts.
+    pub external_url: Option<String>,
+}
+
+/// `[[webhooks]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSection {
+    /// Its name.
+    pub name: String,
+    /// Where to POST.
+    pub url: String,
+    /// `json` (default) or `alertmanager`.
+    pub format: Option<WebhookFormat>,
+    /// Attempts per message (default 8).
+    pub max_attempts: Option<u32>,
+    /// First retry delay, doubling up to 5m (default 5s).
+    pub retry_initial: Option<String>,
+    /// Time per attempt (default 10s).
+    pub timeout: Option<String>,
+}
+
+/// `[[repositories]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepositorySection {
+    /// Its id in plans.
+    pub id: String,
+    /// Its directory (an existing repository).
+    pub path: PathBuf,
+    /// A file holding its passphrase.
+    pub passphrase_file: PathBuf,
+}
+
+impl Config {
+    /// Reads and checks a configuration file.
+    pub fn load(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the configuration {}", path.display()))?;
+        toml::from_str(&text)
+            .with_context(|| format!("configuration {} is not valid", path.display()))
+    }
+}
+
+/// Writes `bytes` to a new file with mode 0600 (never over an existing one).
+fn write_secret(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    Ok(())
+}
+
+fn read_secret(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        tracing::warn!(path = %path.display(), "secret file is readable by group or others; chmod 600 it");
+    }
+    let mut s = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    while s.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        s.pop();
+    }
+    if s.is_empty() {
+        bail!("{} is empty", path.display());
+    }
+    Ok(s)
+}
+
+/// The default repository: created on first start with a generated
+/// passphrase stored beside it.
+fn default_repository(data_dir: &Path) -> anyhow::Result<RepoSpec> {
+    let path = data_dir.join("repository");
+    let pw_path = data_dir.join("repository.passphrase");
+    if !path.join("config").exists() {
+        let passphrase = hex::encode(crate::crypto::random_array::<32>());
+        write_secret(&pw_path, passphrase.as_bytes())?;
+        Repository::init(
+            Arc::new(LocalBackend::new(&path)),
+            passphrase.as_bytes(),
+            &InitOptions::default(),
+        )
+        .with_context(|| format!("creating the default repository at {}", path.display()))?;
+        eprintln!(
+            "\n*** created the default repository at {}\n*** its passphrase is in {} (mode 0600).\n*** COPY THAT PASSPHRASE SOMEWHERE SAFE, AWAY FROM THIS MACHINE: without it nobody can read the backups.\n",
+            path.display(),
+            pw_path.display()
+        );
+    }
+    Ok(RepoSpec {
+        id: RepositoryId::new("default"),
+        passphrase: read_secret(&pw_path)?,
+        path,
+    })
+}
+
+/// Loads the tokens; on first start makes an admin token and prints it once.
+fn tokens(data_dir: &Path) -> anyhow::Result<TokenStore> {
+    let path = data_dir.join("tokens.json");
+    let mut store = TokenStore::load(&path)?;
+    if store.is_empty() {
+        let token = store.create("admin", Role::Admin)?;
+        store.save(&path)?;
+        println!("admin token: {token}");
+        eprintln!("*** this admin token is shown once; only its hash is stored. Make more with `vouch token create`.");
+    }
+    Ok(store)
+}
+
+/// Runs `vouch token`.
+pub fn token(a: TokenArgs) -> anyhow::Result<i32> {
+    let path = a.data_dir.join("tokens.json");
+    let mut store = TokenStore::load(&path)?;
+    match a.action {
+        TokenAction::Create { name, role } => {
+            let role: Role = role.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+            std::fs::create_dir_all(&a.data_dir)?;
+            let token = store.create(&name, role)?;
+            store.save(&path)?;
+            println!("{token}");
+            eprintln!("token {name:?} ({role}) created; it is shown once");
+        }
+        TokenAction::List => {
+            for t in store.list() {
+                println!("{}\t{}\t{}", t.name, t.role, t.created_at);
+            }
+        }
+        TokenAction::Revoke { name } => {
+            if !store.revoke(&name) {
+                bail!("no token named {name:?}");
+            }
+            store.save(&path)?;
+            eprintln!("token {name:?} revoked (a running service drops it on restart)");
+        }
+    }
+    Ok(0)
+}
+
+/// What `serve` runs with, after the file, the environment and the flags.
+struct Settings {
+    listen: String,
+    data_dir: PathBuf,
+    config: Config,
+}
+
+fn settings(a: &ServeArgs) -> anyhow::Result<Settings> {
+    let config = match &a.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    if config.tls.is_some() {
+        bail!("[tls] is not supported by this build yet: put a TLS-terminating proxy in front of vouch, or leave [tls] out");
+    }
+    Ok(Settings {
+        listen: a
+            .listen
+            .clone()
+            .or_else(|| config.listen.clone())
+            .unwrap_or_else(default_listen),
+        data_dir: a
+            .data_dir
+            .clone()
+            .or_else(|| config.data_dir.clone())
+            .unwrap_or_else(default_data_dir),
+        config,
+    })
+}
+
+fn service_config(c: &Config) -> anyhow::Result<ServiceConfig> {
+    let mut dispatch = DispatchConfig::default();
+    if let Some(n) = c.jobs.max_concurrent {
+        dispatch.max_concurrent = n.max(1);
+    }
+    if let Some(n) = c.jobs.max_attempts {
+        dispatch.max_attempts = n.max(1);
+    }
+    if let Some(s) = &c.jobs.retry_initial {
+        let d = dur(s, "jobs.retry_initial")?;
+        dispatch.retry_backoff = BackoffPolicy::new(
+            d,
+            2,
+            Duration::from_secs(3600).max(d),
+            Duration::from_secs(3600),
+        )?;
+    }
+    let mut scheduler = SchedulerConfig::default();
+    if let Some(s) = &c.scheduler.tick {
+        scheduler.tick = dur(s, "scheduler.tick")?;
+    }
+    if let Some(s) = &c.scheduler.max_jitter {
+        scheduler.max_jitter = dur(s, "scheduler.max_jitter")?;
+    }
+    let mut alerting = AlertingConfig::default();
+    if let Some(s) = &c.alerting.evaluate_every {
+        alerting.evaluate_every = dur(s, "alerting.evaluate_every")?;
+    }
+    if let Some(s) = &c.alerting.agent_lost_after {
+        alerting.agent_lost_after = dur(s, "alerting.agent_lost_after")?;
+    }
+    alerting.external_url = c.alerting.external_url.clone().unwrap_or_default();
+    for w in &c.webhooks {
+        if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
+            bail!(
+                "webhook {:?}: url must start with http:// or https://",
+                w.name
+            );
+        }
+        alerting.receivers.push(Receiver {
+            name: w.name.clone(),
+            url: w.url.clone(),
+            format: w.format.unwrap_or(WebhookFormat::Json),
+            max_attempts: w.max_attempts.unwrap_or(8).max(1),
+            retry_initial: match &w.retry_initial {
+                Some(s) => dur(s, "webhooks.retry_initial")?,
+                None => Duration::from_secs(5),
+            },
+            timeout: match &w.timeout {
+                Some(s) => dur(s, "webhooks.timeout")?,
+                None => Duration::from_secs(10),
+            },
+        });
+    }
+    Ok(ServiceConfig {
+        dispatch,
+        scheduler,
+        alerting,
+        version: env!("CARGO_PKG_VERSION").into(),
+    })
+}
+
+/// Runs `vouch serve` until SIGINT/SIGTERM.
+pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
+    let s = settings(&a)?;
+    let service_config = service_config(&s.config)?;
+    let grace = match &s.config.jobs.shutdown_grace {
+        Some(g) => dur(g, "jobs.shutdown_grace")?,
+        None => Duration::from_secs(60),
+    };
+    std::fs::create_dir_all(&s.data_dir)
+        .with_context(|| format!("creating the data directory {}", s.data_dir.display()))?;
+    let data_dir = std::path::absolute(&s.data_dir)?;
+    let mut specs = vec![default_repository(&data_dir)?];
+    for r in &s.config.repositories {
+        specs.push(RepoSpec {
+            id: RepositoryId::new(r.id.as_str()),
+            path: r.path.clone(),
+            passphrase: read_secret(&r.passphrase_file)?,
+        });
+    }
+    let tokens = tokens(&data_dir)?;
+    let repos = Arc::new(RepoSet::new(
+        specs,
+        data_dir.join("sandbox"),
+        s.config.jobs.restore_test_max_bytes.unwrap_or(1 << 30),
+        vec![data_dir.clone()],
+    ));
+    // Leftovers of restore tests cut short by a crash.
+    let _ = std::fs::remove_dir_all(repos.sandbox_root());
+
+    let clock = Arc::new(SystemClock);
+    let log_dir = data_dir.join("events");
+    let log = EventLog::open(&log_dir, LogOptions::default(), Arc::new(EventsClock))
+        .with_context(|| format!("opening the event log in {}", log_dir.display()))?;
+    let log = Arc::new(SharedLog::new(log));
+    let (read_store, set_aside) = SledStore::open_or_set_aside(data_dir.join("read-store"))?;
+    if let Some(p) = set_aside {
+        tracing::warn!(path = %p.display(), "the read store was unreadable; set aside and rebuilt from the log");
+    }
+    let listener = TcpListener::bind(&s.listen)
+        .with_context(|| format!("listening on {} (is another service using it?)", s.listen))?;
+    let addr = listener.local_addr()?;
+
+    let system = actix_web::rt::System::new();
+    system.block_on(async move {
+        let workers = EngineWorker::start_all(repos.clone());
+        let handle = service::start(log, read_store, workers, clock, service_config).await?;
+        let state = AppState::new(tokens)?
+            .with_service(handle.clone())
+            .with_browse(Arc::new(EngineBrowser::new(repos)))
+            .with_log_dir(log_dir);
+        let server = vouch_web::serve(listener, state)?;
+        let server_handle = server.handle();
+        let running = actix_web::rt::spawn(server);
+        println!("listening on http://{addr}");
+        tracing::info!(%addr, data_dir = %data_dir.display(), "vouch serve ready");
+        while crate::util::signals() == 0 {
+            actix_web::rt::time::sleep(Duration::from_millis(200)).await;
+        }
+        eprintln!("stopping: no new jobs; waiting up to {} for running jobs", humantime::format_duration(grace));
+        let drained = handle.shutdown(grace).await;
+        if !drained {
+            eprintln!("running jobs did not finish in time; they are abandoned and retried on the next start");
+            crate::util::set_interrupted();
+        }
+        server_handle.stop(false).await;
+        let _ = running.await;
+        anyhow::Ok(())
+    })?;
+    eprintln!("stopped");
+    Ok(0)
+}
+
+/// The event log reads time from the service's one clock.
+#[derive(Debug)]
+struct EventsClock;
+
+impl vouch_events::Clock for EventsClock {
+    fn now_unix_ns(&self) -> i64 {
+        vouch_actors::Clock::now_unix_ns(&SystemClock)
+    }
+}

@@ -1,0 +1,116 @@
+//! The repositories the service writes to, opened once and shared by jobs.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use vouch_events::{JobId, RepositoryId};
+
+use crate::backend::LocalBackend;
+use crate::error::{Error, Result};
+use crate::repo::Repository;
+
+/// One configured repository.
+#[derive(Clone)]
+pub struct RepoSpec {
+    /// Its id in plans and events.
+    pub id: RepositoryId,
+    /// Its directory.
+    pub path: PathBuf,
+    /// Its passphrase (never logged).
+    pub passphrase: Vec<u8>,
+}
+
+impl std::fmt::Debug for RepoSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RepoSpec")
+            .field("id", &self.id)
+            .field("path", &self.path)
+            .field("passphrase", &"<redacted>")
+            .finish()
+    }
+}
+
+/// The repositories, the sandbox directory for restore tests, and the
+/// paths no backup may include (the service's own data).
+pub struct RepoSet {
+    specs: HashMap<RepositoryId, RepoSpec>,
+    opened: Mutex<HashMap<RepositoryId, Arc<Repository>>>,
+    sandbox_root: PathBuf,
+    restore_test_max_bytes: u64,
+    exclude: Vec<PathBuf>,
+}
+
+impl RepoSet {
+    /// A set over `specs`; restore tests go below `sandbox_root`, at most
+    /// `restore_test_max_bytes` each; backups never include `exclude`.
+    pub fn new(
+        specs: Vec<RepoSpec>,
+        sandbox_root: PathBuf,
+        restore_test_max_bytes: u64,
+        exclude: Vec<PathBuf>,
+    ) -> Self {
+        RepoSet {
+            specs: specs.into_iter().map(|s| (s.id.clone(), s)).collect(),
+            opened: Mutex::new(HashMap::new()),
+            sandbox_root,
+            restore_test_max_bytes,
+            exclude,
+        }
+    }
+
+    /// The configured repositories.
+    pub fn specs(&self) -> impl Iterator<Item = &RepoSpec> {
+        self.specs.values()
+    }
+
+    /// Whether `id` is configured.
+    pub fn contains(&self, id: &RepositoryId) -> bool {
+        self.specs.contains_key(id)
+    }
+
+    /// The repository `id`, opened once (the key derivation is slow on
+    /// purpose) and shared.
+    pub fn open(&self, id: &RepositoryId) -> Result<Arc<Repository>> {
+        if let Some(r) = self
+            .opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+        {
+            return Ok(r.clone());
+        }
+        let spec = self.specs.get(id).ok_or_else(|| {
+            Error::NotFound(format!(
+                "no repository {id:?} is configured (see `repositories` in the configuration)"
+            ))
+        })?;
+        let backend = Arc::new(LocalBackend::new(&spec.path));
+        let repo = Arc::new(Repository::open(backend, &spec.passphrase)?);
+        self.opened
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.clone(), repo.clone());
+        Ok(repo)
+    }
+
+    /// Where the restore test of `job` restores (below the sandbox root).
+    pub fn sandbox_for(&self, job: &JobId) -> PathBuf {
+        self.sandbox_root.join(super::sandbox_name(job))
+    }
+
+    /// The sandbox root.
+    pub fn sandbox_root(&self) -> &Path {
+        &self.sandbox_root
+    }
+
+    /// Largest restore test, in bytes (a sample beyond).
+    pub fn restore_test_max_bytes(&self) -> u64 {
+        self.restore_test_max_bytes
+    }
+
+    /// Paths no backup includes.
+    pub fn exclude_paths(&self) -> Vec<PathBuf> {
+        self.exclude.clone()
+    }
+}

@@ -1,0 +1,511 @@
+//! The web console in a real browser (headless Debian chromium driven over
+//! WebDriver), against the real `vouch serve` binary on 127.0.0.1:0.
+//!
+//! Skipped with a loud message when chromium is not installed, unless `CI`
+//! is set (then it fails). Screenshots land in `target/console-artifacts/`.
+
+#[path = "common/webdriver.rs"]
+mod webdriver;
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use actix_web::{App, HttpServer};
+use serde_json::{json, Value};
+use webdriver::{browser_available, Driver, Session};
+
+const SHORT: Duration = Duration::from_secs(20);
+const LONG: Duration = Duration::from_secs(120);
+
+fn artifacts() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console-artifacts");
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
+}
+
+/// Pseudo-random bytes (xorshift), so the files do not compress to nothing.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// `vouch serve` as a child process; killed on drop.
+struct Serve {
+    child: Child,
+    addr: String,
+    token: String,
+}
+
+impl Serve {
+    fn start(data_dir: &Path) -> Serve {
+        let help = Command::new(env!("CARGO_BIN_EXE_vouch"))
+            .args(["serve", "--help"])
+            .output()
+            .unwrap_or_else(|e| panic!("run vouch serve --help: {e}"));
+        assert!(
+            help.status.success(),
+            "`vouch serve` is not available (issue 5): {}",
+            String::from_utf8_lossy(&help.stderr)
+        );
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vouch"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start vouch serve: {e}"));
+        let out = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        // Keeps reading for the whole run so the pipe never fills up.
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                println!("[vouch serve] {line}");
+                let _ = tx.send(line);
+            }
+        });
+        let (mut addr, mut token) = (None, None);
+        let deadline = Instant::now() + LONG;
+        while addr.is_none() || token.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = match rx.recv_timeout(left) {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = child.kill();
+                    panic!("vouch serve did not print its address and admin token ({e}); got address {addr:?}, token {}", token.is_some());
+                }
+            };
+            if let Some(a) = line.trim().strip_prefix("listening on http://") {
+                addr = Some(a.trim().to_owned());
+            }
+            if let Some(t) = line.trim().strip_prefix("admin token:") {
+                token = Some(t.trim().to_owned());
+            }
+        }
+        Serve {
+            child,
+            addr: addr.unwrap_or_default(),
+            token: token.unwrap_or_default(),
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn set_field(s: &Session, css: &str, value: &str) {
+    let e = s.wait_css(css, SHORT).await;
+    s.clear(&e)
+        .await
+        .unwrap_or_else(|err| panic!("clear {css}: {err}"));
+    s.send_keys(&e, value)
+        .await
+        .unwrap_or_else(|err| panic!("type into {css}: {err}"));
+}
+
+async fn click(s: &Session, css: &str) {
+    let e = s.wait_css(css, SHORT).await;
+    s.click(&e)
+        .await
+        .unwrap_or_else(|err| panic!("click {css}: {err}"));
+}
+
+async fn go(s: &Session, base: &str, hash: &str) {
+    s.goto(&format!("{base}/{hash}"))
+        .await
+        .unwrap_or_else(|e| panic!("navigate to {hash}: {e}"));
+}
+
+async fn shot(s: &Session, name: &str) {
+    let path = artifacts().join(name);
+    s.save_screenshot(&path)
+        .await
+        .unwrap_or_else(|e| panic!("screenshot {name}: {e}"));
+    println!("screenshot: {}", path.display());
+}
+
+/// The console's assets alone, served by `configure_console` on a test
+/// server: the page loads in chromium, the sign-in form is accessible, and
+/// a sign-in that the server cannot confirm keeps no token.
+#[actix_web::test]
+async fn console_sign_in_page_renders_from_the_embedded_assets() {
+    if !browser_available("console_sign_in_page_renders_from_the_embedded_assets") {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let addr: SocketAddr = listener.local_addr().expect("local addr");
+    let server = HttpServer::new(|| App::new().configure(vouch_web::configure_console))
+        .workers(1)
+        .listen(listener)
+        .expect("listen")
+        .run();
+    let handle = server.handle();
+    actix_web::rt::spawn(server);
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let driver = Driver::start().await;
+    let s = driver.session(tmp.path()).await;
+    let base = format!("http://{addr}");
+    go(&s, &base, "").await;
+
+    s.wait_for(
+        "the sign-in page",
+        SHORT,
+        "return location.hash.startsWith('#/signin') && document.querySelector('#token') !== null",
+    )
+    .await;
+    let h1 = s.find("main h1").await.expect("h1");
+    assert_eq!(s.text(&h1).await.unwrap(), "Sign in to Vouch");
+    let label = s
+        .find("label[for=token]")
+        .await
+        .expect("a label for the token field");
+    assert_eq!(s.text(&label).await.unwrap(), "API token");
+    let nav_shown = s
+        .execute("return ['nav', 'who'].map(id => getComputedStyle(document.getElementById(id)).display !== 'none')", vec![])
+        .await
+        .unwrap();
+    assert_eq!(
+        nav_shown,
+        json!([false, false]),
+        "no navigation nor sign-out before sign-in"
+    );
+
+    click(&s, "#signin-submit").await;
+    s.wait_for(
+        "the empty-token error",
+        SHORT,
+        "return document.getElementById('token-error').textContent",
+    )
+    .await;
+
+    set_field(&s, "#token", "not-a-real-token").await;
+    click(&s, "#signin-submit").await;
+    let msg = s
+        .wait_for("a sign-in error", SHORT, "const t = document.getElementById('token-error').textContent; return t.startsWith('Cannot sign in') || t.includes('not valid') ? t : null")
+        .await;
+    println!("sign-in error shown: {msg}");
+    let kept = s
+        .execute("return sessionStorage.getItem('vouch.token')", vec![])
+        .await
+        .unwrap();
+    assert_eq!(kept, Value::Null, "a rejected token is not kept");
+    let local = s
+        .execute("return localStorage.length", vec![])
+        .await
+        .unwrap();
+    assert_eq!(local, json!(0), "nothing goes to localStorage");
+    shot(&s, "signin.png").await;
+
+    s.quit().await.expect("quit");
+    handle.stop(true).await;
+}
+
+/// Issue 6, end to end: sign in with the printed admin token, create a plan
+/// through the form (a bad schedule first, to see the API's field error),
+/// run it, watch the job, see the point become recoverable, open its
+/// evidence and history, browse its files and download two of them (compared
+/// byte for byte with the originals), see an alert for a plan whose source
+/// does not exist, screenshot the overview and the point, sign out.
+#[actix_web::test]
+async fn console_end_to_end_against_vouch_serve() {
+    if !browser_available("console_end_to_end_against_vouch_serve") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let src = tmp.path().join("source");
+    let downloads = tmp.path().join("downloads");
+    fs::create_dir_all(src.join("docs/deep")).unwrap();
+    fs::create_dir_all(&downloads).unwrap();
+    let hello = b"Hello from the Vouch console test.\n".to_vec();
+    let blob = noise(3 << 20, 7);
+    fs::write(src.join("hello.txt"), &hello).unwrap();
+    fs::write(src.join("random.bin"), &blob).unwrap();
+    for i in 0..40 {
+        fs::write(
+            src.join(format!("docs/note-{i:02}.txt")),
+            format!("note {i}\n").repeat(200),
+        )
+        .unwrap();
+    }
+    for i in 0..6 {
+        fs::write(
+            src.join(format!("docs/deep/chunk-{i}.bin")),
+            noise(4 << 20, 100 + i),
+        )
+        .unwrap();
+    }
+
+    let serve = Serve::start(&data);
+    let base = format!("http://{}", serve.addr);
+    let driver = Driver::start().await;
+    let s = driver.session(&downloads).await;
+
+    // Sign in.
+    go(&s, &base, "").await;
+    set_field(&s, "#token", &serve.token).await;
+    click(&s, "#signin-submit").await;
+    s.wait_for("the overview after sign-in", SHORT, "return location.hash === '#/overview' && !document.getElementById('nav').hidden && document.querySelector('main h1') && document.querySelector('main h1').textContent.startsWith('Overview')").await;
+    let who = s.find("#who-name").await.unwrap();
+    assert!(
+        s.text(&who).await.unwrap().contains("admin"),
+        "the role is shown"
+    );
+    let stored = s
+        .execute("return sessionStorage.getItem('vouch.token')", vec![])
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.as_str(),
+        Some(serve.token.as_str()),
+        "token kept for the session"
+    );
+    s.wait_for(
+        "the live event stream",
+        SHORT,
+        "return document.getElementById('live').dataset.state === 'live'",
+    )
+    .await;
+
+    // Create a plan through the form; the API's 422 shows by its field.
+    go(&s, &base, "#/plans/new").await;
+    s.wait_css("#plan-form", SHORT).await;
+    set_field(&s, "#f-id", "docs").await;
+    set_field(&s, "#f-source", &src.to_string_lossy()).await;
+    set_field(&s, "#f-schedule", "this is not cron").await;
+    click(&s, "#plan-save").await;
+    let err = s
+        .wait_for(
+            "a field error on the schedule",
+            SHORT,
+            "return document.querySelector('[data-field=schedule] .field-error').textContent",
+        )
+        .await;
+    println!("schedule error shown by the field: {err}");
+    let invalid = s
+        .execute(
+            "return document.getElementById('f-schedule').getAttribute('aria-invalid')",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(invalid, json!("true"));
+    set_field(&s, "#f-schedule", "0 3 * * *").await;
+    click(&s, "#plan-save").await;
+    s.wait_for("the new plan's page", SHORT, "return location.hash === '#/plans/docs' && document.querySelector('button[data-run=docs]') !== null").await;
+
+    // Run it and watch the job.
+    click(&s, "button[data-run=docs]").await;
+    go(&s, &base, "#/jobs?plan=docs").await;
+    let seen = s
+        .wait_for(
+            "the backup job on the jobs page",
+            LONG,
+            "const r = document.querySelector('#jobs-running tr[data-state=running]');\
+             if (r) { const p = r.querySelector('.prog'); return 'running: ' + (p ? p.textContent : ''); }\
+             const h = document.querySelector('#jobs-history tr[data-state]');\
+             return h ? 'finished: ' + h.dataset.state : null;",
+        )
+        .await;
+    println!("jobs page first showed the backup as {seen}");
+    if seen.as_str().is_some_and(|v| v.starts_with("running")) {
+        // Live progress through the SSE stream: bytes text appears.
+        let p = s
+            .wait_for(
+                "live progress or the end of the job",
+                LONG,
+                "const r = document.querySelector('#jobs-running tr[data-state=running] .prog');\
+                 if (r && /B/.test(r.textContent)) return 'progress: ' + r.textContent;\
+                 return document.querySelector('#jobs-history tr[data-state]') ? 'ended' : null;",
+            )
+            .await;
+        println!("job progress seen: {p}");
+    }
+    let outcome = s
+        .wait_for("the backup job's outcome", LONG, "const h = [...document.querySelectorAll('#jobs-history tr[data-state]')].find(r => r.children[1].textContent === 'backup'); return h ? h.dataset.state + ' ' + h.innerText : null")
+        .await;
+    assert!(
+        outcome
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("succeeded"),
+        "backup job: {outcome}"
+    );
+
+    // The point becomes recoverable (the list follows the live stream).
+    go(&s, &base, "#/points?plan=docs").await;
+    let point = s
+        .wait_for("a recoverable point of plan docs", LONG, "const r = document.querySelector('tr[data-point][data-state=recoverable]'); return r ? r.dataset.point : null")
+        .await;
+    let point = point.as_str().unwrap().to_owned();
+    click(&s, &format!("tr[data-point=\"{point}\"] a")).await;
+    s.wait_css("[data-evidence=passed]", SHORT).await;
+    for kind in ["backup.committed", "restore_test.passed"] {
+        s.wait_css(&format!("ol.timeline li[data-type=\"{kind}\"]"), SHORT)
+            .await;
+    }
+    let evidence = s.find("[data-evidence=passed]").await.unwrap();
+    let evidence = s.text(&evidence).await.unwrap();
+    println!("evidence: {evidence}");
+    assert!(
+        evidence.contains("Digests matched"),
+        "evidence shows digests: {evidence}"
+    );
+
+    // Browse down to the source's files, then download two of them.
+    let parts: Vec<String> = src
+        .components()
+        .filter_map(|c| match c {
+            std::path::Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .collect();
+    s.wait_css("#pt-files table.files, #pt-files p", SHORT)
+        .await;
+    for _ in 0..parts.len() + 1 {
+        let here = s
+            .execute("return [...document.querySelectorAll('#pt-files tr[data-entry]')].map(r => r.dataset.entry)", vec![])
+            .await
+            .unwrap();
+        let names: Vec<&str> = here
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if names.contains(&"hello.txt") {
+            break;
+        }
+        let next = parts
+            .iter()
+            .find(|p| names.contains(&p.as_str()))
+            .cloned()
+            .or_else(|| (names.len() == 1).then(|| names[0].to_owned()))
+            .unwrap_or_else(|| {
+                panic!("cannot find the source in the point's root listing: {names:?}")
+            });
+        click(
+            &s,
+            &format!("#pt-files tr[data-entry=\"{next}\"] button[data-dir]"),
+        )
+        .await;
+        s.wait_for("the directory listing", SHORT, &format!("return document.querySelector('#pt-files .crumbs') && document.querySelector('#pt-files .crumbs').textContent.includes({})", json!(next))).await;
+    }
+    s.wait_css("#pt-files tr[data-entry=\"docs\"][data-kind=dir]", SHORT)
+        .await;
+    shot(&s, "point.png").await;
+    for (name, want) in [("hello.txt", &hello), ("random.bin", &blob)] {
+        click(
+            &s,
+            &format!("#pt-files tr[data-entry=\"{name}\"] button[data-download]"),
+        )
+        .await;
+        let path = downloads.join(name);
+        let deadline = Instant::now() + LONG;
+        loop {
+            if let Ok(got) = fs::read(&path) {
+                if got.len() == want.len() {
+                    assert!(
+                        got == *want,
+                        "{name}: downloaded bytes differ from the original"
+                    );
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} was not downloaded to {}",
+                downloads.display()
+            );
+            actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    s.execute(
+        "document.querySelector('#pt-files button[data-dir]').click()",
+        vec![],
+    )
+    .await
+    .unwrap();
+
+    // A broken plan: its source does not exist. An alert appears.
+    go(&s, &base, "#/plans/new").await;
+    s.wait_css("#plan-form", SHORT).await;
+    set_field(&s, "#f-id", "broken").await;
+    set_field(
+        &s,
+        "#f-source",
+        &tmp.path().join("does-not-exist").to_string_lossy(),
+    )
+    .await;
+    click(&s, "#plan-save").await;
+    s.wait_for("the broken plan's page", SHORT, "return location.hash === '#/plans/broken' && document.querySelector('button[data-run=broken]') !== null").await;
+    click(&s, "button[data-run=broken]").await;
+    go(&s, &base, "#/alerts").await;
+    let alert = s
+        .wait_for("an open alert about plan broken", LONG, "const r = [...document.querySelectorAll('#alerts-open tr[data-alert]')].find(r => r.innerText.includes('broken')); return r ? r.innerText : null")
+        .await;
+    println!("alert: {alert}");
+
+    // The overview: one protected plan, the broken one not, the alert.
+    go(&s, &base, "#/overview").await;
+    s.wait_for("the overview with both plans and the alert", SHORT, "return document.querySelector('tr[data-plan=docs]') && document.querySelector('tr[data-plan=broken]') && document.querySelector('ul.alerts li')").await;
+    let docs = s
+        .execute(
+            "return document.querySelector('tr[data-plan=docs]').dataset.status",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let broken = s
+        .execute(
+            "return document.querySelector('tr[data-plan=broken]').dataset.status",
+            vec![],
+        )
+        .await
+        .unwrap();
+    println!("overview: docs is {docs}, broken is {broken}");
+    assert_eq!(
+        docs,
+        json!("protected"),
+        "a plan with a fresh recoverable point is protected"
+    );
+    assert_ne!(
+        broken,
+        json!("protected"),
+        "a plan that never ran is not protected"
+    );
+    shot(&s, "overview.png").await;
+
+    // Charts draw SVG from the same API.
+    go(&s, &base, "#/charts").await;
+    s.wait_css("figure.chart svg rect.bar-dur", SHORT).await;
+    shot(&s, "charts.png").await;
+
+    // Sign out: the token is gone and the sign-in form is back.
+    click(&s, "#signout").await;
+    s.wait_css("#token", SHORT).await;
+    let gone = s
+        .execute("return sessionStorage.getItem('vouch.token')", vec![])
+        .await
+        .unwrap();
+    assert_eq!(gone, Value::Null, "sign-out forgets the token");
+
+    s.quit().await.expect("quit");
+    drop(driver);
+    drop(serve);
+}

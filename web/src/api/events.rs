@@ -1,0 +1,281 @@
+//! The event log: pages, and the live stream (Server-Sent Events).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::http::header;
+use actix_web::web::Bytes;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Deserialize;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, mpsc};
+use utoipa::IntoParams;
+use vouch_actors::service::{LiveProgress, ServiceHandle};
+use vouch_events::{Envelope, Event, PlanId};
+
+use super::{limit, ChannelBody, Ctx};
+use crate::auth::Principal;
+use crate::error::{ErrorBody, WebError};
+use crate::views::{event_view, EventsPage};
+
+/// How often a comment keeps an idle stream (and its proxies) alive.
+pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Events read from the log per step of a catch-up.
+const CATCH_UP_BATCH: usize = 512;
+
+/// Filters of `GET /api/v1/events`.
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct EventsQuery {
+    /// The first seq to return (default 1).
+    from_seq: Option<u64>,
+    /// At most this many (default 100, at most 1000).
+    limit: Option<usize>,
+    /// Only events of this type (`backup.committed`, ...).
+    #[serde(rename = "type")]
+    event_type: Option<String>,
+    /// Only events about this plan (directly, or through its jobs and points).
+    plan: Option<String>,
+}
+
+/// The plan an event is about, directly.
+fn direct_plan(e: &Event) -> Option<&PlanId> {
+    match e {
+        Event::PlanCreated(x) => Some(&x.plan),
+        Event::PlanChanged(x) => Some(&x.plan),
+        Event::PlanRemoved(x) => Some(&x.plan),
+        Event::JobScheduled(x) => x.plan.as_ref(),
+        Event::BackupCommitted(x) => x.plan.as_ref(),
+        Event::PointDiscovered(x) => x.plan.as_ref(),
+        _ => None,
+    }
+}
+
+/// The job an event is about.
+fn job_of(e: &Event) -> Option<&vouch_events::JobId> {
+    match e {
+        Event::JobStarted(x) => Some(&x.job),
+        Event::JobProgress(x) => Some(&x.job),
+        Event::JobFinished(x) => Some(&x.job),
+        Event::JobFailed(x) => Some(&x.job),
+        Event::JobAbandoned(x) => Some(&x.job),
+        Event::LeaseGranted(x) => Some(&x.job),
+        Event::LeaseExpired(x) => Some(&x.job),
+        _ => None,
+    }
+}
+
+/// A page of the log, oldest first.
+#[utoipa::path(get, path = "/api/v1/events", tag = "events", params(EventsQuery),
+    responses((status = 200, body = EventsPage), (status = 403, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn list(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    q: web::Query<EventsQuery>,
+) -> Result<HttpResponse, WebError> {
+    who.require_not_agent()?;
+    let q = q.into_inner();
+    let handle = ctx.service()?;
+    let from = q.from_seq.unwrap_or(1).max(1);
+    let n = limit(q.limit);
+    // Jobs and points of the plan, to attribute events that name only those.
+    let plan_things = match q.plan.clone() {
+        Some(plan) => {
+            let plan = PlanId::new(plan);
+            Some(
+                handle
+                    .query(0, move |p| {
+                        let jobs: std::collections::HashSet<_> = p
+                            .jobs
+                            .jobs
+                            .values()
+                            .filter(|j| j.plan.as_ref() == Some(&plan))
+                            .map(|j| j.id.clone())
+                            .collect();
+                        let points: std::collections::HashSet<_> = p
+                            .points
+                            .points
+                            .values()
+                            .filter(|pt| pt.plan.as_ref() == Some(&plan))
+                            .map(|pt| pt.id)
+                            .collect();
+                        (plan, jobs, points)
+                    })
+                    .await?,
+            )
+        }
+        None => None,
+    };
+    let (events, next_seq) = handle
+        .scan_events(from, move |it| {
+            let mut out = Vec::new();
+            let mut next = from;
+            for env in it {
+                next = env.seq + 1;
+                let type_ok = q
+                    .event_type
+                    .as_deref()
+                    .is_none_or(|t| env.event.event_type() == t);
+                let plan_ok = plan_things.as_ref().is_none_or(|(plan, jobs, points)| {
+                    direct_plan(&env.event) == Some(plan)
+                        || job_of(&env.event).is_some_and(|j| jobs.contains(j))
+                        || env.event.point().is_some_and(|pt| points.contains(&pt))
+                });
+                if type_ok && plan_ok {
+                    out.push(event_view(&env));
+                    if out.len() >= n {
+                        break;
+                    }
+                }
+            }
+            (out, next)
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(EventsPage { events, next_seq }))
+}
+
+/// Where a stream starts: after `Last-Event-ID`, else at `from_seq`, else
+/// with the next event.
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct StreamQuery {
+    /// The first seq to send (`Last-Event-ID: N` means `N+1` and wins).
+    from_seq: Option<u64>,
+}
+
+/// The live stream: committed events (`id`, `event`, `data`), progress
+/// (`event: progress`, no id) and `: keep-alive` comments.
+#[utoipa::path(get, path = "/api/v1/events/stream", tag = "events", params(StreamQuery,
+        ("Last-Event-ID" = Option<u64>, Header, description = "resume after this seq")),
+    responses((status = 200, content_type = "text/event-stream", body = String),
+        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn stream(
+    req: HttpRequest,
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    q: web::Query<StreamQuery>,
+) -> Result<HttpResponse, WebError> {
+    who.require_not_agent()?;
+    let handle = ctx.service()?.clone();
+    // Subscribe before reading the log, so nothing falls between the two.
+    let live = handle.subscribe_events();
+    let progress = handle.subscribe_progress();
+    let last_id = match req.headers().get("last-event-id") {
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or_else(|| WebError::BadRequest("Last-Event-ID must be a seq".into()))?,
+        ),
+        None => None,
+    };
+    let from = match (last_id, q.from_seq) {
+        (Some(n), _) => n.saturating_add(1),
+        (None, Some(f)) => f.max(1),
+        (None, None) => handle.last_seq() + 1,
+    };
+    let (tx, rx) = mpsc::channel(64);
+    tracing::debug!(from, "event stream opened");
+    actix_web::rt::spawn(pump(handle, from, live, progress, tx));
+    Ok(HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(ChannelBody(rx)))
+}
+
+type Tx = mpsc::Sender<Result<Bytes, std::io::Error>>;
+
+fn frame(env: &Envelope) -> Bytes {
+    let data = serde_json::to_string(&event_view(env)).unwrap_or_else(|_| "null".into());
+    Bytes::from(format!(
+        "id: {}\nevent: {}\ndata: {data}\n\n",
+        env.seq,
+        env.event.event_type()
+    ))
+}
+
+/// Sends every logged event from `*next` on; false once the client is gone
+/// or the log cannot be read.
+async fn catch_up(handle: &ServiceHandle, next: &mut u64, tx: &Tx) -> bool {
+    loop {
+        let batch = match handle.events(*next, CATCH_UP_BATCH).await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(error = %e, "event stream: the log could not be read");
+                return false;
+            }
+        };
+        if batch.is_empty() {
+            return true;
+        }
+        for env in &batch {
+            if env.seq < *next {
+                continue;
+            }
+            if tx.send(Ok(frame(env))).await.is_err() {
+                return false;
+            }
+            *next = env.seq + 1;
+        }
+    }
+}
+
+/// Feeds one client: the log from `next`, then the live tail, with no gap
+/// (a jump or a lag is filled from the log) and no duplicate (seqs already
+/// sent are skipped). Ends when the client goes away.
+async fn pump(
+    handle: ServiceHandle,
+    mut next: u64,
+    mut live: broadcast::Receiver<Arc<Envelope>>,
+    mut progress: broadcast::Receiver<Arc<LiveProgress>>,
+    tx: Tx,
+) {
+    if !catch_up(&handle, &mut next, &tx).await {
+        return;
+    }
+    let mut keep_alive =
+        tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+    let mut progress_open = true;
+    loop {
+        tokio::select! {
+            _ = tx.closed() => break,
+            r = live.recv() => match r {
+                Ok(env) => {
+                    if env.seq > next && !catch_up(&handle, &mut next, &tx).await {
+                        break;
+                    }
+                    if env.seq == next {
+                        if tx.send(Ok(frame(&env))).await.is_err() {
+                            break;
+                        }
+                        next = env.seq + 1;
+                    }
+                }
+                Err(RecvError::Lagged(_)) => {
+                    if !catch_up(&handle, &mut next, &tx).await {
+                        break;
+                    }
+                }
+                Err(RecvError::Closed) => break,
+            },
+            p = progress.recv(), if progress_open => match p {
+                Ok(p) => {
+                    let data = serde_json::to_string(&*p).unwrap_or_else(|_| "null".into());
+                    let msg = Bytes::from(format!("event: progress\ndata: {data}\n\n"));
+                    if tx.send(Ok(msg)).await.is_err() {
+                        break;
+                    }
+                }
+                Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => progress_open = false,
+            },
+            _ = keep_alive.tick() => {
+                if tx.send(Ok(Bytes::from_static(b": keep-alive\n\n"))).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    tracing::debug!(next, "event stream closed");
+}

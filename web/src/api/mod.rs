@@ -1,0 +1,75 @@
+//! The `/api/v1` handlers. Thin: parse, authorise, ask the service, render.
+
+pub(crate) mod events;
+pub(crate) mod jobs;
+pub(crate) mod misc;
+pub(crate) mod plans;
+pub(crate) mod points;
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use actix_web::web::Bytes;
+use tokio::sync::mpsc;
+use vouch_actors::service::ServiceHandle;
+use vouch_events::{PlanId, Projections};
+
+use crate::auth::{Principal, Role};
+use crate::browse::Browse;
+use crate::error::WebError;
+
+/// What the handlers reach the service through.
+pub(crate) struct Ctx {
+    pub(crate) service: Option<ServiceHandle>,
+    pub(crate) browse: Option<Arc<dyn Browse>>,
+    pub(crate) log_dir: Option<PathBuf>,
+}
+
+impl Ctx {
+    /// The service, or 503 while there is none.
+    pub(crate) fn service(&self) -> Result<&ServiceHandle, WebError> {
+        self.service
+            .as_ref()
+            .ok_or_else(|| WebError::Unavailable("the service is starting".into()))
+    }
+
+    /// The engine's browser, or 503.
+    pub(crate) fn browse(&self) -> Result<Arc<dyn Browse>, WebError> {
+        self.browse
+            .clone()
+            .ok_or_else(|| WebError::Unavailable("no repository is open".into()))
+    }
+}
+
+/// Whether `who` may see things of `plan` (agents: only their plans; a
+/// thing without a plan is not theirs).
+pub(crate) fn plan_visible(p: &Projections, who: &Principal, plan: Option<&PlanId>) -> bool {
+    if who.role != Role::Agent {
+        return true;
+    }
+    plan.and_then(|id| p.plans.plans.get(id))
+        .is_some_and(|pl| who.sees_source(&pl.definition.source))
+}
+
+/// The default and the cap of `limit` query parameters.
+pub(crate) const DEFAULT_LIMIT: usize = 100;
+/// The cap of `limit`.
+pub(crate) const MAX_LIMIT: usize = 1000;
+
+pub(crate) fn limit(l: Option<usize>) -> usize {
+    l.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT)
+}
+
+/// A response body fed through a bounded channel: when the client goes
+/// away the body is dropped, the channel closes and the producer stops.
+pub(crate) struct ChannelBody(pub(crate) mpsc::Receiver<Result<Bytes, std::io::Error>>);
+
+impl futures_core::Stream for ChannelBody {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}

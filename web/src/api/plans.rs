@@ -1,0 +1,266 @@
+//! Plans: CRUD, defaults, run now, pause and resume.
+
+use actix_web::{web, HttpResponse};
+use vouch_events::{PlanChanged, PlanCreated, PlanDefinition, PlanId, PlanRemoved};
+
+use super::{plan_visible, Ctx};
+use crate::auth::Principal;
+use crate::error::{ErrorBody, WebError};
+use crate::validate::{self, PlanInput};
+use crate::views::{job_view, plan_view, JobView, PlanView};
+
+/// Reads plan `id` back (after `min_seq`) as the caller may see it.
+pub(crate) async fn read_plan(
+    ctx: &Ctx,
+    who: &Principal,
+    id: &str,
+    min_seq: u64,
+) -> Result<PlanView, WebError> {
+    let handle = ctx.service()?.clone();
+    let name = id.to_owned();
+    let (who, id) = (who.clone(), PlanId::new(id));
+    let h = handle.clone();
+    handle
+        .query(min_seq, move |p| {
+            let plan = p
+                .plans
+                .plans
+                .get(&id)
+                .filter(|pl| pl.removed.is_none() && plan_visible(p, &who, Some(&id)))?;
+            let next = h.next_run(&plan.id, &plan.definition);
+            Some(plan_view(p, plan, h.now_unix_ns(), next))
+        })
+        .await?
+        .ok_or_else(|| WebError::not_found("plan", name))
+}
+
+/// The current definition of a visible plan, or 404.
+async fn current(ctx: &Ctx, who: &Principal, id: &str) -> Result<PlanDefinition, WebError> {
+    let handle = ctx.service()?;
+    let (who, pid) = (who.clone(), PlanId::new(id));
+    handle
+        .query(0, move |p| {
+            p.plans
+                .plans
+                .get(&pid)
+                .filter(|pl| pl.removed.is_none() && plan_visible(p, &who, Some(&pid)))
+                .map(|pl| pl.definition.clone())
+        })
+        .await?
+        .ok_or_else(|| WebError::not_found("plan", id))
+}
+
+/// Every plan the caller may see.
+#[utoipa::path(get, path = "/api/v1/plans", tag = "plans",
+    responses((status = 200, body = [PlanView]), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn list(ctx: web::Data<Ctx>, who: Principal) -> Result<HttpResponse, WebError> {
+    let handle = ctx.service()?.clone();
+    let h = handle.clone();
+    let plans = handle
+        .query(0, move |p| {
+            let now = h.now_unix_ns();
+            p.plans
+                .plans
+                .values()
+                .filter(|pl| pl.removed.is_none() && who.sees_source(&pl.definition.source))
+                .map(|pl| plan_view(p, pl, now, h.next_run(&pl.id, &pl.definition)))
+                .collect::<Vec<_>>()
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(plans))
+}
+
+/// A plan input with every default filled in.
+#[utoipa::path(get, path = "/api/v1/plans/defaults", tag = "plans",
+    responses((status = 200, body = PlanInput)), security(("bearer" = [])))]
+pub(crate) async fn defaults(_who: Principal) -> HttpResponse {
+    HttpResponse::Ok().json(validate::defaults_input())
+}
+
+/// Creates a plan.
+#[utoipa::path(post, path = "/api/v1/plans", tag = "plans", request_body = PlanInput,
+    responses((status = 201, body = PlanView), (status = 403, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn create(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    input: web::Json<PlanInput>,
+) -> Result<HttpResponse, WebError> {
+    who.require_write()?;
+    let handle = ctx.service()?;
+    let (id, def) = validate::definition(input.into_inner(), validate::default_definition(), None)?;
+    let pid = PlanId::new(id.clone());
+    let exists = {
+        let pid = pid.clone();
+        handle
+            .query(0, move |p| {
+                p.plans
+                    .plans
+                    .get(&pid)
+                    .is_some_and(|pl| pl.removed.is_none())
+            })
+            .await?
+    };
+    if exists {
+        return Err(WebError::Conflict(format!("a plan named {id:?} exists")));
+    }
+    tracing::info!(plan = %id, "creating plan");
+    let receipt = handle
+        .append(vec![PlanCreated {
+            plan: pid,
+            definition: def,
+        }
+        .into()])
+        .await?;
+    let view = read_plan(&ctx, &who, &id, receipt.last_seq).await?;
+    Ok(HttpResponse::Created().json(view))
+}
+
+/// One plan.
+#[utoipa::path(get, path = "/api/v1/plans/{id}", tag = "plans",
+    params(("id" = String, Path, description = "plan id")),
+    responses((status = 200, body = PlanView), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn get(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    id: web::Path<String>,
+) -> Result<HttpResponse, WebError> {
+    Ok(HttpResponse::Ok().json(read_plan(&ctx, &who, &id, 0).await?))
+}
+
+/// Replaces a plan's definition.
+#[utoipa::path(put, path = "/api/v1/plans/{id}", tag = "plans", request_body = PlanInput,
+    params(("id" = String, Path, description = "plan id")),
+    responses((status = 200, body = PlanView), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn put(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    id: web::Path<String>,
+    input: web::Json<PlanInput>,
+) -> Result<HttpResponse, WebError> {
+    who.require_write()?;
+    let old = current(&ctx, &who, &id).await?;
+    let input = input.into_inner();
+    // What the input does not say comes from the defaults, except `paused`
+    // and `source`, which keep their current values.
+    let mut base = validate::default_definition();
+    base.paused = old.paused;
+    base.source = old.source;
+    let (_, def) = validate::definition(input, base, Some(&id))?;
+    change(&ctx, &who, &id, def).await
+}
+
+async fn change(
+    ctx: &Ctx,
+    who: &Principal,
+    id: &str,
+    def: PlanDefinition,
+) -> Result<HttpResponse, WebError> {
+    let handle = ctx.service()?;
+    tracing::info!(plan = %id, "changing plan");
+    let receipt = handle
+        .append(vec![PlanChanged {
+            plan: PlanId::new(id),
+            definition: def,
+        }
+        .into()])
+        .await?;
+    Ok(HttpResponse::Ok().json(read_plan(ctx, who, id, receipt.last_seq).await?))
+}
+
+/// Removes a plan (its points stay; retention stops).
+#[utoipa::path(delete, path = "/api/v1/plans/{id}", tag = "plans",
+    params(("id" = String, Path, description = "plan id")),
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn delete(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    id: web::Path<String>,
+) -> Result<HttpResponse, WebError> {
+    who.require_write()?;
+    current(&ctx, &who, &id).await?;
+    tracing::info!(plan = %id, "removing plan");
+    ctx.service()?
+        .append(vec![PlanRemoved {
+            plan: PlanId::new(id.as_str()),
+        }
+        .into()])
+        .await?;
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// Schedules a backup of the plan now.
+#[utoipa::path(post, path = "/api/v1/plans/{id}/run", tag = "plans",
+    params(("id" = String, Path, description = "plan id")),
+    responses((status = 202, body = JobView), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn run(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    id: web::Path<String>,
+) -> Result<HttpResponse, WebError> {
+    who.require_write()?;
+    current(&ctx, &who, &id).await?;
+    let handle = ctx.service()?;
+    let job = handle.run_now(PlanId::new(id.as_str())).await?;
+    tracing::info!(plan = %id, job = %job, "backup asked for");
+    let min = handle.last_seq();
+    let view = {
+        let job = job.clone();
+        handle
+            .query(min, move |p| p.jobs.jobs.get(&job).map(job_view))
+            .await?
+    };
+    let view = view.ok_or_else(|| WebError::Internal(format!("job {job} is not in the log")))?;
+    Ok(HttpResponse::Accepted().json(view))
+}
+
+async fn set_paused(
+    ctx: &Ctx,
+    who: &Principal,
+    id: &str,
+    paused: bool,
+) -> Result<HttpResponse, WebError> {
+    who.require_write()?;
+    let mut def = current(ctx, who, id).await?;
+    if def.paused == paused {
+        return Ok(HttpResponse::Ok().json(read_plan(ctx, who, id, 0).await?));
+    }
+    def.paused = paused;
+    change(ctx, who, id, def).await
+}
+
+/// Pauses the plan's schedule.
+#[utoipa::path(post, path = "/api/v1/plans/{id}/pause", tag = "plans",
+    params(("id" = String, Path, description = "plan id")),
+    responses((status = 200, body = PlanView), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn pause(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    id: web::Path<String>,
+) -> Result<HttpResponse, WebError> {
+    set_paused(&ctx, &who, &id, true).await
+}
+
+/// Resumes the plan's schedule.
+#[utoipa::path(post, path = "/api/v1/plans/{id}/resume", tag = "plans",
+    params(("id" = String, Path, description = "plan id")),
+    responses((status = 200, body = PlanView), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn resume(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    id: web::Path<String>,
+) -> Result<HttpResponse, WebError> {
+    set_paused(&ctx, &who, &id, false).await
+}

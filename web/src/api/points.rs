@@ -1,0 +1,265 @@
+//! Recovery points: list, detail with evidence and history, lock, files.
+
+use actix_web::http::header;
+use actix_web::{web, HttpResponse};
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use utoipa::IntoParams;
+use vouch_events::{PointLocked, SnapshotId};
+
+use super::{limit, plan_visible, ChannelBody, Ctx};
+use crate::auth::Principal;
+use crate::error::{ErrorBody, WebError};
+use crate::views::{
+    event_view, parse_point_state, parse_rfc3339, point_detail, point_view, rfc3339, EntryView,
+    FileList, LockRequest, PointDetail, PointView,
+};
+
+/// Filters of `GET /api/v1/points`.
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct PointsQuery {
+    /// A plan id.
+    plan: Option<String>,
+    /// A point state (`recoverable`, ...).
+    state: Option<String>,
+    /// At most this many (default 100, at most 1000).
+    limit: Option<usize>,
+}
+
+/// Recovery points, newest first.
+#[utoipa::path(get, path = "/api/v1/points", tag = "points", params(PointsQuery),
+    responses((status = 200, body = [PointView]), (status = 400, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn list(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    q: web::Query<PointsQuery>,
+) -> Result<HttpResponse, WebError> {
+    let q = q.into_inner();
+    let state = match q.state.as_deref() {
+        Some(s) => Some(
+            parse_point_state(s)
+                .ok_or_else(|| WebError::BadRequest(format!("unknown point state {s:?}")))?,
+        ),
+        None => None,
+    };
+    let n = limit(q.limit);
+    let points = ctx
+        .service()?
+        .query(0, move |p| {
+            let mut pts: Vec<_> = p
+                .points
+                .points
+                .values()
+                .filter(|pt| state.is_none_or(|s| pt.state == s))
+                .filter(|pt| {
+                    q.plan
+                        .as_deref()
+                        .is_none_or(|pl| pt.plan.as_ref().is_some_and(|x| x.as_str() == pl))
+                })
+                .filter(|pt| plan_visible(p, &who, pt.plan.as_ref()))
+                .collect();
+            pts.sort_by_key(|pt| std::cmp::Reverse((pt.since.seq, pt.snapshot_time_unix_ns)));
+            pts.into_iter().take(n).map(point_view).collect::<Vec<_>>()
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(points))
+}
+
+fn parse_id(id: &str) -> Result<SnapshotId, WebError> {
+    id.parse()
+        .map_err(|_| WebError::NotFound(format!("no point {id:?}: ids are 64 hex digits")))
+}
+
+/// A visible point (after `min`), through `f`.
+async fn with_point<R: Send + 'static>(
+    ctx: &Ctx,
+    who: &Principal,
+    id: SnapshotId,
+    min: u64,
+    f: impl FnOnce(&vouch_events::Point) -> R + Send + 'static,
+) -> Result<R, WebError> {
+    let who = who.clone();
+    ctx.service()?
+        .query(min, move |p| {
+            p.points
+                .points
+                .get(&id)
+                .filter(|pt| plan_visible(p, &who, pt.plan.as_ref()))
+                .map(f)
+        })
+        .await?
+        .ok_or_else(|| WebError::not_found("point", id))
+}
+
+/// One point with its latest verification, restore test and history.
+#[utoipa::path(get, path = "/api/v1/points/{id}", tag = "points",
+    params(("id" = String, Path, description = "64 hex digits")),
+    responses((status = 200, body = PointDetail), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn get(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    id: web::Path<String>,
+) -> Result<HttpResponse, WebError> {
+    let id = parse_id(&id)?;
+    let point = with_point(&ctx, &who, id, 0, Clone::clone).await?;
+    let history = ctx
+        .service()?
+        .scan_events(1, move |it| {
+            it.filter(|env| env.event.point() == Some(id))
+                .map(|env| event_view(&env))
+                .collect::<Vec<_>>()
+        })
+        .await?;
+    Ok(HttpResponse::Ok().json(point_detail(&point, history)))
+}
+
+/// Locks a point against deletion until a time.
+#[utoipa::path(post, path = "/api/v1/points/{id}/lock", tag = "points",
+    params(("id" = String, Path, description = "64 hex digits")), request_body = LockRequest,
+    responses((status = 200, body = PointView), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn lock(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    id: web::Path<String>,
+    body: web::Json<LockRequest>,
+) -> Result<HttpResponse, WebError> {
+    who.require_write()?;
+    let id = parse_id(&id)?;
+    let until = parse_rfc3339(&body.until).ok_or_else(|| WebError::Invalid {
+        message: "the lock does not validate: until".into(),
+        fields: [(
+            "until".to_owned(),
+            format!("{:?} is not an RFC 3339 time", body.until),
+        )]
+        .into(),
+    })?;
+    with_point(&ctx, &who, id, 0, |_| ()).await?;
+    tracing::info!(point = %id, until = %rfc3339(until), "locking point");
+    let receipt = ctx
+        .service()?
+        .append(vec![PointLocked {
+            point: id,
+            until_unix_ns: until,
+        }
+        .into()])
+        .await?;
+    let view = with_point(&ctx, &who, id, receipt.last_seq, point_view).await?;
+    Ok(HttpResponse::Ok().json(view))
+}
+
+/// The `path` query parameter of the file browser.
+#[derive(Debug, Deserialize, IntoParams)]
+pub(crate) struct PathQuery {
+    /// An absolute path inside the snapshot (default `/`).
+    path: Option<String>,
+}
+
+fn browse_path(q: &PathQuery) -> Result<String, WebError> {
+    let path = q.path.clone().unwrap_or_else(|| "/".into());
+    if !path.starts_with('/') || path.contains('\0') {
+        return Err(WebError::BadRequest(format!(
+            "path {path:?} must be absolute"
+        )));
+    }
+    Ok(path)
+}
+
+/// A directory of a point.
+#[utoipa::path(get, path = "/api/v1/points/{id}/files", tag = "points",
+    params(("id" = String, Path, description = "64 hex digits"), PathQuery),
+    responses((status = 200, body = FileList), (status = 404, body = ErrorBody),
+        (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn files(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    id: web::Path<String>,
+    q: web::Query<PathQuery>,
+) -> Result<HttpResponse, WebError> {
+    let id = parse_id(&id)?;
+    let path = browse_path(&q)?;
+    let repo = with_point(&ctx, &who, id, 0, |pt| pt.repository.to_string()).await?;
+    let browse = ctx.browse()?;
+    let (hex, p) = (id.to_hex(), path.clone());
+    let entries = web::block(move || browse.list(&repo, &hex, &p))
+        .await
+        .map_err(|e| WebError::Internal(e.to_string()))??;
+    let entries = entries
+        .into_iter()
+        .map(|e| EntryView {
+            name: e.name,
+            kind: e.kind.as_str().to_owned(),
+            size: e.size,
+            mode: e.mode,
+            mtime: e.mtime_unix_ns.map(rfc3339),
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(FileList { path, entries }))
+}
+
+/// A file of a point, as bytes.
+#[utoipa::path(get, path = "/api/v1/points/{id}/file", tag = "points",
+    params(("id" = String, Path, description = "64 hex digits"), PathQuery),
+    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub(crate) async fn file(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    id: web::Path<String>,
+    q: web::Query<PathQuery>,
+) -> Result<HttpResponse, WebError> {
+    let id = parse_id(&id)?;
+    let path = browse_path(&q)?;
+    let repo = with_point(&ctx, &who, id, 0, |pt| pt.repository.to_string()).await?;
+    let browse = ctx.browse()?;
+    let (hex, p) = (id.to_hex(), path.clone());
+    let mut reader = web::block(move || browse.read_file(&repo, &hex, &p))
+        .await
+        .map_err(|e| WebError::Internal(e.to_string()))??;
+    let (tx, rx) = mpsc::channel(4);
+    // The read runs on the blocking pool; a client that goes away closes
+    // the channel and stops it.
+    tokio::task::spawn_blocking(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match std::io::Read::read(&mut reader, &mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    if tx
+                        .blocking_send(Ok(actix_web::web::Bytes::copy_from_slice(&buf[..n])))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::error!(error = %e, "reading a file of a point failed mid-way");
+                    // Aborts the response: the client sees a broken transfer,
+                    // never a silently truncated file.
+                    let _ = tx.blocking_send(Err(e));
+                    return;
+                }
+            }
+        }
+    });
+    let name: String = path
+        .rsplit('/')
+        .next()
+        .unwrap_or("file")
+        .chars()
+        .filter(|c| !c.is_control() && *c != '"' && *c != '\\')
+        .collect();
+    Ok(HttpResponse::Ok()
+        .content_type("application/octet-stream")
+        .insert_header((
+            header::CONTENT_DISPOSITION,
+            format!("attachment; filename=\"{name}\""),
+        ))
+        .streaming(ChannelBody(rx)))
+}

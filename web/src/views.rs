@@ -1,0 +1,739 @@
+//! What the API renders (the DTOs of `docs/api.md`) and how projections
+//! become them. Times are RFC 3339 UTC, durations humantime strings.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+use utoipa::ToSchema;
+use vouch_actors::service::kind_name;
+use vouch_events::{
+    Alert, Envelope, Event, Job, JobKind, JobState, KeepPolicy, Plan, PointState, Projections,
+    Protection, Severity, VerifyDepth,
+};
+
+/// `unix_ns` as an RFC 3339 UTC string.
+pub(crate) fn rfc3339(unix_ns: i64) -> String {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ns))
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned())
+}
+
+/// Now (wall clock) as RFC 3339; for token creation times.
+pub(crate) fn rfc3339_now() -> String {
+    OffsetDateTime::now_utc()
+        .format(&Rfc3339)
+        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".to_owned())
+}
+
+/// Parses an RFC 3339 time into Unix nanoseconds.
+pub(crate) fn parse_rfc3339(s: &str) -> Option<i64> {
+    let t = OffsetDateTime::parse(s, &Rfc3339).ok()?;
+    i64::try_from(t.unix_timestamp_nanos()).ok()
+}
+
+/// A duration as humantime (`1day 2h`).
+pub(crate) fn human(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+/// The API label of a verification depth.
+pub(crate) fn depth_label(d: VerifyDepth) -> String {
+    match d {
+        VerifyDepth::Structure => "structure".into(),
+        VerifyDepth::ReadAll => "read-all".into(),
+        VerifyDepth::ReadSample(n) => format!("read-sample:{n}"),
+    }
+}
+
+/// The API name of an alert severity.
+fn severity(s: Severity) -> &'static str {
+    match s {
+        Severity::Info => "info",
+        Severity::Warning => "warning",
+        Severity::Critical => "critical",
+    }
+}
+
+/// Every point state, in the order of the docs.
+pub(crate) const POINT_STATES: [PointState; 7] = [
+    PointState::Unknown,
+    PointState::Unverified,
+    PointState::Verified,
+    PointState::Recoverable,
+    PointState::Corrupt,
+    PointState::Unrecoverable,
+    PointState::Expired,
+];
+
+/// Every protection status.
+pub(crate) const PROTECTIONS: [Protection; 4] = [
+    Protection::Protected,
+    Protection::AtRisk,
+    Protection::Unprotected,
+    Protection::Unknown,
+];
+
+/// Keep rules. A point is kept if any rule keeps it; no rule keeps all.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct RetentionView {
+    /// Keep the N newest points.
+    pub last: Option<u32>,
+    /// Keep the newest point of each of the last N hours that have one.
+    pub hourly: Option<u32>,
+    /// ... of each of the last N days that have one.
+    pub daily: Option<u32>,
+    /// ... of each of the last N ISO weeks that have one.
+    pub weekly: Option<u32>,
+    /// ... of each of the last N months that have one.
+    pub monthly: Option<u32>,
+    /// ... of each of the last N years that have one.
+    pub yearly: Option<u32>,
+    /// Keep every point within this duration (humantime) of the newest.
+    pub within: Option<String>,
+    /// Keep every point carrying one of these tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+impl RetentionView {
+    pub(crate) fn of(k: &KeepPolicy) -> Self {
+        RetentionView {
+            last: k.last,
+            hourly: k.hourly,
+            daily: k.daily,
+            weekly: k.weekly,
+            monthly: k.monthly,
+            yearly: k.yearly,
+            within: k.within.map(human),
+            tags: k.tags.clone(),
+        }
+    }
+}
+
+/// When points are verified.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct VerificationView {
+    /// Verify each point right after its backup.
+    pub after_backup: bool,
+    /// Re-verify this often (humantime; null: never).
+    pub every: Option<String>,
+    /// `structure`, `read-all` or `read-sample:N` (N in 1..=100 percent).
+    pub depth: String,
+}
+
+/// When points are restore-tested.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RestoreTestView {
+    /// Restore-test this often (humantime; null: never).
+    pub every: Option<String>,
+    /// Evidence older than this no longer counts as protection.
+    pub max_evidence_age: String,
+    /// Restore at most this many files (null: the whole tree).
+    pub sample_files: Option<u64>,
+}
+
+/// A plan's protection and why.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ProtectionView {
+    /// `protected`, `at-risk`, `unprotected` or `unknown`.
+    pub status: String,
+    /// Why, for humans.
+    pub reason: String,
+}
+
+/// The latest backup job of a plan.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct LastRun {
+    /// The job.
+    pub job: String,
+    /// Its state.
+    pub state: String,
+    /// When its state last changed.
+    pub at: String,
+}
+
+/// A backup plan.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PlanView {
+    /// Its id (`[a-z0-9][a-z0-9._-]{0,62}`).
+    pub id: String,
+    /// What is backed up: an absolute path, or `agent:<name>:<path>`.
+    pub source: String,
+    /// 5-field cron expression in UTC.
+    pub schedule: String,
+    /// Recovery point objective (humantime).
+    pub rpo: String,
+    /// Target repository.
+    pub repository: String,
+    /// Paused: the scheduler starts no backup (run now still works).
+    pub paused: bool,
+    /// Keep rules.
+    pub retention: RetentionView,
+    /// Verification policy.
+    pub verification: VerificationView,
+    /// Restore-test policy.
+    pub restore_test: RestoreTestView,
+    /// Protection now.
+    pub protection: ProtectionView,
+    /// Snapshot time of the newest recoverable point.
+    pub last_recoverable_at: Option<String>,
+    /// The latest backup job.
+    pub last_run: Option<LastRun>,
+    /// When the next scheduled backup is due (null when paused).
+    pub next_run_at: Option<String>,
+    /// When the plan was created.
+    pub created_at: String,
+}
+
+/// A plan as projections and the service's clock show it.
+pub(crate) fn plan_view(
+    p: &Projections,
+    plan: &Plan,
+    now_ns: i64,
+    next_run_ns: Option<i64>,
+) -> PlanView {
+    let d = &plan.definition;
+    let prot = p.plan_protection(&plan.id, now_ns);
+    let last_recoverable_at = last_recoverable_ns(p, &plan.id).map(rfc3339);
+    let last_run = p
+        .jobs
+        .jobs
+        .values()
+        .filter(|j| j.kind == JobKind::Backup && j.plan.as_ref() == Some(&plan.id))
+        .max_by_key(|j| j.scheduled.seq)
+        .map(|j| LastRun {
+            job: j.id.to_string(),
+            state: j.state.as_str().to_owned(),
+            at: rfc3339(j.updated.unix_ns),
+        });
+    PlanView {
+        id: plan.id.to_string(),
+        source: d.source.clone(),
+        schedule: d.schedule.clone(),
+        rpo: human(d.rpo),
+        repository: d.repository.to_string(),
+        paused: d.paused,
+        retention: RetentionView::of(&d.retention),
+        verification: VerificationView {
+            after_backup: d.verification.after_backup,
+            every: d.verification.every.map(human),
+            depth: depth_label(d.verification.depth),
+        },
+        restore_test: RestoreTestView {
+            every: d.restore_test.every.map(human),
+            max_evidence_age: human(d.restore_test.max_evidence_age),
+            sample_files: d.restore_test.sample_files,
+        },
+        protection: ProtectionView {
+            status: prot.status.as_str().to_owned(),
+            reason: prot.reason,
+        },
+        last_recoverable_at,
+        last_run,
+        next_run_at: next_run_ns.map(rfc3339),
+        created_at: rfc3339(plan.created.unix_ns),
+    }
+}
+
+/// Snapshot time of the newest recoverable point of `plan`.
+pub(crate) fn last_recoverable_ns(p: &Projections, plan: &vouch_events::PlanId) -> Option<i64> {
+    p.points
+        .points
+        .values()
+        .filter(|pt| pt.plan.as_ref() == Some(plan) && pt.state == PointState::Recoverable)
+        .map(|pt| pt.snapshot_time_unix_ns)
+        .max()
+}
+
+/// Bytes done at the latest checkpoint.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ProgressView {
+    /// Bytes done.
+    pub bytes_done: u64,
+    /// Bytes in total, when known.
+    pub bytes_total: Option<u64>,
+}
+
+/// A job's latest error.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct JobErrorView {
+    /// Stable kind (`cancelled`, `abandoned`, `source_missing`, ...).
+    pub kind: String,
+    /// For humans.
+    pub message: String,
+    /// Whether trying again may help.
+    pub retryable: bool,
+}
+
+/// A job.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct JobView {
+    /// Its id.
+    pub id: String,
+    /// `backup`, `verify`, `restore-test`, `retention` (or `prune`).
+    pub kind: String,
+    /// Its plan.
+    pub plan: Option<String>,
+    /// The point it works on (64 hex).
+    pub point: Option<String>,
+    /// `scheduled`, `running`, `succeeded`, `failed`, `abandoned`.
+    pub state: String,
+    /// The attempt number (1 for the first).
+    pub attempt: u32,
+    /// When it was first scheduled.
+    pub scheduled_at: String,
+    /// When its state last changed.
+    pub updated_at: String,
+    /// Progress at the latest checkpoint.
+    pub progress: Option<ProgressView>,
+    /// The latest error.
+    pub error: Option<JobErrorView>,
+}
+
+pub(crate) fn job_view(j: &Job) -> JobView {
+    JobView {
+        id: j.id.to_string(),
+        kind: kind_name(j.kind).to_owned(),
+        plan: j.plan.as_ref().map(|p| p.to_string()),
+        point: j.point.map(|p| p.to_hex()),
+        state: j.state.as_str().to_owned(),
+        attempt: j.attempt,
+        scheduled_at: rfc3339(j.scheduled.unix_ns),
+        updated_at: rfc3339(j.updated.unix_ns),
+        progress: j.progress.map(|(done, total)| ProgressView {
+            bytes_done: done,
+            bytes_total: total,
+        }),
+        error: j.last_error.as_ref().map(|e| JobErrorView {
+            kind: e.kind.clone(),
+            message: e.message.clone(),
+            retryable: e.retryable,
+        }),
+    }
+}
+
+/// Parses an API job state.
+pub(crate) fn parse_job_state(s: &str) -> Option<JobState> {
+    [
+        JobState::Scheduled,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Abandoned,
+    ]
+    .into_iter()
+    .find(|st| st.as_str() == s)
+}
+
+/// Parses an API point state.
+pub(crate) fn parse_point_state(s: &str) -> Option<PointState> {
+    POINT_STATES.into_iter().find(|st| st.as_str() == s)
+}
+
+/// Figures of a backup.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SummaryView {
+    /// Files.
+    pub files: u64,
+    /// Bytes (logical).
+    pub bytes: u64,
+    /// Bytes the repository did not have yet.
+    pub added_bytes: u64,
+    /// Bytes written after compression and encryption.
+    pub stored_bytes: u64,
+    /// Wall time.
+    pub duration_ms: u64,
+}
+
+/// One signal of the anomaly heuristic.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AnomalyView {
+    /// What was measured.
+    pub kind: String,
+    /// Strength, 0-1000.
+    pub score_permille: u32,
+    /// For humans.
+    pub detail: String,
+}
+
+/// A recovery point.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PointView {
+    /// Its id (64 hex digits, the snapshot id).
+    pub id: String,
+    /// Its plan.
+    pub plan: Option<String>,
+    /// Its repository.
+    pub repository: String,
+    /// `unknown`, `unverified`, `verified`, `recoverable`, `corrupt`,
+    /// `unrecoverable` or `expired`.
+    pub state: String,
+    /// The snapshot's own time.
+    pub snapshot_at: String,
+    /// When the log learned about it.
+    pub committed_at: String,
+    /// Backup figures.
+    pub summary: Option<SummaryView>,
+    /// Locked against deletion until then.
+    pub locked_until: Option<String>,
+    /// Anomaly signals.
+    pub anomalies: Vec<AnomalyView>,
+}
+
+pub(crate) fn point_view(pt: &vouch_events::Point) -> PointView {
+    PointView {
+        id: pt.id.to_hex(),
+        plan: pt.plan.as_ref().map(|p| p.to_string()),
+        repository: pt.repository.to_string(),
+        state: pt.state.as_str().to_owned(),
+        snapshot_at: rfc3339(pt.snapshot_time_unix_ns),
+        committed_at: rfc3339(pt.since.unix_ns),
+        summary: pt.summary.as_ref().map(|s| SummaryView {
+            files: s.files,
+            bytes: s.bytes,
+            added_bytes: s.added_bytes,
+            stored_bytes: s.stored_bytes,
+            duration_ms: s.duration_ms,
+        }),
+        locked_until: pt.locked_until_unix_ns.map(rfc3339),
+        anomalies: pt
+            .anomalies
+            .iter()
+            .map(|a| AnomalyView {
+                kind: a.kind.clone(),
+                score_permille: a.score_permille,
+                detail: a.detail.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// The latest verification of a point.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct VerificationOutcomeView {
+    /// When it was recorded.
+    pub at: String,
+    /// Whether it passed.
+    pub passed: bool,
+    /// How deep it read.
+    pub depth: String,
+    /// Bytes read back.
+    pub bytes_read: u64,
+    /// What is damaged.
+    pub damaged: Vec<String>,
+}
+
+/// The proof a restore test left.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EvidenceView {
+    /// What was restored (paths, or the sample).
+    pub restored: Vec<String>,
+    /// Files restored.
+    pub files: u64,
+    /// Bytes restored.
+    pub bytes: u64,
+    /// Digests compared with the manifest.
+    pub digests_compared: u64,
+    /// Of which matched.
+    pub digests_matched: u64,
+    /// Wall time.
+    pub duration_ms: u64,
+    /// Where it was restored.
+    pub location: String,
+}
+
+/// The latest restore test of a point.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RestoreOutcomeView {
+    /// When it was recorded.
+    pub at: String,
+    /// Whether it passed.
+    pub passed: bool,
+    /// Why it failed.
+    pub reason: Option<String>,
+    /// The evidence.
+    pub evidence: EvidenceView,
+}
+
+/// A recovery point with its evidence and history.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PointDetail {
+    /// The point.
+    #[serde(flatten)]
+    pub point: PointView,
+    /// The latest verification.
+    pub verification: Option<VerificationOutcomeView>,
+    /// The latest restore test.
+    pub restore_test: Option<RestoreOutcomeView>,
+    /// Every event naming the point, oldest first.
+    pub history: Vec<EventView>,
+}
+
+pub(crate) fn point_detail(pt: &vouch_events::Point, history: Vec<EventView>) -> PointDetail {
+    PointDetail {
+        point: point_view(pt),
+        verification: pt
+            .last_verification
+            .as_ref()
+            .map(|v| VerificationOutcomeView {
+                at: rfc3339(v.at.unix_ns),
+                passed: v.passed,
+                depth: depth_label(v.depth),
+                bytes_read: v.bytes_read,
+                damaged: v.damaged.clone(),
+            }),
+        restore_test: pt.last_restore_test.as_ref().map(|r| RestoreOutcomeView {
+            at: rfc3339(r.at.unix_ns),
+            passed: r.passed,
+            reason: r.reason.clone(),
+            evidence: EvidenceView {
+                restored: r.evidence.restored.clone(),
+                files: r.evidence.files,
+                bytes: r.evidence.bytes,
+                digests_compared: r.evidence.digests_compared,
+                digests_matched: r.evidence.digests_matched,
+                duration_ms: r.evidence.duration_ms,
+                location: r.evidence.location.clone(),
+            },
+        }),
+        history,
+    }
+}
+
+/// One event of the log.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EventView {
+    /// Sequence number (1-based, no gaps).
+    pub seq: u64,
+    /// Type (`backup.committed`, ...).
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// Schema version it was written with.
+    pub version: u16,
+    /// When the server recorded it.
+    pub recorded_at: String,
+    /// Hash of the envelope (64 hex).
+    pub hash: String,
+    /// The event's payload.
+    #[schema(value_type = Object)]
+    pub data: Value,
+}
+
+pub(crate) fn event_view(env: &Envelope) -> EventView {
+    EventView {
+        seq: env.seq,
+        event_type: env.event.event_type().to_owned(),
+        version: env.schema_version,
+        recorded_at: rfc3339(env.recorded_unix_ns),
+        hash: env
+            .hash
+            .0
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>(),
+        data: event_data(&env.event),
+    }
+}
+
+/// The payload of an event as JSON.
+pub(crate) fn event_data(e: &Event) -> Value {
+    macro_rules! data {
+        ($($v:ident),* $(,)?) => {
+            match e {
+                $(Event::$v(x) => serde_json::to_value(x),)*
+                Event::Unknown(u) => Ok(serde_json::json!({
+                    "unreadable": true,
+                    "type": u.event_type,
+                    "schema_version": u.schema_version,
+                    "payload_bytes": u.payload.len(),
+                })),
+            }
+        };
+    }
+    data!(
+        PlanCreated,
+        PlanChanged,
+        PlanRemoved,
+        JobScheduled,
+        JobStarted,
+        JobProgress,
+        JobFinished,
+        JobFailed,
+        JobAbandoned,
+        BackupCommitted,
+        PointDiscovered,
+        VerificationStarted,
+        VerificationPassed,
+        VerificationFailed,
+        RestoreTestStarted,
+        RestoreTestPassed,
+        RestoreTestFailed,
+        PointForgotten,
+        PointLocked,
+        AnomalyDetected,
+        AlertRaised,
+        AlertDelivered,
+        AlertDeliveryFailed,
+        AlertResolved,
+        AgentRegistered,
+        AgentSeen,
+        LeaseGranted,
+        LeaseExpired,
+        ServiceStarted,
+        ConfigurationChanged,
+    )
+    .unwrap_or(Value::Null)
+}
+
+/// A page of the log.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EventsPage {
+    /// Events, oldest first.
+    pub events: Vec<EventView>,
+    /// Where the next page starts (`from_seq`).
+    pub next_seq: u64,
+}
+
+/// Delivery of an alert to one receiver.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DeliveryView {
+    /// Attempts so far.
+    pub attempts: u32,
+    /// When it was delivered.
+    pub delivered_at: Option<String>,
+    /// The latest failure.
+    pub last_error: Option<String>,
+}
+
+/// An alert.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AlertView {
+    /// Its id.
+    pub id: String,
+    /// `info`, `warning` or `critical`.
+    pub severity: String,
+    /// What it is about.
+    pub subject: String,
+    /// For humans.
+    pub message: String,
+    /// When it was raised.
+    pub raised_at: String,
+    /// When it was resolved (null: open).
+    pub resolved_at: Option<String>,
+    /// Per receiver.
+    pub deliveries: BTreeMap<String, DeliveryView>,
+}
+
+pub(crate) fn alert_view(a: &Alert) -> AlertView {
+    AlertView {
+        id: a.id.to_string(),
+        severity: severity(a.severity).to_owned(),
+        subject: a.subject.clone(),
+        message: a.message.clone(),
+        raised_at: rfc3339(a.raised.unix_ns),
+        resolved_at: a.resolved.map(|r| rfc3339(r.unix_ns)),
+        deliveries: a
+            .deliveries
+            .iter()
+            .map(|(k, d)| {
+                (
+                    k.clone(),
+                    DeliveryView {
+                        attempts: d.attempts,
+                        delivered_at: d.delivered.map(|r| rfc3339(r.unix_ns)),
+                        last_error: d.last_error.clone(),
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+/// A repository and what is in it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RepositoryView {
+    /// Its id in the configuration.
+    pub id: String,
+    /// Where it is.
+    pub location: String,
+    /// Snapshots in it.
+    pub snapshots: u64,
+    /// Pack files in it.
+    pub packs: u64,
+    /// Bytes on storage.
+    pub size_bytes: u64,
+    /// Recovery points of it by state (every state, 0s included).
+    pub points: BTreeMap<String, u64>,
+}
+
+/// The dashboard in one answer.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Overview {
+    /// Now, by the service's clock.
+    pub now: String,
+    /// Plans by protection status (every status, 0s included).
+    pub protection: BTreeMap<String, u64>,
+    /// The rollup: as weak as the weakest plan; `unknown` with no plan.
+    pub overall: String,
+    /// Every plan.
+    pub plans: Vec<PlanView>,
+    /// Alerts not resolved.
+    pub open_alerts: Vec<AlertView>,
+    /// Jobs scheduled or running.
+    pub running_jobs: Vec<JobView>,
+}
+
+/// `GET /healthz`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Health {
+    /// Always `ok`.
+    pub status: String,
+    /// The server's version.
+    pub version: String,
+}
+
+/// `GET /readyz`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Ready {
+    /// `ready`, `starting` or `stopping`.
+    pub status: String,
+    /// The seq of the last durable event (when ready).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+}
+
+/// Body of `POST /api/v1/points/{id}/lock`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct LockRequest {
+    /// Locked until then (RFC 3339).
+    pub until: String,
+}
+
+/// One entry of a directory in a point.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EntryView {
+    /// Its name.
+    pub name: String,
+    /// `file`, `dir`, `symlink` or `other`.
+    pub kind: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Unix mode bits.
+    pub mode: u32,
+    /// Modification time.
+    pub mtime: Option<String>,
+}
+
+/// A directory in a point.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FileList {
+    /// The directory.
+    pub path: String,
+    /// Its entries.
+    pub entries: Vec<EntryView>,
+}

@@ -1,0 +1,585 @@
+//! The API over a real service: a real event log and sled store in a
+//! temporary directory, the real actors, a real HTTP server on
+//! 127.0.0.1:0 and a real client. Only the workers are a test double
+//! ([`FakeEngineWorker`]): the engine lives in the root package, whose
+//! end-to-end tests run the real binary.
+
+use std::net::{SocketAddr, TcpListener};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use actix_web::dev::ServerHandle;
+use actix_web::http::{header, Method, StatusCode};
+use serde_json::{json, Value};
+use vouch_actors::service::{
+    start, JobCommand, JobFailure, JobOutput, RunJob, ServiceConfig, ServiceHandle, Workers,
+};
+use vouch_events::{
+    BackupCommitted, BackupSummary, EventLog, LogOptions, RestoreEvidence, RestoreTestPassed,
+    SharedLog, SledStore, SnapshotId, VerificationPassed, VerifyDepth,
+};
+use vouch_web::{openapi_json_text, serve, AppState, Role, TokenHash, TokenStore};
+
+const ADMIN: &str = "vouch_test_admin";
+const OPERATOR: &str = "vouch_test_operator";
+const VIEWER: &str = "vouch_test_viewer";
+const AGENT: &str = "vouch_test_agent_web1";
+
+/// TEST DOUBLE of the engine's workers: answers every job at once with
+/// real event values (a made-up snapshot id derived from the job id).
+struct FakeEngineWorker;
+
+impl Actor for FakeEngineWorker {
+    type Context = Context<Self>;
+}
+
+impl Handler<RunJob> for FakeEngineWorker {
+    type Result = Result<JobOutput, JobFailure>;
+
+    fn handle(&mut self, msg: RunJob, _: &mut Self::Context) -> Self::Result {
+        let now = vouch_events::Clock::now_unix_ns(&vouch_events::SystemClock);
+        let events = match msg.command {
+            JobCommand::Backup { plan, definition } => vec![BackupCommitted {
+                job: Some(msg.job.clone()),
+                plan: Some(plan),
+                repository: definition.repository,
+                snapshot: SnapshotId(*blake3::hash(msg.job.as_str().as_bytes()).as_bytes()),
+                snapshot_time_unix_ns: now,
+                summary: BackupSummary {
+                    files: 3,
+                    bytes: 3000,
+                    added_bytes: 1000,
+                    stored_bytes: 600,
+                    duration_ms: 5,
+                },
+            }
+            .into()],
+            JobCommand::Verify { point, depth, .. } => vec![VerificationPassed {
+                point,
+                job: Some(msg.job.clone()),
+                depth,
+                bytes_read: 600,
+                blobs_checked: 3,
+            }
+            .into()],
+            JobCommand::RestoreTest { point, .. } => vec![RestoreTestPassed {
+                point,
+                job: Some(msg.job.clone()),
+                evidence: RestoreEvidence {
+                    restored: vec!["/".into()],
+                    files: 3,
+                    bytes: 3000,
+                    digests_compared: 3,
+                    digests_matched: 3,
+                    duration_ms: 2,
+                    location: "test:/sandbox".into(),
+                },
+            }
+            .into()],
+            JobCommand::Retention { .. } => Vec::new(),
+        };
+        let _ = VerifyDepth::Structure;
+        Ok(JobOutput { events })
+    }
+}
+
+struct Server {
+    addr: SocketAddr,
+    handle: ServerHandle,
+    service: ServiceHandle,
+    client: awc::Client,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    async fn start() -> Server {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let log_dir = dir.path().join("log");
+        let log = EventLog::open(
+            &log_dir,
+            LogOptions::default(),
+            Arc::new(vouch_events::SystemClock),
+        )
+        .unwrap_or_else(|e| panic!("log: {e}"));
+        let store =
+            SledStore::open(dir.path().join("read")).unwrap_or_else(|e| panic!("store: {e}"));
+        let worker = FakeEngineWorker.start();
+        let workers = Workers {
+            backup: worker.clone().recipient(),
+            verify: worker.clone().recipient(),
+            restore_test: worker.clone().recipient(),
+            retention: worker.recipient(),
+        };
+        let service = start(
+            Arc::new(SharedLog::new(log)),
+            store,
+            workers,
+            Arc::new(vouch_actors::SystemClock),
+            ServiceConfig {
+                version: "test".into(),
+                ..ServiceConfig::default()
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("service: {e}"));
+        let mut tokens = TokenStore::new();
+        tokens.insert(TokenHash::of(ADMIN), "root", Role::Admin);
+        tokens.insert(TokenHash::of(OPERATOR), "ops", Role::Operator);
+        tokens.insert(TokenHash::of(VIEWER), "dash", Role::Viewer);
+        tokens.insert(TokenHash::of(AGENT), "web-1", Role::Agent);
+        let state = AppState::new(tokens)
+            .unwrap_or_else(|e| panic!("state: {e}"))
+            .with_service(service.clone())
+            .with_log_dir(&log_dir);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("addr: {e}"));
+        let server = serve(listener, state).unwrap_or_else(|e| panic!("serve: {e}"));
+        let handle = server.handle();
+        actix_web::rt::spawn(server);
+        Server {
+            addr,
+            handle,
+            service,
+            client: awc::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .finish(),
+            _dir: dir,
+        }
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self
+            .client
+            .request(method.clone(), format!("http://{}{path}", self.addr));
+        if let Some(t) = token {
+            req = req.insert_header((header::AUTHORIZATION, format!("Bearer {t}")));
+        }
+        let mut res = match body {
+            Some(b) => req.send_json(&b).await,
+            None => req.send().await,
+        }
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let bytes = res
+            .body()
+            .limit(16 << 20)
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path} body: {e}"));
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        (res.status(), value)
+    }
+
+    async fn get(&self, path: &str, token: &str) -> (StatusCode, Value) {
+        self.call(Method::GET, path, Some(token), None).await
+    }
+
+    async fn post(&self, path: &str, token: &str, body: Value) -> (StatusCode, Value) {
+        self.call(Method::POST, path, Some(token), Some(body)).await
+    }
+
+    async fn stop(self) {
+        self.handle.stop(true).await;
+    }
+}
+
+fn plan(id: &str, source: &str) -> Value {
+    json!({"id": id, "source": source, "schedule": "0 3 * * *", "rpo": "26h"})
+}
+
+/// Polls `path` until `done` holds (bounded), returning the last answer.
+async fn until(s: &Server, path: &str, done: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..400 {
+        let (_, v) = s.get(path, ADMIN).await;
+        if done(&v) {
+            return v;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{path} never reached the expected state");
+}
+
+#[actix_web::test]
+async fn every_route_but_the_open_ones_is_401_without_a_token() {
+    let s = Server::start().await;
+    let doc: Value = serde_json::from_str(&openapi_json_text()).unwrap_or(Value::Null);
+    let paths = doc["paths"].as_object().cloned().unwrap_or_default();
+    assert!(paths.len() >= 20, "{paths:?}");
+    let open = ["/healthz", "/readyz", "/api/v1/openapi.json"];
+    for (path, ops) in paths {
+        for method in ops
+            .as_object()
+            .map(|o| o.keys().cloned().collect::<Vec<_>>())
+            .unwrap_or_default()
+        {
+            let concrete = path.replace("{id}", "x");
+            let m = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap_or(Method::GET);
+            let (status, body) = s.call(m.clone(), &concrete, None, None).await;
+            if open.contains(&path.as_str()) {
+                assert_ne!(status, StatusCode::UNAUTHORIZED, "{m} {path}");
+            } else {
+                assert_eq!(status, StatusCode::UNAUTHORIZED, "{m} {path}: {body}");
+                assert_eq!(body["code"], "unauthorized", "{m} {path}");
+            }
+        }
+    }
+    s.stop().await;
+}
+
+#[actix_web::test]
+async fn viewer_and_agent_cannot_change_anything() {
+    let s = Server::start().await;
+    let (status, _) = s.post("/api/v1/plans", ADMIN, plan("home", "/home")).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let point = "0".repeat(64);
+    for token in [VIEWER, AGENT] {
+        for (m, path, body) in [
+            (
+                Method::POST,
+                "/api/v1/plans".to_owned(),
+                Some(plan("x", "/x")),
+            ),
+            (
+                Method::PUT,
+                "/api/v1/plans/home".to_owned(),
+                Some(plan("home", "/h")),
+            ),
+            (Method::DELETE, "/api/v1/plans/home".to_owned(), None),
+            (Method::POST, "/api/v1/plans/home/run".to_owned(), None),
+            (Method::POST, "/api/v1/plans/home/pause".to_owned(), None),
+            (Method::POST, "/api/v1/jobs/j/cancel".to_owned(), None),
+            (
+                Method::POST,
+                format!("/api/v1/points/{point}/lock"),
+                Some(json!({"until": "2030-01-01T00:00:00Z"})),
+            ),
+        ] {
+            let (status, v) = s.call(m.clone(), &path, Some(token), body).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{m} {path}: {v}");
+            assert_eq!(v["code"], "forbidden");
+        }
+    }
+    // The plan is untouched; an operator may pause it.
+    let (status, v) = s
+        .post("/api/v1/plans/home/pause", OPERATOR, json!(null))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["paused"], true);
+    assert_eq!(v["next_run_at"], Value::Null);
+    s.stop().await;
+}
+
+#[actix_web::test]
+async fn an_agent_sees_only_its_own_plans() {
+    let s = Server::start().await;
+    for (id, src) in [
+        ("mine", "agent:web-1:/etc"),
+        ("other", "/srv"),
+        ("near", "agent:web-10:/etc"),
+    ] {
+        let (status, v) = s.post("/api/v1/plans", ADMIN, plan(id, src)).await;
+        assert_eq!(status, StatusCode::CREATED, "{v}");
+    }
+    let (_, v) = s.get("/api/v1/plans", AGENT).await;
+    let ids: Vec<_> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| p["id"].clone())
+        .collect();
+    assert_eq!(ids, [json!("mine")]);
+    let (status, _) = s.get("/api/v1/plans/other", AGENT).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = s.get("/api/v1/plans/mine", AGENT).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = s.get("/api/v1/events", AGENT).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (_, v) = s.get("/api/v1/plans", VIEWER).await;
+    assert_eq!(v.as_array().map(Vec::len), Some(3));
+    s.stop().await;
+}
+
+#[actix_web::test]
+async fn plan_validation_names_every_bad_field_and_ids_are_unique() {
+    let s = Server::start().await;
+    let (status, v) = s
+        .post(
+            "/api/v1/plans",
+            OPERATOR,
+            json!({"id": "Not OK", "source": "home", "schedule": "sometimes", "rpo": "0s",
+                   "verification": {"depth": "read-sample:101"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert_eq!(v["code"], "invalid");
+    for f in ["id", "source", "schedule", "rpo", "verification.depth"] {
+        assert!(v["fields"][f].is_string(), "{f} missing in {v}");
+    }
+    let (status, v) = s.post("/api/v1/plans", OPERATOR, json!({"id": 5})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["code"], "bad_request");
+    let (status, v) = s
+        .post("/api/v1/plans", OPERATOR, plan("home", "/home"))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    assert_eq!(v["rpo"], "1day 2h");
+    assert_eq!(v["verification"]["depth"], "structure");
+    assert_eq!(v["protection"]["status"], "unknown");
+    let (status, v) = s
+        .post("/api/v1/plans", OPERATOR, plan("home", "/home"))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{v}");
+    let (_, d) = s.get("/api/v1/plans/defaults", VIEWER).await;
+    assert_eq!(d["restore_test"]["sample_files"], 1000);
+    s.stop().await;
+}
+
+#[actix_web::test]
+async fn create_run_and_the_job_the_point_the_events_and_metrics_agree() {
+    let s = Server::start().await;
+    let (status, _) = s
+        .post("/api/v1/plans", OPERATOR, plan("home", "/home"))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, job) = s
+        .post("/api/v1/plans/home/run", OPERATOR, json!(null))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{job}");
+    assert_eq!(job["kind"], "backup");
+    assert_eq!(job["plan"], "home");
+    let id = job["id"].as_str().unwrap_or_default().to_owned();
+    let done = until(&s, &format!("/api/v1/jobs/{id}"), |j| {
+        j["state"] == "succeeded"
+    })
+    .await;
+    assert_eq!(done["attempt"], 1);
+    // The follow-ups (verify, restore test) make the point recoverable.
+    let pts = until(&s, "/api/v1/points?state=recoverable", |v| {
+        v.as_array().is_some_and(|a| a.len() == 1)
+    })
+    .await;
+    let point = pts[0]["id"].as_str().unwrap_or_default().to_owned();
+    let (status, detail) = s.get(&format!("/api/v1/points/{point}"), VIEWER).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(detail["restore_test"]["passed"], true);
+    let types: Vec<_> = detail["history"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| e["type"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(types.first().map(String::as_str), Some("backup.committed"));
+    assert!(
+        types.iter().any(|t| t == "restore_test.passed"),
+        "{types:?}"
+    );
+    let (_, jobs) = s.get("/api/v1/jobs?plan=home&kind=backup", VIEWER).await;
+    assert_eq!(jobs.as_array().map(Vec::len), Some(1));
+    // Lock the point.
+    let (status, v) = s
+        .post(
+            &format!("/api/v1/points/{point}/lock"),
+            OPERATOR,
+            json!({"until": "2031-01-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["locked_until"], "2031-01-01T00:00:00Z");
+    let (status, _) = s
+        .post(
+            "/api/v1/jobs/{id}/cancel".replace("{id}", &id).as_str(),
+            OPERATOR,
+            json!(null),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+
+    // Events, paged: every seq once, in order.
+    let last = s.service.last_seq();
+    let mut seqs = Vec::new();
+    let mut from = 1;
+    loop {
+        let (_, page) = s
+            .get(&format!("/api/v1/events?from_seq={from}&limit=3"), VIEWER)
+            .await;
+        let evs = page["events"].as_array().cloned().unwrap_or_default();
+        if evs.is_empty() {
+            break;
+        }
+        seqs.extend(evs.iter().filter_map(|e| e["seq"].as_u64()));
+        from = page["next_seq"].as_u64().unwrap_or(u64::MAX);
+    }
+    assert!(seqs.len() as u64 >= last);
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    let (_, page) = s
+        .get("/api/v1/events?type=backup.committed&plan=home", VIEWER)
+        .await;
+    assert_eq!(page["events"].as_array().map(Vec::len), Some(1));
+
+    // Metrics agree with the API.
+    let (status, text) = s.get("/metrics", VIEWER).await;
+    assert_eq!(status, StatusCode::OK);
+    let text = text.as_str().unwrap_or_default().to_owned();
+    let has = |line: &str| text.lines().any(|l| l == line);
+    for line in [
+        "vouch_recovery_points{state=\"recoverable\"} 1",
+        "vouch_recovery_points{state=\"corrupt\"} 0",
+        "vouch_backup_bytes_read_total 3000",
+        "vouch_backup_bytes_added_total 1000",
+        "vouch_verification_coverage_ratio 1",
+        "vouch_job_duration_seconds_count{kind=\"backup\",outcome=\"succeeded\"} 1",
+    ] {
+        assert!(has(line), "missing {line:?} in\n{text}");
+    }
+    let (_, home) = s.get("/api/v1/plans/home", VIEWER).await;
+    let status = home["protection"]["status"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        has(&format!(
+            "vouch_plan_protection{{plan=\"home\",status=\"{status}\"}} 1"
+        )),
+        "{text}"
+    );
+    for other in ["protected", "at-risk", "unprotected", "unknown"]
+        .iter()
+        .filter(|o| **o != status)
+    {
+        assert!(
+            has(&format!(
+                "vouch_plan_protection{{plan=\"home\",status=\"{other}\"}} 0"
+            )),
+            "{text}"
+        );
+    }
+    assert!(text.contains("vouch_plan_last_recoverable_timestamp_seconds{plan=\"home\"}"));
+    assert!(text
+        .lines()
+        .any(|l| l.starts_with("vouch_event_log_bytes ") && l != "vouch_event_log_bytes 0"));
+    let (_, ov) = s.get("/api/v1/overview", VIEWER).await;
+    assert_eq!(ov["protection"][status.as_str()], 1);
+    let (status, ready) = s.get("/readyz", VIEWER).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(ready["status"], "ready");
+    s.stop().await;
+}
+
+/// Reads SSE frames from `res` until `stop` says enough; returns the ids.
+async fn read_ids<S>(res: &mut S, stop: impl Fn(&[u64]) -> bool) -> Vec<u64>
+where
+    S: futures_core::Stream<Item = Result<actix_web::web::Bytes, awc::error::PayloadError>> + Unpin,
+{
+    let mut buf = String::new();
+    let mut ids = Vec::new();
+    while !stop(&ids) {
+        let chunk = std::future::poll_fn(|cx| Pin::new(&mut *res).poll_next(cx)).await;
+        let Some(Ok(chunk)) = chunk else { break };
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let frame: String = buf.drain(..end + 2).collect();
+            if let Some(id) = frame.lines().find_map(|l| l.strip_prefix("id: ")) {
+                ids.push(id.parse().unwrap_or(0));
+            }
+        }
+    }
+    ids
+}
+
+#[actix_web::test]
+async fn the_stream_resumes_from_last_event_id_without_gap_or_duplicate() {
+    let s = Server::start().await;
+    for i in 0..3 {
+        s.post("/api/v1/plans", ADMIN, plan(&format!("p{i}"), "/data"))
+            .await;
+    }
+    let head = s.service.last_seq();
+    let mut res = s
+        .client
+        .get(format!("http://{}/api/v1/events/stream?from_seq=1", s.addr))
+        .insert_header((header::AUTHORIZATION, format!("Bearer {VIEWER}")))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("stream: {e}"));
+    assert_eq!(res.status(), StatusCode::OK);
+    let ct = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(ct.starts_with("text/event-stream"), "{ct}");
+    // Stop in the middle of the log, then go away.
+    let first = read_ids(&mut res, |ids| ids.len() as u64 >= head - 1).await;
+    assert_eq!(first, (1..head).collect::<Vec<_>>());
+    drop(res);
+    // More events while disconnected, and more after reconnecting (live).
+    for i in 3..6 {
+        s.post("/api/v1/plans", ADMIN, plan(&format!("p{i}"), "/data"))
+            .await;
+    }
+    let last_seen = first.last().copied().unwrap_or(0);
+    let mut res = s
+        .client
+        .get(format!("http://{}/api/v1/events/stream", s.addr))
+        .insert_header((header::AUTHORIZATION, format!("Bearer {VIEWER}")))
+        .insert_header(("Last-Event-ID", last_seen.to_string()))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("stream: {e}"));
+    let writer = {
+        let addr = s.addr;
+        actix_web::rt::spawn(async move {
+            let c = awc::Client::default();
+            for i in 6..9 {
+                let _ = c
+                    .post(format!("http://{addr}/api/v1/plans"))
+                    .insert_header((header::AUTHORIZATION, format!("Bearer {ADMIN}")))
+                    .send_json(&plan(&format!("p{i}"), "/data"))
+                    .await;
+            }
+        })
+    };
+    let _ = writer.await;
+    let target = s.service.last_seq();
+    let second = read_ids(&mut res, |ids| ids.last().is_some_and(|l| *l >= target)).await;
+    assert_eq!(second, (last_seen + 1..=target).collect::<Vec<_>>());
+    drop(res);
+    // The server notices a client that went away at its next write (a
+    // keep-alive at the latest); do not wait for that here.
+    s.handle.stop(false).await;
+}
+
+#[actix_web::test]
+async fn docs_openapi_json_is_the_generated_document() {
+    let generated = openapi_json_text();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi.json");
+    if std::env::var_os("VOUCH_UPDATE_OPENAPI").is_some() {
+        std::fs::write(path, &generated).unwrap_or_else(|e| panic!("write {path}: {e}"));
+    }
+    let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "docs/openapi.json differs from the API in the code; regenerate it with \
+         `VOUCH_UPDATE_OPENAPI=1 cargo test -p vouch-web --test api docs_openapi` and review the diff"
+    );
+    let s = Server::start().await;
+    let (status, served) = s
+        .call(Method::GET, "/api/v1/openapi.json", None, None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        served,
+        serde_json::from_str::<Value>(&generated).unwrap_or(Value::Null)
+    );
+    s.stop().await;
+}
