@@ -365,7 +365,7 @@ async fn console_end_to_end_against_vouch_serve() {
     let evidence = s.text(&evidence).await.unwrap();
     println!("evidence: {evidence}");
     assert!(
-        evidence.contains("Digests matched"),
+        evidence.to_lowercase().contains("digests matched"),
         "evidence shows digests: {evidence}"
     );
 
