@@ -52,7 +52,8 @@ pub enum JobCommand {
         /// The rules.
         keep: KeepPolicy,
         /// Points that must not be forgotten whatever the rules say (locked
-        /// points, the plan's last recoverable point).
+        /// points, the plan's last recoverable point); the dispatcher fills
+        /// it in from the projections when the job starts.
         protect: Vec<SnapshotId>,
     },
 }

@@ -315,22 +315,62 @@ impl Dispatcher {
         }
     }
 
-    fn start(&mut self, ctx: &mut Context<Self>, q: Queued) {
+    fn start(&mut self, ctx: &mut Context<Self>, mut q: Queued) {
+        // What retention must never forget (locked points, the plan's last
+        // recoverable one) is read now, at the start, whatever the job
+        // carried when it was queued or rebuilt from the log after a crash.
+        if let JobCommand::Retention { plan, protect, .. } = &mut q.command {
+            let (plan, now) = (plan.clone(), self.clock.now_unix_ns());
+            *protect = Vec::new();
+            let job = q.job.clone();
+            // Hold the slot while the projections are read.
+            self.running.insert(job.clone(), self.running_entry(&q));
+            self.with_projections(
+                ctx,
+                0,
+                move |p| policy::retention_protects(p, &plan, now),
+                move |act, ctx, res| {
+                    act.running.remove(&job);
+                    match res {
+                        Ok(keep) => {
+                            if let JobCommand::Retention { protect, .. } = &mut q.command {
+                                *protect = keep;
+                            }
+                            act.launch(ctx, q);
+                        }
+                        Err(e) => {
+                            tracing::error!(job = %job, error = %e, "could not read what retention must keep; it is not run");
+                            act.after_change(ctx);
+                        }
+                    }
+                },
+            );
+            return;
+        }
+        self.launch(ctx, q);
+    }
+
+    fn running_entry(&self, q: &Queued) -> Running {
+        Running {
+            command: q.command.clone(),
+            attempt: q.attempt,
+            cancel: CancelToken::default(),
+            progress: ProgressCell::default(),
+            last: None,
+            rate: 0.0,
+            last_event: Instant::now(),
+        }
+    }
+
+    fn launch(&mut self, ctx: &mut Context<Self>, q: Queued) {
         let cancel = CancelToken::default();
         let progress = ProgressCell::default();
         let now = Instant::now();
-        self.running.insert(
-            q.job.clone(),
-            Running {
-                command: q.command.clone(),
-                attempt: q.attempt,
-                cancel: cancel.clone(),
-                progress: progress.clone(),
-                last: None,
-                rate: 0.0,
-                last_event: now,
-            },
-        );
+        let mut entry = self.running_entry(&q);
+        entry.cancel = cancel.clone();
+        entry.progress = progress.clone();
+        entry.last_event = now;
+        self.running.insert(q.job.clone(), entry);
         let started = JobStarted {
             job: q.job.clone(),
             agent: None,
@@ -422,11 +462,10 @@ impl Dispatcher {
                 });
             }
             if failure.is_none() {
-                let now = act.clock.now_unix_ns();
                 act.with_projections(
                     ctx,
                     receipt.last_seq,
-                    move |p| policy::follow_ups(p, kind, &produced, now),
+                    move |p| policy::follow_ups(p, kind, &produced),
                     |act, ctx, res| match res {
                         Ok(next) => {
                             for command in next {
@@ -646,7 +685,6 @@ impl Handler<Enqueue> for Dispatcher {
             }
             return Box::pin(async move { Ok(existing) });
         }
-        // Retention computes what it must protect at the moment it is asked.
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job = self.new_job_id(&command);
         self.schedule(ctx, job, command, 1, Some(tx));

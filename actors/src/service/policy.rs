@@ -54,12 +54,7 @@ pub fn job_open(
 /// What to run after a job ended with `events` recorded: verify a new
 /// point (if the plan says so), apply retention after a backup, and
 /// restore-test a point whose verification passed (if the plan tests).
-pub fn follow_ups(
-    p: &Projections,
-    kind: JobKind,
-    events: &[Event],
-    now_ns: i64,
-) -> Vec<JobCommand> {
+pub fn follow_ups(p: &Projections, kind: JobKind, events: &[Event]) -> Vec<JobCommand> {
     let mut out = Vec::new();
     for e in events {
         match (kind, e) {
@@ -77,11 +72,12 @@ pub fn follow_ups(
                     });
                 }
                 if !def.retention.is_empty() {
+                    // What it must keep is read when it starts.
                     out.push(JobCommand::Retention {
                         plan: plan.id.clone(),
                         repository: def.repository.clone(),
                         keep: def.retention.clone(),
-                        protect: retention_protects(p, &plan.id, now_ns),
+                        protect: Vec::new(),
                     });
                 }
             }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use tokio::sync::broadcast;
-use vouch_events::{AppendReceipt, Envelope, Event, LogReader, SharedLog};
+use vouch_events::{AppendReceipt, Envelope, Event, SharedLog, Subscription};
 
 use super::error::ServiceError;
 
@@ -38,8 +38,9 @@ pub const LIVE_CAPACITY: usize = 4096;
 /// The single writer of the log.
 pub struct EventStore {
     log: Arc<SharedLog>,
-    reader: LogReader,
-    published: u64,
+    /// Follows the log from the first unpublished event; reads only what
+    /// was appended since the last publish.
+    tail: Subscription,
     subscribers: Vec<Recipient<Committed>>,
     live: broadcast::Sender<Arc<Envelope>>,
 }
@@ -47,37 +48,27 @@ pub struct EventStore {
 impl EventStore {
     /// The store over an open log; `live` feeds the web's event stream.
     pub fn new(log: Arc<SharedLog>, live: broadcast::Sender<Arc<Envelope>>) -> Self {
-        let reader = log.reader();
-        let published = log.last_seq();
+        let tail = log.subscribe(log.last_seq() + 1);
         EventStore {
             log,
-            reader,
-            published,
+            tail,
             subscribers: Vec::new(),
             live,
         }
     }
 
-    /// Publishes everything durable after `published`, in order.
+    /// Publishes everything durable not published yet, in order.
     fn publish(&mut self) {
-        let last = self.log.last_seq();
-        if last <= self.published {
-            return;
-        }
-        let mut batch = Vec::new();
-        let from = self.published + 1;
-        let read = self.reader.for_each(from, |env| {
-            if env.seq <= last {
-                batch.push(Arc::new(env));
+        let batch: Vec<Arc<Envelope>> = match self.tail.drain() {
+            Ok(envs) => envs.into_iter().map(Arc::new).collect(),
+            Err(e) => {
+                // Subscribers catch up from the log on their own; nothing is lost.
+                tracing::error!(error = %e, next = self.tail.next_seq(), "could not read back committed events to publish");
+                return;
             }
-        });
-        if let Err(e) = read {
-            // Subscribers catch up from the log on their own; nothing is lost.
-            tracing::error!(error = %e, from, "could not read back committed events to publish");
+        };
+        if batch.is_empty() {
             return;
-        }
-        if let Some(last_env) = batch.last() {
-            self.published = last_env.seq;
         }
         for env in &batch {
             // No receiver (nobody watching) is fine.
@@ -99,7 +90,7 @@ impl Actor for EventStore {
     type Context = Context<Self>;
 
     fn started(&mut self, _ctx: &mut Self::Context) {
-        tracing::info!(seq = self.published, "event store started");
+        tracing::info!(seq = self.log.last_seq(), "event store started");
     }
 }
 
