@@ -4,7 +4,7 @@
 //! matches the index, each blob decrypts, decompresses and hashes to its id).
 //! The report names what is damaged and which snapshots and paths it hits.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -152,48 +152,14 @@ pub fn verify(
                 (x as f64 / u64::MAX as f64) < f
             });
         }
-        let threads = crate::util::io_threads(opts.threads);
-        let mut by_pack: HashMap<PackId, Vec<BlobEntry>> = HashMap::new();
-        for (p, e) in index.iter() {
-            by_pack.entry(p.id).or_default().push(*e);
-        }
-        let queue = Mutex::new(packs.into_iter());
-        let found = Mutex::new((
-            Vec::<Damage>::new(),
-            HashSet::<BlobId>::new(),
-            0u64,
-            0u64,
-            0u64,
-        ));
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| loop {
-                    if crate::util::interrupted() {
-                        return;
-                    }
-                    let next = queue.lock().ok().and_then(|mut q| q.next());
-                    let Some(id) = next else { return };
-                    let listed = by_pack.get(&id).map(Vec::as_slice).unwrap_or(&[]);
-                    let (damage, bad, bytes, blobs) = read_back(repo, &index, &id, listed);
-                    Progress::add(&progress.bytes_done, bytes);
-                    if let Ok(mut f) = found.lock() {
-                        f.0.extend(damage);
-                        f.1.extend(bad);
-                        f.2 += 1;
-                        f.3 += bytes;
-                        f.4 += blobs;
-                    }
-                });
-            }
-        });
+        let never = || false;
+        let reads = read_packs(repo, &index, packs, opts.threads, progress, &never);
         crate::util::check_interrupted()?;
-        if let Ok((damage, bad, packs_read, bytes, blobs)) = found.into_inner() {
-            report.damage.extend(damage);
-            bad_blobs.extend(bad);
-            report.packs_read = packs_read;
-            report.bytes_read = bytes;
-            report.blobs_read = blobs;
-        }
+        report.damage.extend(reads.damage);
+        bad_blobs.extend(reads.bad_blobs);
+        report.packs_read = reads.packs;
+        report.bytes_read = reads.bytes;
+        report.blobs_read = reads.blobs;
     }
     for (pack_info, entry) in index.iter() {
         if bad_packs.contains(&pack_info.id) {
@@ -231,6 +197,135 @@ pub fn verify(
 }
 
 /// Reads one pack and checks everything in it.
+/// What reading back a set of packs found.
+#[derive(Debug, Default)]
+struct PackReads {
+    damage: Vec<Damage>,
+    bad_blobs: HashSet<BlobId>,
+    packs: u64,
+    bytes: u64,
+    blobs: u64,
+}
+
+/// Reads back `packs` on `threads` readers (0: automatic), until done, a
+/// signal, or `stop()`.
+fn read_packs(
+    repo: &Repository,
+    index: &MasterIndex,
+    packs: Vec<PackId>,
+    threads: usize,
+    progress: &Progress,
+    stop: &(dyn Fn() -> bool + Sync),
+) -> PackReads {
+    let threads = crate::util::io_threads(threads);
+    let mut by_pack: HashMap<PackId, Vec<BlobEntry>> = HashMap::new();
+    for (p, e) in index.iter() {
+        by_pack.entry(p.id).or_default().push(*e);
+    }
+    let queue = Mutex::new(packs.into_iter());
+    let found = Mutex::new(PackReads::default());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                if crate::util::interrupted() || stop() {
+                    return;
+                }
+                let next = queue.lock().ok().and_then(|mut q| q.next());
+                let Some(id) = next else { return };
+                let listed = by_pack.get(&id).map(Vec::as_slice).unwrap_or(&[]);
+                let (damage, bad, bytes, blobs) = read_back(repo, index, &id, listed);
+                Progress::add(&progress.bytes_done, bytes);
+                if let Ok(mut f) = found.lock() {
+                    f.damage.extend(damage);
+                    f.bad_blobs.extend(bad);
+                    f.packs += 1;
+                    f.bytes += bytes;
+                    f.blobs += blobs;
+                }
+            });
+        }
+    });
+    found.into_inner().unwrap_or_default()
+}
+
+/// The slice of `of` that pack `id` falls in: its name's first 8 bytes,
+/// read as a big-endian number `x`, give `floor(x * of / 2^64)` (see
+/// `docs/events.md`, "Read-back window").
+pub fn pack_slice(id: &PackId, of: u32) -> u32 {
+    let mut head = [0u8; 8];
+    head.copy_from_slice(&id.0[..8]);
+    let x = u128::from(u64::from_be_bytes(head));
+    // x < 2^64 and of < 2^32, so the result is below `of`.
+    u32::try_from((x * u128::from(of)) >> 64).unwrap_or(u32::MAX)
+}
+
+/// What [`read_back_slices`] found.
+#[derive(Clone, Debug, Default)]
+pub struct SliceReadBack {
+    /// Packs read back.
+    pub packs: u64,
+    /// Bytes read back.
+    pub bytes_read: u64,
+    /// Blobs checked.
+    pub blobs_read: u64,
+    /// Damage found, by slice (slices absent here read back intact).
+    pub damaged: BTreeMap<u32, Vec<Damage>>,
+}
+
+/// Reads back every indexed pack in `slices` of `of` (each pack hashes to
+/// its name, its header matches the index, every blob decrypts,
+/// decompresses and hashes to its id). A pack the index lists but the
+/// backend lacks is damage. `cancel()` ends it early with
+/// [`Error::Interrupted`](crate::Error::Interrupted).
+#[tracing::instrument(skip_all, fields(repo = %repo.backend().location(), slices = slices.len(), of))]
+pub fn read_back_slices(
+    repo: &Repository,
+    slices: &[u32],
+    of: u32,
+    threads: usize,
+    cancel: &(dyn Fn() -> bool + Sync),
+    progress: &Progress,
+) -> Result<SliceReadBack> {
+    let _guard = lock::acquire(repo.backend().clone(), false, "read-back")?;
+    let index = repo.load_index()?;
+    let wanted: BTreeSet<u32> = slices.iter().copied().collect();
+    let packs: Vec<PackId> = index
+        .packs()
+        .iter()
+        .map(|p| p.id)
+        .filter(|id| wanted.contains(&pack_slice(id, of)))
+        .collect();
+    let reads = read_packs(repo, &index, packs, threads, progress, cancel);
+    if cancel() {
+        return Err(crate::Error::Interrupted);
+    }
+    crate::util::check_interrupted()?;
+    let mut damaged: BTreeMap<u32, Vec<Damage>> = BTreeMap::new();
+    for d in reads.damage {
+        let slice = d
+            .pack
+            .as_deref()
+            .and_then(|h| PackId::from_hex(h).ok())
+            .map(|id| pack_slice(&id, of));
+        // Damage read from a pack always names it; anything else is
+        // charged to every slice read, never silently dropped.
+        match slice {
+            Some(k) => damaged.entry(k).or_default().push(d),
+            None => {
+                for &k in &wanted {
+                    damaged.entry(k).or_default().push(d.clone());
+                }
+            }
+        }
+    }
+    Ok(SliceReadBack {
+        packs: reads.packs,
+        bytes_read: reads.bytes,
+        blobs_read: reads.blobs,
+        damaged,
+    })
+}
+
 fn read_back(
     repo: &Repository,
     index: &MasterIndex,
@@ -424,4 +519,50 @@ fn affected_paths(
         }
     }
     (paths.into_iter().collect(), count, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pack(head: u64) -> PackId {
+        let mut id = [0xffu8; 32];
+        id[..8].copy_from_slice(&head.to_be_bytes());
+        PackId(id)
+    }
+
+    #[test]
+    fn slices_cut_the_name_space_into_equal_ranges() {
+        assert_eq!(pack_slice(&pack(0), 4), 0);
+        assert_eq!(pack_slice(&pack((1 << 62) - 1), 4), 0);
+        assert_eq!(pack_slice(&pack(1 << 62), 4), 1);
+        assert_eq!(pack_slice(&pack(u64::MAX), 4), 3);
+        assert_eq!(pack_slice(&pack(u64::MAX), 1), 0);
+        assert_eq!(pack_slice(&pack(u64::MAX), u32::MAX), u32::MAX - 1);
+    }
+
+    #[test]
+    fn every_pack_falls_in_exactly_one_slice_below_of() {
+        for of in [1u32, 2, 3, 7, 720, 100_000] {
+            let mut counts = vec![0u32; of.min(1000) as usize];
+            for i in 0..4000u64 {
+                let id = PackId::hash_of(&i.to_le_bytes());
+                let k = pack_slice(&id, of);
+                assert!(k < of, "slice {k} of {of}");
+                if let Some(c) = counts.get_mut(k as usize) {
+                    *c += 1;
+                }
+            }
+            if of <= 7 {
+                // Names are hashes: the slices share them about evenly.
+                let expect = 4000 / of;
+                assert!(
+                    counts
+                        .iter()
+                        .all(|&c| c > expect * 8 / 10 && c < expect * 12 / 10),
+                    "{counts:?}"
+                );
+            }
+        }
+    }
 }

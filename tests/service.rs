@@ -491,3 +491,117 @@ fn kill_9_during_a_backup_keeps_every_committed_event_and_the_job_is_abandoned_a
         });
     assert_eq!(states.get("recoverable"), Some(&1), "{states:?}");
 }
+
+/// Every pack file of the service's default repository.
+fn pack_files(data_dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![data_dir.join("repository/data")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn read_backs(svc: &Service) -> Vec<Value> {
+    get(svc, "/api/v1/events?type=repository.read_back&limit=1000")["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_rolling_read_back_reads_every_pack_within_its_window_and_alerts_on_a_damaged_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = source_tree(dir.path());
+    // Two slices over 4 s: each slice's turn comes every 2 s.
+    let config = write_config(
+        dir.path(),
+        "\n[verification]\nread_back_window = \"4s\"\nread_back_slices = 2\n",
+    );
+    let data = dir.path().join("data");
+    let svc = start(&data, &config, None);
+    create_plan(&svc, "docs", &src);
+    run_plan(&svc, "docs");
+    eventually("the point to be recoverable", || {
+        let points = get(&svc, "/api/v1/points?plan=docs");
+        (points[0]["state"] == "recoverable").then_some(())
+    });
+    let packs = pack_files(&data);
+    assert!(!packs.is_empty(), "the backup wrote packs");
+
+    // Both slices come back intact within one window of the backup.
+    let intact = eventually("both slices read back intact", || {
+        let events = read_backs(&svc);
+        let mut slices: Vec<u64> = events
+            .iter()
+            .filter(|e| e["data"]["damaged"].as_array().is_some_and(Vec::is_empty))
+            .flat_map(|e| e["data"]["slices"].as_array().cloned().unwrap_or_default())
+            .filter_map(|s| s.as_u64())
+            .collect();
+        slices.sort();
+        slices.dedup();
+        (slices == [0, 1]).then_some(events)
+    });
+    let packs_read: u64 = intact
+        .iter()
+        .filter_map(|e| e["data"]["packs"].as_u64())
+        .sum();
+    assert!(
+        packs_read >= packs.len() as u64,
+        "every pack was read back: {packs_read} of {}",
+        packs.len()
+    );
+    for e in &intact {
+        assert_eq!(e["data"]["of"], 2);
+        assert_eq!(e["data"]["repository"], "default");
+    }
+
+    // One flipped byte in a pack: the next turn of its slice finds it,
+    // and a critical alert names the repository.
+    let victim = &packs[0];
+    let mut bytes = std::fs::read(victim).expect("read pack");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(victim, &bytes).expect("write pack");
+    let name = victim
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("pack name")
+        .to_owned();
+    let damaged = eventually("the read-back to find the damaged pack", || {
+        read_backs(&svc).into_iter().find(|e| {
+            e["data"]["damaged"].as_array().is_some_and(|d| {
+                d.iter()
+                    .any(|x| x.as_str().is_some_and(|s| s.contains(&name)))
+            })
+        })
+    });
+    assert_eq!(damaged["data"]["slices"].as_array().map(Vec::len), Some(1));
+    let alert = eventually("a read-back alert", || {
+        get(&svc, "/api/v1/alerts?state=open")
+            .as_array()
+            .and_then(|alerts| {
+                alerts
+                    .iter()
+                    .find(|a| {
+                        a["subject"].as_str().is_some_and(|s| {
+                            s.contains("repository default: read-back found damage")
+                        })
+                    })
+                    .cloned()
+            })
+    });
+    assert_eq!(alert["severity"], "critical");
+    assert!(
+        alert["message"].as_str().is_some_and(|m| m.contains(&name)),
+        "the alert names the pack: {alert}"
+    );
+}

@@ -416,6 +416,30 @@ pub struct ConfigurationChanged {
     pub summary: String,
 }
 
+/// Packs of a repository were read back: some slices of the rolling
+/// read-back window. Slice `k` of `of` holds the packs whose name, read
+/// as a big-endian number from its first 8 bytes, falls in
+/// `[k * 2^64 / of, (k + 1) * 2^64 / of)`; taking every slice in turn
+/// reads every pack within the window (see docs/events.md).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PacksReadBack {
+    /// The repository.
+    pub repository: RepositoryId,
+    /// The job.
+    pub job: Option<JobId>,
+    /// The slices read, ascending.
+    pub slices: Vec<u32>,
+    /// How many slices the pack-name space is cut into.
+    pub of: u32,
+    /// Packs read back.
+    pub packs: u64,
+    /// Bytes read back.
+    pub bytes_read: u64,
+    /// What is damaged (pack ids and problems), for humans; empty when
+    /// every pack read back intact.
+    pub damaged: Vec<String>,
+}
+
 /// An event this build cannot read: a type it does not know or a newer
 /// version of one it knows. Kept as is, shown, never counted as good.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -524,6 +548,7 @@ events! {
     LeaseExpired => "agent.lease_expired", v 1;
     ServiceStarted => "service.started", v 1;
     ConfigurationChanged => "service.configuration_changed", v 1;
+    PacksReadBack => "repository.read_back", v 1;
 }
 
 impl Event {

@@ -181,15 +181,19 @@ fn the_v1_fixture_log_still_reads() {
         return;
     }
     // Read-only: readers take no lock and write nothing.
+    // It holds the 30 event types of the first release, in the order of
+    // `sample_events`; types added later are appended to the samples and
+    // pinned by their golden lines instead.
+    const FIRST_RELEASE_TYPES: usize = 30;
     let report = verify_chain(&fixture).expect("verify");
     assert!(report.ok(), "{report:?}");
-    assert_eq!(report.events, sample_events().len() as u64);
+    assert_eq!(report.events, FIRST_RELEASE_TYPES as u64);
     let events: Vec<Event> = LogReader::new(&fixture)
         .replay_from(1)
         .expect("replay")
         .map(|e| e.expect("envelope").event)
         .collect();
-    assert_eq!(events, sample_events());
+    assert_eq!(events[..], sample_events()[..FIRST_RELEASE_TYPES]);
 }
 
 #[test]

@@ -46,10 +46,10 @@ pub use event::{
     AgentRegistered, AgentSeen, AlertDelivered, AlertDeliveryFailed, AlertRaised, AlertResolved,
     AnomalyDetected, AnomalySignal, BackupCommitted, BackupSummary, ConfigurationChanged, Event,
     JobAbandoned, JobFailed, JobFinished, JobKind, JobProgress, JobScheduled, JobStarted,
-    LeaseExpired, LeaseGranted, PlanChanged, PlanCreated, PlanRemoved, PointDiscovered,
-    PointForgotten, PointLocked, RestoreEvidence, RestoreTestFailed, RestoreTestPassed,
-    RestoreTestStarted, ServiceStarted, Severity, UnknownEvent, VerificationFailed,
-    VerificationPassed, VerificationStarted, EVENT_TYPES,
+    LeaseExpired, LeaseGranted, PacksReadBack, PlanChanged, PlanCreated, PlanRemoved,
+    PointDiscovered, PointForgotten, PointLocked, RestoreEvidence, RestoreTestFailed,
+    RestoreTestPassed, RestoreTestStarted, ServiceStarted, Severity, UnknownEvent,
+    VerificationFailed, VerificationPassed, VerificationStarted, EVENT_TYPES,
 };
 pub use format::{EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};
@@ -62,7 +62,8 @@ pub use projection::{
     plan_protection, rollup, Agent, AgentsProjection, Alert, AlertsProjection, BackupOutcome,
     Delivery, Inconsistency, Job, JobError, JobState, JobsProjection, Plan, PlanProtection,
     PlansProjection, Point, PointOrigin, PointState, PointsProjection, Projections, Protection,
-    Recorded, RestoreOutcome, UnknownSeen, VerificationOutcome, PROJECTION_SNAPSHOT_VERSION,
+    ReadBackProjection, Recorded, RepositoryReadBack, RestoreOutcome, SliceDamage, UnknownSeen,
+    VerificationOutcome, PROJECTION_SNAPSHOT_VERSION,
 };
 pub use retention::{
     apply_retention, KeepPolicy, KeepReason, RetentionCandidate, RetentionDecision,

@@ -233,5 +233,15 @@ pub(crate) fn sample_events() -> Vec<Event> {
             summary: "alerts.receivers".into(),
         }
         .into(),
+        PacksReadBack {
+            repository: RepositoryId::new("main"),
+            job: Some(JobId::new("j1")),
+            slices: vec![3, 4],
+            of: 720,
+            packs: 2,
+            bytes_read: 300,
+            damaged: vec!["pack 00ab: blob 01 does not decrypt".into()],
+        }
+        .into(),
     ]
 }

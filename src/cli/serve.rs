@@ -22,7 +22,8 @@ use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use serde::Deserialize;
 use vouch_actors::service::{
-    self, AlertingConfig, DispatchConfig, Receiver, SchedulerConfig, ServiceConfig, WebhookFormat,
+    self, AlertingConfig, DispatchConfig, ReadBackWindow, Receiver, SchedulerConfig, ServiceConfig,
+    WebhookFormat,
 };
 use vouch_actors::{BackoffPolicy, SystemClock};
 use vouch_events::{EventLog, LogOptions, RepositoryId, SharedLog, SledStore};
@@ -44,6 +45,12 @@ pub struct ServeArgs {
     /// A TOML configuration file (see docs/operations.md).
     #[arg(long, env = "VOUCH_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Serve HTTPS with this PEM certificate chain (with `--tls-key`).
+    #[arg(long, env = "VOUCH_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, env = "VOUCH_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Log lines as `text` or `json` (on stderr).
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -114,6 +121,9 @@ pub struct Config {
     /// `[alerting]`.
     #[serde(default)]
     pub alerting: AlertingSection,
+    /// `[verification]`.
+    #[serde(default)]
+    pub verification: VerificationSection,
     /// `[[webhooks]]`.
     #[serde(default)]
     pub webhooks: Vec<WebhookSection>,
@@ -168,6 +178,18 @@ pub struct AlertingSection {
     pub agent_lost_after: Option<String>,
     /// The console's URL, for links in alerts.
     pub external_url: Option<String>,
+}
+
+/// `[verification]`: the rolling read-back of every repository's packs.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerificationSection {
+    /// Every pack is read back within this long (default 30d; "off" turns
+    /// the rolling read-back off).
+    pub read_back_window: Option<String>,
+    /// Slices the pack-name space is cut into (default 720: one slice's
+    /// turn an hour over 30 days).
+    pub read_back_slices: Option<u32>,
 }
 
 /// `[[webhooks]]`.
@@ -312,6 +334,8 @@ pub fn token(a: TokenArgs) -> anyhow::Result<i32> {
 struct Settings {
     listen: String,
     data_dir: PathBuf,
+    /// Certificate chain and key, when serving HTTPS.
+    tls: Option<(PathBuf, PathBuf)>,
     config: Config,
 }
 
@@ -320,10 +344,12 @@ fn settings(a: &ServeArgs) -> anyhow::Result<Settings> {
         Some(p) => Config::load(p)?,
         None => Config::default(),
     };
-    if config.tls.is_some() {
-        bail!("[tls] is not supported by this build yet: put a TLS-terminating proxy in front of vouch, or leave [tls] out");
-    }
+    let tls = match (&a.tls_cert, &a.tls_key) {
+        (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+        _ => config.tls.as_ref().map(|t| (t.cert.clone(), t.key.clone())),
+    };
     Ok(Settings {
+        tls,
         listen: a
             .listen
             .clone()
@@ -362,6 +388,7 @@ fn service_config(c: &Config) -> anyhow::Result<ServiceConfig> {
     if let Some(s) = &c.scheduler.max_jitter {
         scheduler.max_jitter = dur(s, "scheduler.max_jitter")?;
     }
+    scheduler.read_back = read_back(&c.verification)?;
     let mut alerting = AlertingConfig::default();
     if let Some(s) = &c.alerting.evaluate_every {
         alerting.evaluate_every = dur(s, "alerting.evaluate_every")?;
@@ -396,14 +423,44 @@ fn service_config(c: &Config) -> anyhow::Result<ServiceConfig> {
         dispatch,
         scheduler,
         alerting,
+        restart: BackoffPolicy::default(),
         version: env!("CARGO_PKG_VERSION").into(),
     })
+}
+
+fn read_back(v: &VerificationSection) -> anyhow::Result<Option<ReadBackWindow>> {
+    let mut w = ReadBackWindow::default();
+    match v.read_back_window.as_deref() {
+        Some("off") => return Ok(None),
+        Some(s) => w.window = dur(s, "verification.read_back_window")?,
+        None => {}
+    }
+    if let Some(n) = v.read_back_slices {
+        w.slices = n;
+    }
+    if w.slices == 0 {
+        bail!("verification.read_back_slices must be at least 1");
+    }
+    if w.window < Duration::from_secs(u64::from(w.slices)) / 1000 || w.window.is_zero() {
+        bail!(
+            "verification.read_back_window {:?} is too short for {} slices (each slice's turn must last at least 1ms)",
+            humantime::format_duration(w.window).to_string(),
+            w.slices
+        );
+    }
+    Ok(Some(w))
 }
 
 /// Runs `vouch serve` until SIGINT/SIGTERM.
 pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     let s = settings(&a)?;
     let service_config = service_config(&s.config)?;
+    // A bad certificate or key stops the start before anything is created.
+    let tls = match &s.tls {
+        Some((cert, key)) => Some(super::tls::server_config(cert, key)?),
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let grace = match &s.config.jobs.shutdown_grace {
         Some(g) => dur(g, "jobs.shutdown_grace")?,
         None => Duration::from_secs(60),
@@ -450,10 +507,10 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             .with_service(handle.clone())
             .with_browse(Arc::new(EngineBrowser::new(repos)))
             .with_log_dir(log_dir);
-        let server = vouch_web::serve(listener, state)?;
+        let server = vouch_web::serve(listener, state, tls)?;
         let server_handle = server.handle();
         let running = actix_web::rt::spawn(server);
-        println!("listening on http://{addr}");
+        println!("listening on {scheme}://{addr}");
         tracing::info!(%addr, data_dir = %data_dir.display(), "vouch serve ready");
         while crate::util::signals() == 0 {
             actix_web::rt::time::sleep(Duration::from_millis(200)).await;

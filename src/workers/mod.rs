@@ -15,10 +15,10 @@ use std::time::Instant;
 use actix::prelude::*;
 use vouch_actors::service::{JobCommand, JobFailure, JobOutput, ProgressReading, RunJob, Workers};
 use vouch_events::{
-    BackupCommitted, BackupSummary, Event, JobId, KeepPolicy, PlanId, PointForgotten,
-    RestoreEvidence, RestoreTestFailed, RestoreTestPassed, RestoreTestStarted,
-    SnapshotId as PointId, VerificationFailed, VerificationPassed, VerificationStarted,
-    VerifyDepth,
+    BackupCommitted, BackupSummary, Event, JobId, KeepPolicy, PacksReadBack, PlanId,
+    PointForgotten, RepositoryId, RestoreEvidence, RestoreTestFailed, RestoreTestPassed,
+    RestoreTestStarted, SnapshotId as PointId, VerificationFailed, VerificationPassed,
+    VerificationStarted, VerifyDepth,
 };
 
 pub use browse::EngineBrowser;
@@ -30,6 +30,7 @@ use crate::id::SnapshotId;
 use crate::progress::Progress;
 use crate::proof::{restore_test, verify_point, ReadBack};
 use crate::repo::lock;
+use crate::verify::{read_back_slices, SliceReadBack};
 
 /// Paths named in a restore-test evidence at most (the count is complete).
 pub const EVIDENCE_PATHS: usize = 100;
@@ -237,6 +238,18 @@ fn run(repos: &RepoSet, msg: RunJob) -> Result<JobOutput, JobFailure> {
                 events: vec![started_event, outcome],
             })
         }
+        JobCommand::ReadBack {
+            repository,
+            slices,
+            of,
+        } => {
+            let repo = repos.open(&repository).map_err(fail)?;
+            let found =
+                read_back_slices(&repo, &slices, of, 0, &cancelled, &progress).map_err(fail)?;
+            Ok(JobOutput {
+                events: read_back_events(&repository, &job, &slices, of, found),
+            })
+        }
         JobCommand::RestoreTest {
             point,
             repository,
@@ -383,6 +396,69 @@ fn retention(
         out.push((d.id, "not kept by the plan's keep rules".to_owned()));
     }
     Ok(out)
+}
+
+/// What a read-back found, as events: one for the slices read back intact
+/// (when any), one per damaged slice naming its damage.
+fn read_back_events(
+    repository: &RepositoryId,
+    job: &JobId,
+    slices: &[u32],
+    of: u32,
+    found: SliceReadBack,
+) -> Vec<Event> {
+    let intact: Vec<u32> = slices
+        .iter()
+        .copied()
+        .filter(|k| !found.damaged.contains_key(k))
+        .collect();
+    let mut events = Vec::new();
+    if !intact.is_empty() {
+        events.push(
+            PacksReadBack {
+                repository: repository.clone(),
+                job: Some(job.clone()),
+                slices: intact,
+                of,
+                packs: found.packs,
+                bytes_read: found.bytes_read,
+                damaged: Vec::new(),
+            }
+            .into(),
+        );
+    }
+    for (k, damage) in found.damaged {
+        tracing::warn!(repository = %repository, slice = k, damage = damage.len(), "read-back found damage");
+        let damaged = damage
+            .iter()
+            .take(EVIDENCE_PATHS)
+            .map(|d| match (&d.pack, &d.blob) {
+                (Some(p), Some(b)) => format!("pack {p}: blob {b}: {}", d.problem),
+                (Some(p), None) => format!("pack {p}: {}", d.problem),
+                (None, Some(b)) => format!("blob {b}: {}", d.problem),
+                (None, None) => d.problem.clone(),
+            })
+            .collect();
+        events.push(
+            PacksReadBack {
+                repository: repository.clone(),
+                job: Some(job.clone()),
+                slices: vec![k],
+                of,
+                // Totals ride on the intact event; a damaged-only run
+                // carries them here once.
+                packs: if events.is_empty() { found.packs } else { 0 },
+                bytes_read: if events.is_empty() {
+                    found.bytes_read
+                } else {
+                    0
+                },
+                damaged,
+            }
+            .into(),
+        );
+    }
+    events
 }
 
 /// The id a job's sandbox is named by (safe as a file name).

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use vouch_events::{JobId, RepositoryId};
@@ -39,6 +40,7 @@ pub struct RepoSet {
     sandbox_root: PathBuf,
     restore_test_max_bytes: u64,
     exclude: Vec<PathBuf>,
+    sandbox_runs: AtomicU64,
 }
 
 impl RepoSet {
@@ -56,6 +58,7 @@ impl RepoSet {
             sandbox_root,
             restore_test_max_bytes,
             exclude,
+            sandbox_runs: AtomicU64::new(0),
         }
     }
 
@@ -94,9 +97,14 @@ impl RepoSet {
         Ok(repo)
     }
 
-    /// Where the restore test of `job` restores (below the sandbox root).
+    /// A fresh directory name for one run of the restore test of `job`
+    /// (below the sandbox root). Each run gets its own: an attempt retried
+    /// after a dispatcher restart may overlap a cancelled earlier one that
+    /// is still deleting its sandbox.
     pub fn sandbox_for(&self, job: &JobId) -> PathBuf {
-        self.sandbox_root.join(super::sandbox_name(job))
+        let run = self.sandbox_runs.fetch_add(1, Ordering::Relaxed);
+        self.sandbox_root
+            .join(format!("{}-{run}", super::sandbox_name(job)))
     }
 
     /// The sandbox root.

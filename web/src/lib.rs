@@ -205,14 +205,23 @@ pub fn app(
 /// so it must be called inside a Tokio runtime (the actix system).
 ///
 /// The caller binds the listener, so `127.0.0.1:0` picks a free port and
-/// `listener.local_addr()` tells which.
-pub fn serve(listener: TcpListener, state: AppState) -> std::io::Result<Server> {
+/// `listener.local_addr()` tells which. With `tls`, the listener speaks
+/// HTTPS only (rustls); the caller builds the configuration, so a bad
+/// certificate is refused before anything listens.
+pub fn serve(
+    listener: TcpListener,
+    state: AppState,
+    tls: Option<rustls::ServerConfig>,
+) -> std::io::Result<Server> {
     let state = state.sealed();
     if state.service.is_some() && tokio::runtime::Handle::try_current().is_ok() {
         let follower = state.clone();
         tokio::spawn(async move { follower.follow_events().await });
     }
-    Ok(HttpServer::new(move || app(state.clone()))
-        .listen(listener)?
-        .run())
+    let server = HttpServer::new(move || app(state.clone()));
+    let server = match tls {
+        Some(config) => server.listen_rustls_0_23(listener, config)?,
+        None => server.listen(listener)?,
+    };
+    Ok(server.run())
 }

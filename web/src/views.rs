@@ -586,6 +586,7 @@ pub(crate) fn event_data(e: &Event) -> Value {
         LeaseExpired,
         ServiceStarted,
         ConfigurationChanged,
+        PacksReadBack,
     )
     .unwrap_or(Value::Null)
 }

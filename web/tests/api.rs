@@ -78,7 +78,7 @@ impl Handler<RunJob> for FakeEngineWorker {
                 },
             }
             .into()],
-            JobCommand::Retention { .. } => Vec::new(),
+            JobCommand::Retention { .. } | JobCommand::ReadBack { .. } => Vec::new(),
         };
         let _ = VerifyDepth::Structure;
         Ok(JobOutput { events })
@@ -137,7 +137,7 @@ impl Server {
         let addr = listener
             .local_addr()
             .unwrap_or_else(|e| panic!("addr: {e}"));
-        let server = serve(listener, state).unwrap_or_else(|e| panic!("serve: {e}"));
+        let server = serve(listener, state, None).unwrap_or_else(|e| panic!("serve: {e}"));
         let handle = server.handle();
         actix_web::rt::spawn(server);
         Server {

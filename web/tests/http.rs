@@ -29,7 +29,7 @@ impl Server {
         let addr = listener
             .local_addr()
             .unwrap_or_else(|e| panic!("local addr: {e}"));
-        let server = serve(listener, state).unwrap_or_else(|e| panic!("serve: {e}"));
+        let server = serve(listener, state, None).unwrap_or_else(|e| panic!("serve: {e}"));
         let handle = server.handle();
         actix_web::rt::spawn(server);
         Server {

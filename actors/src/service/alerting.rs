@@ -23,6 +23,7 @@ use super::policy;
 use super::read_model::{Query, ReadModelActor};
 use super::store::{Append, Committed, EventStore};
 use crate::clock::{duration_to_ns, unix_ns_to_utc, Clock};
+use crate::RestartGate;
 
 /// The body a receiver gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, Serialize)]
@@ -101,7 +102,7 @@ fn labels(pairs: &[(&str, String)]) -> BTreeMap<String, String> {
 /// The rules: job failed (a plan's latest backup failed or was abandoned),
 /// verification failed, restore test failed, plan not protected (no
 /// recoverable point inside its RPO, once the plan is older than its RPO),
-/// agent lost, anomaly detected.
+/// a repository's read-back found damage, agent lost, anomaly detected.
 pub fn incidents(p: &Projections, now_ns: i64, agent_lost_after: Duration) -> Vec<Incident> {
     let mut out = Vec::new();
     for plan in policy::active_plans(p) {
@@ -182,6 +183,32 @@ pub fn incidents(p: &Projections, now_ns: i64, agent_lost_after: Duration) -> Ve
                 });
             }
         }
+    }
+    for (repository, r) in &p.read_back.repositories {
+        if r.damaged.is_empty() {
+            continue;
+        }
+        let mut damage: Vec<&str> = r
+            .damaged
+            .values()
+            .flat_map(|d| d.damaged.iter().map(String::as_str))
+            .collect();
+        damage.dedup();
+        let shown: Vec<&str> = damage.iter().take(5).copied().collect();
+        let more = damage.len().saturating_sub(shown.len());
+        out.push(Incident {
+            subject: format!("repository {repository}: read-back found damage"),
+            severity: Severity::Critical,
+            message: format!(
+                "reading back the packs of repository {repository} found damage in {} of {} slices: {}{} (run `vouch verify --read-data` to see which points and paths it hits)",
+                r.damaged.len(),
+                r.of,
+                shown.join("; "),
+                if more > 0 { format!("; and {more} more") } else { String::new() }
+            ),
+            rule: "ReadBackDamaged",
+            labels: labels(&[("repository", repository.to_string())]),
+        });
     }
     for agent in p.agents.agents.values() {
         if let Some(seen) = agent.last_seen_unix_ns {
@@ -309,6 +336,7 @@ pub struct Alerter {
     again: bool,
     in_flight: HashSet<(AlertId, String)>,
     rules: BTreeMap<AlertId, (&'static str, BTreeMap<String, String>)>,
+    gate: RestartGate,
 }
 
 impl Alerter {
@@ -318,8 +346,10 @@ impl Alerter {
         read: Addr<ReadModelActor>,
         clock: Arc<dyn Clock>,
         config: AlertingConfig,
+        gate: RestartGate,
     ) -> Self {
         Alerter {
+            gate,
             store,
             read,
             clock,
@@ -579,8 +609,26 @@ impl Actor for Alerter {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(256);
+        self.gate.started(ctx);
         ctx.run_interval(self.config.evaluate_every, |act, ctx| act.evaluate(ctx));
         self.evaluate(ctx);
+    }
+}
+
+impl Supervised for Alerter {
+    /// Deliveries in flight were dropped with the old context: the first
+    /// evaluation after the restart finds them undelivered in the log and
+    /// sends them again (receivers deduplicate by alert id and status).
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        let delay = self.gate.restarting();
+        tracing::warn!(
+            restarts = self.gate.restarts(),
+            delay_ms = delay.as_millis() as u64,
+            "alerter restarting"
+        );
+        self.evaluating = false;
+        self.again = false;
+        self.in_flight.clear();
     }
 }
 

@@ -56,6 +56,16 @@ pub enum JobCommand {
         /// it in from the projections when the job starts.
         protect: Vec<SnapshotId>,
     },
+    /// Read back whole packs of a repository: some slices of the rolling
+    /// read-back window (recorded as a verification job with no point).
+    ReadBack {
+        /// The repository.
+        repository: RepositoryId,
+        /// The slices to read, ascending.
+        slices: Vec<u32>,
+        /// How many slices the pack-name space is cut into.
+        of: u32,
+    },
 }
 
 impl JobCommand {
@@ -63,7 +73,7 @@ impl JobCommand {
     pub fn kind(&self) -> JobKind {
         match self {
             JobCommand::Backup { .. } => JobKind::Backup,
-            JobCommand::Verify { .. } => JobKind::Verify,
+            JobCommand::Verify { .. } | JobCommand::ReadBack { .. } => JobKind::Verify,
             JobCommand::RestoreTest { .. } => JobKind::RestoreTest,
             JobCommand::Retention { .. } => JobKind::Forget,
         }
@@ -74,6 +84,7 @@ impl JobCommand {
         match self {
             JobCommand::Backup { plan, .. } | JobCommand::Retention { plan, .. } => Some(plan),
             JobCommand::Verify { plan, .. } | JobCommand::RestoreTest { plan, .. } => plan.as_ref(),
+            JobCommand::ReadBack { .. } => None,
         }
     }
 
@@ -83,7 +94,8 @@ impl JobCommand {
             JobCommand::Backup { definition, .. } => &definition.repository,
             JobCommand::Verify { repository, .. }
             | JobCommand::RestoreTest { repository, .. }
-            | JobCommand::Retention { repository, .. } => repository,
+            | JobCommand::Retention { repository, .. }
+            | JobCommand::ReadBack { repository, .. } => repository,
         }
     }
 
@@ -226,7 +238,7 @@ impl Workers {
     pub fn for_command(&self, command: &JobCommand) -> &Recipient<RunJob> {
         match command {
             JobCommand::Backup { .. } => &self.backup,
-            JobCommand::Verify { .. } => &self.verify,
+            JobCommand::Verify { .. } | JobCommand::ReadBack { .. } => &self.verify,
             JobCommand::RestoreTest { .. } => &self.restore_test,
             JobCommand::Retention { .. } => &self.retention,
         }

@@ -28,7 +28,7 @@ use super::policy;
 use super::read_model::{Query, ReadModelActor};
 use super::store::{Append, EventStore};
 use crate::clock::Clock;
-use crate::supervisor::BackoffPolicy;
+use crate::supervisor::{BackoffPolicy, RestartGate};
 
 /// How the dispatcher runs jobs.
 #[derive(Clone, Debug)]
@@ -148,6 +148,14 @@ pub struct Dispatcher {
     draining: Vec<tokio::sync::oneshot::Sender<()>>,
     stopping: bool,
     next_id: u64,
+    /// The last sequence number this dispatcher recorded: after a restart
+    /// it reads the jobs from projections that include it.
+    seen_seq: u64,
+    /// The commands of the jobs a restart cut short: the retry runs the
+    /// very same command (the log cannot rebuild every kind, e.g. a
+    /// read-back's slices).
+    orphans: HashMap<JobId, JobCommand>,
+    gate: RestartGate,
 }
 
 impl Dispatcher {
@@ -159,8 +167,12 @@ impl Dispatcher {
         clock: Arc<dyn Clock>,
         config: DispatchConfig,
         live: broadcast::Sender<Arc<LiveProgress>>,
+        gate: RestartGate,
     ) -> Self {
         Dispatcher {
+            gate,
+            seen_seq: 0,
+            orphans: HashMap::new(),
             store,
             read,
             workers,
@@ -185,6 +197,7 @@ impl Dispatcher {
             JobCommand::Verify { point, .. } | JobCommand::RestoreTest { point, .. } => {
                 point.short()
             }
+            JobCommand::ReadBack { repository, .. } => format!("read-back-{repository}"),
         };
         let salt = blake3::hash(format!("{}{}", self.clock.now_unix_ns(), self.next_id).as_bytes());
         JobId::new(format!(
@@ -211,6 +224,9 @@ impl Dispatcher {
         let send = self.store.send(Append(events));
         ctx.wait(send.into_actor(self).map(move |res, act, ctx| {
             let res = res.map_err(ServiceError::from).and_then(|r| r);
+            if let Ok(receipt) = &res {
+                act.seen_seq = act.seen_seq.max(receipt.last_seq);
+            }
             then(act, ctx, res)
         }));
     }
@@ -250,7 +266,10 @@ impl Dispatcher {
         self.is_open(|c| {
             c.kind() == kind
                 && match kind {
-                    JobKind::Verify | JobKind::RestoreTest => c.point() == point,
+                    // A read-back has no point: one per repository.
+                    JobKind::Verify | JobKind::RestoreTest => {
+                        c.point() == point && c.repository() == command.repository()
+                    }
                     _ => c.plan().cloned() == plan,
                 }
         })
@@ -569,7 +588,7 @@ impl Dispatcher {
     fn recover(&mut self, ctx: &mut Context<Self>) {
         self.with_projections(
             ctx,
-            0,
+            self.seen_seq,
             |p| {
                 p.jobs
                     .jobs
@@ -586,10 +605,15 @@ impl Dispatcher {
                         return;
                     }
                 };
-                for (job, command) in jobs {
-                    let reason = match job.state {
-                        JobState::Running => "the service stopped while the job was running",
-                        _ => "the service stopped before the job started",
+                let restarted = act.gate.restarts() > 0;
+                let mut orphans = std::mem::take(&mut act.orphans);
+                for (job, rebuilt) in jobs {
+                    let command = orphans.remove(&job.id).or(rebuilt);
+                    let reason = match (restarted, job.state) {
+                        (false, JobState::Running) => "the service stopped while the job was running",
+                        (false, _) => "the service stopped before the job started",
+                        (true, JobState::Running) => "the dispatcher failed and was restarted while the job was running",
+                        (true, _) => "the dispatcher failed and was restarted before the job started",
                     };
                     tracing::warn!(job = %job.id, reason, "job abandoned");
                     let abandoned = JobAbandoned {
@@ -603,6 +627,7 @@ impl Dispatcher {
                             return;
                         }
                         match command {
+                            Some(_) if act.stopping => {}
                             Some(command) if attempt < max => {
                                 act.schedule(ctx, job.id, command, attempt + 1, None)
                             }
@@ -663,10 +688,39 @@ impl Actor for Dispatcher {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        self.gate.started(ctx);
         self.recover(ctx);
         ctx.run_interval(self.config.progress_every, |act, ctx| {
             act.tick_progress(ctx)
         });
+        // A restart during a drain: nothing runs any more.
+        self.after_change(ctx);
+    }
+}
+
+impl Supervised for Dispatcher {
+    /// Throws away the queue and the table of running jobs (derived
+    /// state a failure may have left half-updated) and asks every running
+    /// worker to stop: their answers would arrive at a context that no
+    /// longer exists. [`Actor::started`] then rebuilds from the log, as
+    /// after a crash: every unfinished job gets `job.abandoned` and is
+    /// scheduled again as its next attempt.
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        let delay = self.gate.restarting();
+        tracing::warn!(
+            restarts = self.gate.restarts(),
+            delay_ms = delay.as_millis() as u64,
+            running = self.running.len(),
+            queued = self.queue.len(),
+            "dispatcher restarting"
+        );
+        for (job, run) in self.running.drain() {
+            run.cancel.cancel();
+            self.orphans.insert(job, run.command);
+        }
+        for q in self.queue.drain(..) {
+            self.orphans.insert(q.job, q.command);
+        }
     }
 }
 

@@ -18,7 +18,9 @@ use super::error::ServiceError;
 use super::read_model::{Query, ReadModelActor};
 use super::scheduler::{next_run, Scheduler, SchedulerConfig, Tick};
 use super::store::{Append, EventStore, Subscribe, LIVE_CAPACITY};
+use super::supervise;
 use crate::clock::Clock;
+use crate::{BackoffPolicy, RestartGate};
 
 /// Everything the service's actors are configured with.
 #[derive(Clone, Debug, Default)]
@@ -29,6 +31,8 @@ pub struct ServiceConfig {
     pub scheduler: SchedulerConfig,
     /// Alerting.
     pub alerting: AlertingConfig,
+    /// How a failed actor is restarted (see [`super::supervise`]).
+    pub restart: BackoffPolicy,
     /// The version recorded in `service.started`.
     pub version: String,
 }
@@ -74,7 +78,10 @@ pub async fn start(
     let store = {
         let log = log.clone();
         let live = live.clone();
-        EventStore::start_in_arbiter(&store_arbiter.handle(), move |_| EventStore::new(log, live))
+        let gate = RestartGate::new(config.restart, clock.clone());
+        supervise::start_in_arbiter("event-store", &store_arbiter.handle(), move |_| {
+            EventStore::new(log, live, gate)
+        })
     };
     let read = ReadModelActor::new(model, reader).start();
     store.send(Subscribe(read.clone().recipient())).await?;
@@ -94,22 +101,35 @@ pub async fn start(
             config.dispatch.clone(),
             progress.clone(),
         );
-        Dispatcher::new(store, read, workers, clock, dispatch, progress).start()
+        let gate = RestartGate::new(config.restart, clock.clone());
+        supervise::start("dispatcher", move |_| {
+            Dispatcher::new(store, read, workers, clock, dispatch, progress, gate)
+        })
     };
-    let scheduler = Scheduler::new(
-        read.clone(),
-        dispatcher.clone(),
-        clock.clone(),
-        config.scheduler.clone(),
-    )
-    .start();
-    let alerter = Alerter::new(
-        store.clone(),
-        read.clone(),
-        clock.clone(),
-        config.alerting.clone(),
-    )
-    .start();
+    let scheduler = {
+        let (read, dispatcher, clock, scheduling) = (
+            read.clone(),
+            dispatcher.clone(),
+            clock.clone(),
+            config.scheduler.clone(),
+        );
+        let gate = RestartGate::new(config.restart, clock.clone());
+        supervise::start("scheduler", move |_| {
+            Scheduler::new(read, dispatcher, clock, scheduling, gate)
+        })
+    };
+    let alerter = {
+        let (store, read, clock, alerting) = (
+            store.clone(),
+            read.clone(),
+            clock.clone(),
+            config.alerting.clone(),
+        );
+        let gate = RestartGate::new(config.restart, clock.clone());
+        supervise::start("alerter", move |_| {
+            Alerter::new(store, read, clock, alerting, gate)
+        })
+    };
     store.send(Subscribe(alerter.clone().recipient())).await?;
     tracing::info!(seq = log.last_seq(), "service started");
     Ok(ServiceHandle {
@@ -128,6 +148,12 @@ pub async fn start(
 }
 
 impl ServiceHandle {
+    /// The dispatcher (tests make it fail).
+    #[cfg(test)]
+    pub(crate) fn dispatcher(&self) -> &Addr<Dispatcher> {
+        &self.dispatcher
+    }
+
     /// Appends events durably; answered once they are on disk.
     pub async fn append(&self, events: Vec<Event>) -> Result<AppendReceipt, ServiceError> {
         self.store.send(Append(events)).await?

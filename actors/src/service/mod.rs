@@ -21,6 +21,9 @@ mod policy;
 mod read_model;
 mod scheduler;
 mod store;
+mod supervise;
+#[cfg(test)]
+mod tests;
 
 pub use alerting::{
     delivery_name, incidents, render, AlertingConfig, Evaluate, Incident, Notification, Receiver,
@@ -32,6 +35,8 @@ pub use command::{
 pub use dispatcher::{kind_name, DispatchConfig, LiveProgress};
 pub use error::ServiceError;
 pub use handle::{start, ServiceConfig, ServiceHandle};
-pub use policy::{follow_ups, live_points, periodic_checks, retention_protects};
+pub use policy::{
+    follow_ups, live_points, periodic_checks, read_back_due, retention_protects, ReadBackWindow,
+};
 pub use scheduler::{next_run, SchedulerConfig};
 pub use store::LIVE_CAPACITY;

@@ -165,3 +165,258 @@ pub fn periodic_checks(p: &Projections, now_ns: i64) -> Vec<JobCommand> {
     }
     out
 }
+
+/// The rolling read-back window: every pack of a repository is read back
+/// within `window`, a slice of the pack-name space at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadBackWindow {
+    /// Every pack is read back within this long.
+    pub window: std::time::Duration,
+    /// How many slices the pack-name space is cut into; one slice's turn
+    /// comes every `window / slices`.
+    pub slices: u32,
+}
+
+impl Default for ReadBackWindow {
+    /// 30 days in 720 slices: one slice an hour.
+    fn default() -> Self {
+        ReadBackWindow {
+            window: std::time::Duration::from_secs(30 * 24 * 3600),
+            slices: 720,
+        }
+    }
+}
+
+/// Read-backs due at `now`, one job per repository in use (by a plan or a
+/// live point). Slice `k`'s turns start at the slots `n * window / slices`
+/// with `n mod slices = k`. A slice read before is due when it was not read
+/// since its latest turn began (so after downtime the missed turns are
+/// caught up in one job); a slice never read waits for its turn, so
+/// turning the window on reads a large repository over one window, not at
+/// once. Either way every pack that exists at its slice's turn is read
+/// back within `window`.
+pub fn read_back_due(p: &Projections, now_ns: i64, cfg: &ReadBackWindow) -> Vec<JobCommand> {
+    if cfg.slices == 0 || now_ns < 0 {
+        return Vec::new();
+    }
+    let of = cfg.slices;
+    let slot_ns = (duration_to_ns(cfg.window) / i64::from(of)).max(1);
+    let n_now = now_ns / slot_ns;
+    let k_now = n_now.rem_euclid(i64::from(of));
+    let mut repositories: std::collections::BTreeSet<&vouch_events::RepositoryId> = active_plans(p)
+        .map(|pl| &pl.definition.repository)
+        .collect();
+    repositories.extend(
+        p.points
+            .points
+            .values()
+            .filter(|pt| pt.expired.is_none())
+            .map(|pt| &pt.repository),
+    );
+    let mut out = Vec::new();
+    for repository in repositories {
+        let state = p
+            .read_back
+            .repositories
+            .get(repository)
+            .filter(|r| r.of == of);
+        let mut due = Vec::new();
+        for k in 0..of {
+            let behind = (k_now - i64::from(k)).rem_euclid(i64::from(of));
+            let turn_started = (n_now - behind) * slot_ns;
+            let last_read = state.and_then(|r| {
+                let intact = r.last_intact.get(&k).copied();
+                let damaged = r.damaged.get(&k).map(|d| d.at.unix_ns);
+                intact.max(damaged)
+            });
+            let is_due = match last_read {
+                Some(t) => t < turn_started,
+                None => behind == 0,
+            };
+            if is_due {
+                due.push(k);
+            }
+        }
+        if !due.is_empty() {
+            out.push(JobCommand::ReadBack {
+                repository: repository.clone(),
+                slices: due,
+                of,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use vouch_events::{
+        Event, KeepPolicy, PacksReadBack, PlanCreated, PlanDefinition, PlanId, Projections,
+        Recorded, RepositoryId, RestoreTestPolicy, VerificationPolicy, VerifyDepth,
+    };
+
+    use super::*;
+
+    const S: i64 = 1_000_000_000;
+
+    /// 100 s in 4 slices: slice k's turns start at 25 s * (4n + k).
+    fn cfg() -> ReadBackWindow {
+        ReadBackWindow {
+            window: Duration::from_secs(100),
+            slices: 4,
+        }
+    }
+
+    fn plan(repository: &str) -> Event {
+        PlanCreated {
+            plan: PlanId::new(format!("p-{repository}")),
+            definition: PlanDefinition {
+                source: "/srv".into(),
+                schedule: "hourly".into(),
+                retention: KeepPolicy::default(),
+                verification: VerificationPolicy {
+                    after_backup: true,
+                    every: None,
+                    depth: VerifyDepth::Structure,
+                },
+                restore_test: RestoreTestPolicy {
+                    every: None,
+                    max_evidence_age: Duration::from_secs(3600),
+                    sample_files: None,
+                },
+                rpo: Duration::from_secs(3600),
+                repository: RepositoryId::new(repository),
+                paused: false,
+            },
+        }
+        .into()
+    }
+
+    fn read(slices: &[u32], of: u32, damaged: bool) -> Event {
+        PacksReadBack {
+            repository: RepositoryId::new("main"),
+            job: None,
+            slices: slices.to_vec(),
+            of,
+            packs: 1,
+            bytes_read: 1,
+            damaged: if damaged {
+                vec!["pack 00: bad".into()]
+            } else {
+                Vec::new()
+            },
+        }
+        .into()
+    }
+
+    fn state(events: &[(i64, Event)]) -> Projections {
+        let mut p = Projections::new();
+        for (i, (secs, e)) in events.iter().enumerate() {
+            p.apply_event(
+                Recorded {
+                    seq: i as u64 + 1,
+                    unix_ns: secs * S,
+                },
+                e,
+            );
+        }
+        p
+    }
+
+    fn due(p: &Projections, secs: i64) -> Vec<(String, Vec<u32>)> {
+        read_back_due(p, secs * S, &cfg())
+            .into_iter()
+            .map(|c| match c {
+                JobCommand::ReadBack {
+                    repository,
+                    slices,
+                    of,
+                } => {
+                    assert_eq!(of, 4);
+                    (repository.to_string(), slices)
+                }
+                other => panic!("not a read-back: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn slices_never_read_wait_for_their_turn() {
+        let p = state(&[(0, plan("main"))]);
+        // 1000 s is slot 40: slice 0's turn. 1030 s is slot 41: slice 1.
+        assert_eq!(due(&p, 1000), vec![("main".into(), vec![0])]);
+        assert_eq!(due(&p, 1030), vec![("main".into(), vec![1])]);
+    }
+
+    #[test]
+    fn a_slice_read_this_turn_is_not_due_until_its_next_turn() {
+        let p = state(&[(0, plan("main")), (1001, read(&[0], 4, false))]);
+        assert!(due(&p, 1010).is_empty());
+        // Slice 1's turn; slice 0 is fine.
+        assert_eq!(due(&p, 1030), vec![("main".into(), vec![1])]);
+        // Slice 0's next turn starts at 1100 s.
+        assert_eq!(due(&p, 1100), vec![("main".into(), vec![0])]);
+    }
+
+    #[test]
+    fn missed_turns_are_caught_up_in_one_job_and_damage_is_read_again() {
+        let p = state(&[
+            (0, plan("main")),
+            (1001, read(&[0], 4, false)),
+            (1026, read(&[1], 4, true)),
+            (1051, read(&[2], 4, false)),
+            (1076, read(&[3], 4, false)),
+        ]);
+        assert!(due(&p, 1090).is_empty());
+        // Down from 1090 s to 1260 s: every slice missed its turn.
+        assert_eq!(due(&p, 1260), vec![("main".into(), vec![0, 1, 2, 3])]);
+        // The damaged slice is read again at its next turn, not before.
+        assert_eq!(due(&p, 1126), vec![("main".into(), vec![0, 1])]);
+    }
+
+    #[test]
+    fn each_repository_in_use_gets_its_own_job_and_a_new_cut_starts_over() {
+        let p = state(&[
+            (0, plan("main")),
+            (0, plan("offsite")),
+            (1001, read(&[0, 1, 2, 3], 8, false)),
+        ]);
+        // The reads were of another cut (8 slices): slice 0 is due anew.
+        assert_eq!(
+            due(&p, 1001),
+            vec![("main".into(), vec![0]), ("offsite".into(), vec![0])]
+        );
+    }
+
+    #[test]
+    fn every_slice_is_read_within_the_window() {
+        // Simulate ticks every 5 s for three windows, reading what is due.
+        let mut events = vec![(0, plan("main"))];
+        let mut last_read = [None::<i64>; 4];
+        let mut worst_gap = 0;
+        for t in (0..300).step_by(5) {
+            let p = state(&events);
+            for (_, slices) in due(&p, t) {
+                for k in slices {
+                    if let Some(prev) = last_read[k as usize] {
+                        worst_gap = worst_gap.max(t - prev);
+                    }
+                    last_read[k as usize] = Some(t);
+                }
+            }
+            let read_now: Vec<u32> = (0..4u32)
+                .filter(|&k| last_read[k as usize] == Some(t))
+                .collect();
+            if !read_now.is_empty() {
+                events.push((t, read(&read_now, 4, false)));
+            }
+        }
+        assert!(last_read.iter().all(Option::is_some), "{last_read:?}");
+        assert!(
+            worst_gap <= 100,
+            "a slice waited {worst_gap} s, the window is 100 s"
+        );
+    }
+}

@@ -10,14 +10,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use vouch_events::{PlanDefinition, PlanId};
+use vouch_events::{PlanDefinition, PlanId, RepositoryId};
 
 use super::command::JobCommand;
 use super::dispatcher::{Dispatcher, EnqueueMany};
-use super::policy;
+use super::policy::{self, ReadBackWindow};
 use super::read_model::{Query, ReadModelActor};
-use crate::clock::Clock;
+use crate::clock::{duration_to_ns, Clock};
 use crate::schedule::{Decision, PlanSchedule, Schedule};
+use crate::RestartGate;
 
 /// Evaluate schedules now.
 #[derive(Message)]
@@ -31,6 +32,8 @@ pub struct SchedulerConfig {
     pub tick: Duration,
     /// Largest jitter added to a plan's slots.
     pub max_jitter: Duration,
+    /// The rolling read-back of every repository's packs (none: off).
+    pub read_back: Option<ReadBackWindow>,
 }
 
 impl Default for SchedulerConfig {
@@ -38,6 +41,7 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             tick: Duration::from_secs(10),
             max_jitter: Duration::from_secs(300),
+            read_back: Some(ReadBackWindow::default()),
         }
     }
 }
@@ -75,7 +79,12 @@ pub struct Scheduler {
     /// The slot each plan last fired for in this process (the log's
     /// `job.scheduled` may not be folded yet on the next tick).
     fired: HashMap<PlanId, i64>,
+    /// The slices last proposed for read-back per repository, and when: the
+    /// same slices (their job failed) are proposed again only a slice's
+    /// turn later.
+    read_back_proposed: HashMap<RepositoryId, (Vec<u32>, i64)>,
     busy: bool,
+    gate: RestartGate,
 }
 
 impl Scheduler {
@@ -85,6 +94,7 @@ impl Scheduler {
         dispatcher: Addr<Dispatcher>,
         clock: Arc<dyn Clock>,
         config: SchedulerConfig,
+        gate: RestartGate,
     ) -> Self {
         Scheduler {
             read,
@@ -92,8 +102,41 @@ impl Scheduler {
             clock,
             config,
             fired: HashMap::new(),
+            read_back_proposed: HashMap::new(),
             busy: false,
+            gate,
         }
+    }
+
+    /// Drops a read-back whose very slices were proposed less than a
+    /// slice's turn ago (its job failed: the repository may be out of
+    /// reach), so a failing repository gets one attempt per turn, not one
+    /// per tick.
+    fn throttle_read_backs(&mut self, read_backs: Vec<JobCommand>, now: i64) -> Vec<JobCommand> {
+        let Some(cfg) = self.config.read_back else {
+            return Vec::new();
+        };
+        let turn = (duration_to_ns(cfg.window) / i64::from(cfg.slices.max(1))).max(1);
+        read_backs
+            .into_iter()
+            .filter(|c| {
+                let JobCommand::ReadBack {
+                    repository, slices, ..
+                } = c
+                else {
+                    return true;
+                };
+                let again = self
+                    .read_back_proposed
+                    .get(repository)
+                    .is_some_and(|(s, at)| s == slices && now.saturating_sub(*at) < turn);
+                if !again {
+                    self.read_back_proposed
+                        .insert(repository.clone(), (slices.clone(), now));
+                }
+                !again
+            })
+            .collect()
     }
 
     fn due(&mut self, plans: Vec<PlanView>, now: i64) -> Vec<JobCommand> {
@@ -147,9 +190,27 @@ impl Actor for Scheduler {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
+        self.gate.started(ctx);
         ctx.run_interval(self.config.tick, |_, ctx| {
             ctx.address().do_send(Tick);
         });
+    }
+}
+
+impl Supervised for Scheduler {
+    /// Forgets the slots fired in this incarnation: the log's
+    /// `job.scheduled` events say when each plan last ran, and the
+    /// dispatcher drops a second backup of a plan that has one open.
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        let delay = self.gate.restarting();
+        tracing::warn!(
+            restarts = self.gate.restarts(),
+            delay_ms = delay.as_millis() as u64,
+            "scheduler restarting"
+        );
+        self.fired.clear();
+        self.read_back_proposed.clear();
+        self.busy = false;
     }
 }
 
@@ -162,6 +223,7 @@ impl Handler<Tick> for Scheduler {
         }
         self.busy = true;
         let now = self.clock.now_unix_ns();
+        let read_back = self.config.read_back;
         let query = self.read.send(Query::new(0, move |p| {
             let plans: Vec<PlanView> = policy::active_plans(p)
                 .map(|pl| PlanView {
@@ -171,11 +233,14 @@ impl Handler<Tick> for Scheduler {
                     last_run_ns: policy::last_backup_scheduled(p, &pl.id),
                 })
                 .collect();
-            (plans, policy::periodic_checks(p, now))
+            let read_backs = read_back
+                .map(|cfg| policy::read_back_due(p, now, &cfg))
+                .unwrap_or_default();
+            (plans, policy::periodic_checks(p, now), read_backs)
         }));
         Box::pin(query.into_actor(self).map(move |res, act, _ctx| {
             act.busy = false;
-            let (plans, checks) = match res {
+            let (plans, checks, read_backs) = match res {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::error!(error = %e, "scheduler could not read the plans");
@@ -184,6 +249,7 @@ impl Handler<Tick> for Scheduler {
             };
             let mut commands = act.due(plans, now);
             commands.extend(checks);
+            commands.extend(act.throttle_read_backs(read_backs, now));
             let n = commands.len();
             if n > 0 {
                 act.dispatcher.do_send(EnqueueMany(commands));

@@ -16,6 +16,7 @@ use tokio::sync::broadcast;
 use vouch_events::{AppendReceipt, Envelope, Event, SharedLog, Subscription};
 
 use super::error::ServiceError;
+use crate::RestartGate;
 
 /// Append events; answered once they are durable.
 #[derive(Message)]
@@ -43,17 +44,23 @@ pub struct EventStore {
     tail: Subscription,
     subscribers: Vec<Recipient<Committed>>,
     live: broadcast::Sender<Arc<Envelope>>,
+    gate: RestartGate,
 }
 
 impl EventStore {
     /// The store over an open log; `live` feeds the web's event stream.
-    pub fn new(log: Arc<SharedLog>, live: broadcast::Sender<Arc<Envelope>>) -> Self {
+    pub fn new(
+        log: Arc<SharedLog>,
+        live: broadcast::Sender<Arc<Envelope>>,
+        gate: RestartGate,
+    ) -> Self {
         let tail = log.subscribe(log.last_seq() + 1);
         EventStore {
             log,
             tail,
             subscribers: Vec::new(),
             live,
+            gate,
         }
     }
 
@@ -89,8 +96,25 @@ impl EventStore {
 impl Actor for EventStore {
     type Context = Context<Self>;
 
-    fn started(&mut self, _ctx: &mut Self::Context) {
+    fn started(&mut self, ctx: &mut Self::Context) {
         tracing::info!(seq = self.log.last_seq(), "event store started");
+        self.gate.started(ctx);
+    }
+}
+
+impl Supervised for EventStore {
+    /// The log is the state: appends that were in flight either reached it
+    /// (their callers saw an error, never a false acknowledgement) or not.
+    /// Publishing resumes after the last event handed out; a subscriber
+    /// that missed a batch cut short catches up from the log.
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        let delay = self.gate.restarting();
+        tracing::warn!(
+            restarts = self.gate.restarts(),
+            delay_ms = delay.as_millis() as u64,
+            "event store restarting"
+        );
+        self.tail = self.log.subscribe(self.tail.next_seq());
     }
 }
 

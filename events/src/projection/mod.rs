@@ -9,6 +9,7 @@ mod alerts;
 mod jobs;
 mod plans;
 mod points;
+mod read_back;
 
 #[cfg(test)]
 mod tests;
@@ -22,6 +23,7 @@ pub use plans::{plan_protection, rollup, Plan, PlanProtection, PlansProjection, 
 pub use points::{
     Point, PointOrigin, PointState, PointsProjection, RestoreOutcome, VerificationOutcome,
 };
+pub use read_back::{ReadBackProjection, RepositoryReadBack, SliceDamage};
 
 use crate::codec::Envelope;
 use crate::error::{EventError, Result};
@@ -69,7 +71,8 @@ pub struct UnknownSeen {
 /// Version of the snapshot encoding; a snapshot of another version is
 /// ignored and the projections are rebuilt from the log.
 /// 2: jobs keep the latest ended backup outcome of each plan (D2).
-pub const PROJECTION_SNAPSHOT_VERSION: u16 = 2;
+/// 3: the rolling read-back window ([`ReadBackProjection`]).
+pub const PROJECTION_SNAPSHOT_VERSION: u16 = 3;
 
 /// Every projection, folded together.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,6 +92,8 @@ pub struct Projections {
     pub agents: AgentsProjection,
     /// Alerts.
     pub alerts: AlertsProjection,
+    /// The rolling read-back of every repository's packs.
+    pub read_back: ReadBackProjection,
     /// Events that did not fit.
     pub inconsistencies: Vec<Inconsistency>,
     /// Events this build could not read.
@@ -171,6 +176,7 @@ impl Projections {
             },
             self.agents.apply(at, event),
             self.alerts.apply(at, event),
+            self.read_back.apply(at, event),
         ];
         for inc in found.into_iter().flatten() {
             tracing::debug!(seq = at.seq, event_type = %inc.event_type, message = %inc.message, "inconsistent event");

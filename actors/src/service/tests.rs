@@ -1,0 +1,210 @@
+//! The service's supervision, end to end inside one actix system: a real
+//! event log and sled read store in a temporary directory, a worker that
+//! holds its first attempt until it is cancelled.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use vouch_events::{
+    Event, EventLog, JobId, LogOptions, PacksReadBack, RepositoryId, SharedLog, SledStore,
+};
+
+use super::command::{JobCommand, JobFailure, JobOutput, RunJob, Workers};
+use super::dispatcher::Dispatcher;
+use super::handle::{start, ServiceConfig, ServiceHandle};
+use crate::BackoffPolicy;
+
+/// Holds a job's first attempt until it is cancelled (as a worker whose
+/// dispatcher went away must be); later attempts succeed.
+struct HoldingWorker {
+    attempts: Arc<AtomicU32>,
+    cancelled: Arc<AtomicU32>,
+}
+
+impl Actor for HoldingWorker {
+    type Context = Context<Self>;
+}
+
+impl Handler<RunJob> for HoldingWorker {
+    type Result = ResponseFuture<Result<JobOutput, JobFailure>>;
+
+    fn handle(&mut self, msg: RunJob, _: &mut Self::Context) -> Self::Result {
+        let attempt = self.attempts.fetch_add(1, Ordering::SeqCst) + 1;
+        let cancelled = self.cancelled.clone();
+        Box::pin(async move {
+            let JobCommand::ReadBack {
+                repository,
+                slices,
+                of,
+            } = msg.command
+            else {
+                return Err(JobFailure::new("unexpected", "not a read-back", false));
+            };
+            if attempt == 1 {
+                let until = Instant::now() + Duration::from_secs(30);
+                while !msg.cancel.is_cancelled() && Instant::now() < until {
+                    actix::clock::sleep(Duration::from_millis(10)).await;
+                }
+                if msg.cancel.is_cancelled() {
+                    cancelled.fetch_add(1, Ordering::SeqCst);
+                }
+                return Err(JobFailure::new("cancelled", "cancelled by request", false));
+            }
+            Ok(JobOutput {
+                events: vec![PacksReadBack {
+                    repository,
+                    job: Some(msg.job),
+                    slices,
+                    of,
+                    packs: 0,
+                    bytes_read: 0,
+                    damaged: Vec::new(),
+                }
+                .into()],
+            })
+        })
+    }
+}
+
+/// Makes the dispatcher panic in its handler.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct PanicNow;
+
+impl Handler<PanicNow> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, _: PanicNow, _: &mut Self::Context) {
+        panic!("a bug in the dispatcher (test)");
+    }
+}
+
+async fn service(dir: &std::path::Path, worker: Addr<HoldingWorker>) -> ServiceHandle {
+    let log = EventLog::open(
+        dir.join("events"),
+        LogOptions::default(),
+        Arc::new(vouch_events::SystemClock),
+    )
+    .expect("log");
+    let store = SledStore::open(dir.join("read")).expect("read store");
+    let workers = Workers {
+        backup: worker.clone().recipient(),
+        verify: worker.clone().recipient(),
+        restore_test: worker.clone().recipient(),
+        retention: worker.recipient(),
+    };
+    let config = ServiceConfig {
+        restart: BackoffPolicy::new(
+            Duration::from_millis(20),
+            2,
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        )
+        .expect("policy"),
+        version: "test".into(),
+        ..ServiceConfig::default()
+    };
+    start(
+        Arc::new(SharedLog::new(log)),
+        store,
+        workers,
+        Arc::new(crate::SystemClock),
+        config,
+    )
+    .await
+    .expect("service")
+}
+
+/// Polls the log until `f` finds what it wants (at most 30 s).
+async fn wait_for<T>(svc: &ServiceHandle, what: &str, f: impl Fn(&[Event]) -> Option<T>) -> T {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let events: Vec<Event> = svc
+            .events(1, 10_000)
+            .await
+            .expect("events")
+            .into_iter()
+            .map(|e| e.event)
+            .collect();
+        if let Some(v) = f(&events) {
+            return v;
+        }
+        assert!(
+            Instant::now() < until,
+            "timed out waiting for {what}: {events:#?}"
+        );
+        actix::clock::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[actix::test]
+async fn a_panicking_dispatcher_is_restarted_and_its_running_job_is_abandoned_and_retried() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let attempts = Arc::new(AtomicU32::new(0));
+    let cancelled = Arc::new(AtomicU32::new(0));
+    let worker = HoldingWorker {
+        attempts: attempts.clone(),
+        cancelled: cancelled.clone(),
+    }
+    .start();
+    let svc = service(dir.path(), worker).await;
+
+    let job: JobId = svc
+        .enqueue(JobCommand::ReadBack {
+            repository: RepositoryId::new("default"),
+            slices: vec![0],
+            of: 1,
+        })
+        .await
+        .expect("enqueued");
+    let until = Instant::now() + Duration::from_secs(30);
+    while attempts.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < until, "the worker never got the job");
+        actix::clock::sleep(Duration::from_millis(10)).await;
+    }
+
+    // The panic loses the dispatcher's answer; the actor lives on.
+    assert!(svc.dispatcher().send(PanicNow).await.is_err());
+
+    let reason = wait_for(&svc, "job.abandoned", |events| {
+        events.iter().find_map(|e| match e {
+            Event::JobAbandoned(a) if a.job == job => Some(a.reason.clone()),
+            _ => None,
+        })
+    })
+    .await;
+    assert!(
+        reason.contains("dispatcher failed and was restarted"),
+        "the reason says what happened: {reason}"
+    );
+    wait_for(&svc, "the retried attempt to finish", |events| {
+        let rescheduled = events
+            .iter()
+            .position(|e| matches!(e, Event::JobScheduled(s) if s.job == job && s.attempt == 2))?;
+        let read_back = events
+            .iter()
+            .position(|e| matches!(e, Event::PacksReadBack(r) if r.job.as_ref() == Some(&job)))?;
+        let finished = events
+            .iter()
+            .position(|e| matches!(e, Event::JobFinished(f) if f.job == job))?;
+        (rescheduled < read_back && read_back < finished).then_some(())
+    })
+    .await;
+    assert_eq!(
+        cancelled.load(Ordering::SeqCst),
+        1,
+        "the orphaned first attempt was asked to stop"
+    );
+    assert_eq!(attempts.load(Ordering::SeqCst), 2, "exactly one retry");
+
+    // The same address keeps serving.
+    let (queued, running) = svc.load().await.expect("load");
+    assert_eq!((queued, running), (0, 0));
+    // One attempt's end was recorded by nobody: no job.failed for it.
+    let events = svc.events(1, 10_000).await.expect("events");
+    assert!(!events
+        .iter()
+        .any(|e| matches!(&e.event, Event::JobFailed(f) if f.job == job)));
+}
