@@ -228,3 +228,83 @@ fn smoke_many_small_small_scale_without_peers() {
         1
     );
 }
+
+/// The smoke test of `vouch bench service`: a tiny history (3000 events,
+/// 60 points), the real `vouch serve` started three times, 4 clients for a
+/// moment per endpoint. Asserts the report is coherent, never a timing.
+#[test]
+fn smoke_service_tiny_scale() {
+    let work = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .args([
+            "--json",
+            "bench",
+            "service",
+            "--events",
+            "3000",
+            "--points",
+            "60",
+            "--plans",
+            "4",
+            "--clients",
+            "4",
+            "--warmup",
+            "0.2",
+            "--seconds",
+            "1",
+            "--max-requests",
+            "300",
+        ])
+        .arg("--workdir")
+        .arg(work.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let g = &v["generated"];
+    assert_eq!(g["events"], 3000);
+    let by_state = g["points_by_state"].as_object().unwrap();
+    assert_eq!(
+        by_state.values().map(|n| n.as_u64().unwrap()).sum::<u64>(),
+        60
+    );
+    let checks = &v["checks"];
+    assert_eq!(checks["metrics_points_by_state"], g["points_by_state"]);
+    assert_eq!(checks["points_match"], true);
+    assert_eq!(checks["all_requests_ok"], true);
+    assert_eq!(checks["points_page_all_recoverable"], true);
+    assert_eq!(
+        checks["points_page_len"].as_u64().unwrap(),
+        by_state["recoverable"].as_u64().unwrap().min(100)
+    );
+    let restarts = v["restarts"].as_array().unwrap();
+    assert_eq!(restarts.len(), 3);
+    for r in restarts {
+        let (l, ready) = (
+            r["listening_s"].as_f64().unwrap(),
+            r["ready_s"].as_f64().unwrap(),
+        );
+        assert!(l > 0.0 && ready >= l, "{r}");
+        // Every event generated, plus at least serve's `service.started`.
+        assert!(r["seq"].as_u64().unwrap() > 3000, "{r}");
+    }
+    let loads = v["loads"].as_array().unwrap();
+    assert_eq!(loads.len(), 2);
+    for l in loads {
+        let n = l["requests"].as_u64().unwrap();
+        assert!(n > 0 && n <= 300, "{l}");
+        assert_eq!(l["ok"], l["requests"], "{l}");
+        assert_eq!(l["errors"], 0, "{l}");
+        let p = |k: &str| l[k].as_f64().unwrap();
+        assert!(
+            p("p50_ms") <= p("p90_ms") && p("p90_ms") <= p("p99_ms") && p("p99_ms") <= p("max_ms"),
+            "{l}"
+        );
+    }
+    assert!(v["conditions"]["cores"].as_u64().unwrap() >= 1);
+    assert!(v["log_bytes"].as_u64().unwrap() > 0);
+}

@@ -563,6 +563,17 @@ fn the_rolling_read_back_reads_every_pack_within_its_window_and_alerts_on_a_dama
         assert_eq!(e["data"]["of"], 2);
         assert_eq!(e["data"]["repository"], "default");
     }
+    // The coverage gauge counts the slices read back within the window
+    // (a slice whose next turn is a tick late may just have aged out).
+    let (status, metrics) = http(svc.addr, "GET", "/metrics", Some(&svc.token), None);
+    assert_eq!(status, 200);
+    let coverage: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("vouch_read_back_coverage_ratio{repository=\"default\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("read-back coverage in metrics:\n{metrics}"));
+    assert!((0.5..=1.0).contains(&coverage), "coverage {coverage}");
 
     // One flipped byte in a pack: the next turn of its slice finds it,
     // and a critical alert names the repository.
@@ -604,4 +615,39 @@ fn the_rolling_read_back_reads_every_pack_within_its_window_and_alerts_on_a_dama
         alert["message"].as_str().is_some_and(|m| m.contains(&name)),
         "the alert names the pack: {alert}"
     );
+}
+
+fn vouch_token(data_dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .arg("token")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .output()
+        .expect("vouch token runs");
+    assert!(
+        out.status.success(),
+        "vouch token {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn tokens_made_and_revoked_with_the_cli_take_effect_in_a_running_service() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), "");
+    let data = dir.path().join("data");
+    let svc = start(&data, &config, None);
+
+    let token = vouch_token(&data, &["create", "--name", "grafana", "--role", "viewer"]);
+    let status = |t: &str| http(svc.addr, "GET", "/api/v1/plans", Some(t), None).0;
+    eventually("the new token to be accepted", || {
+        (status(&token) == 200).then_some(())
+    });
+    vouch_token(&data, &["revoke", "grafana"]);
+    eventually("the revoked token to be refused", || {
+        (status(&token) == 401).then_some(())
+    });
+    assert_eq!(status(&svc.token), 200, "the admin token still works");
 }

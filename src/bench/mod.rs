@@ -11,13 +11,19 @@
 //! `primitives` measures the engine's own per-chunk building blocks
 //! (chunking, keyed BLAKE3, zstd, AES-256-GCM, the whole pipeline) so the
 //! distance between an end-to-end figure and the machine's limit is visible.
+//!
+//! `service` measures `vouch serve` at scale: restart to ready on a large
+//! generated event log, and latency under concurrent load.
 
 mod conditions;
 mod data;
+mod history;
+mod loadgen;
 mod measure;
 mod primitives;
 mod report;
 mod scenarios;
+mod service;
 mod tools;
 
 use std::path::PathBuf;
@@ -29,10 +35,16 @@ pub use data::{
     check_samples, generate_random_file, DataKind, DataSet, Incompressible, RealData, SampleStats,
     MIN_INCOMPRESSIBLE_RATIO, MIN_REAL_RATIO,
 };
+pub use history::{generate as generate_history, HistoryOptions, HistorySummary};
+pub use loadgen::{percentile, LoadOptions, LoadResult};
 pub use measure::{drop_caches, CacheState, MemoryLimiter, Usage};
 pub use primitives::{run_primitives, PrimitiveRow, PrimitivesOptions, PrimitivesReport};
 pub use report::{ratios, Ratio, Report, ScenarioResult, StepResult, ToolResult};
 pub use scenarios::run;
+pub use service::{
+    points_from_metrics, run_service, Checks, RestartResult, ServiceConditions, ServiceOptions,
+    ServiceReport, TargetRow,
+};
 pub use tools::Tool;
 
 /// Everything that can go wrong in a benchmark.

@@ -1,4 +1,4 @@
-//! `vouch bench run` and `vouch bench primitives`.
+//! `vouch bench run`, `vouch bench primitives` and `vouch bench service`.
 
 use std::path::PathBuf;
 
@@ -6,7 +6,10 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
 use super::Ctx;
-use crate::bench::{self, CachePolicy, PrimitivesOptions, RunOptions, Scale, Scenario, Tool};
+use crate::bench::{
+    self, CachePolicy, LoadOptions, PrimitivesOptions, RunOptions, Scale, Scenario, ServiceOptions,
+    Tool,
+};
 use crate::error::{exit_code, Result};
 
 /// `vouch bench`.
@@ -24,6 +27,47 @@ pub enum BenchCommand {
     Run(RunArgs),
     /// MiB/s of chunking, hashing, compression, encryption and the whole pipeline.
     Primitives(PrimitivesArgs),
+    /// `vouch serve` at scale: restart to ready and latency under load, on a
+    /// generated event log.
+    Service(ServiceArgs),
+}
+
+/// `vouch bench service`.
+#[derive(Args, Debug)]
+pub struct ServiceArgs {
+    /// Work directory: the generated data directory and serve's logs go there.
+    #[arg(long)]
+    pub workdir: PathBuf,
+    /// Events in the generated log.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub events: u64,
+    /// Recovery points in the generated log.
+    #[arg(long, default_value_t = 10_000)]
+    pub points: u64,
+    /// Plans the points belong to.
+    #[arg(long, default_value_t = 100)]
+    pub plans: u64,
+    /// Concurrent keep-alive clients of the load generator.
+    #[arg(long, default_value_t = 32)]
+    pub clients: usize,
+    /// Warm-up seconds per endpoint (not measured).
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+    /// Longest measured seconds per endpoint.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Most measured requests per endpoint.
+    #[arg(long, default_value_t = 20_000)]
+    pub max_requests: u64,
+    /// Reuse the data directory of an earlier run with the same sizes.
+    #[arg(long)]
+    pub reuse: bool,
+    /// The vouch binary to measure (default: this one).
+    #[arg(long)]
+    pub vouch_bin: Option<PathBuf>,
+    /// Write the Markdown report to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// `vouch bench run`.
@@ -89,6 +133,7 @@ pub fn run(ctx: &Ctx, a: BenchArgs) -> Result<i32> {
     let outcome = match a.command {
         BenchCommand::Run(r) => run_scenarios(ctx, r),
         BenchCommand::Primitives(p) => primitives(ctx, p),
+        BenchCommand::Service(s) => service(ctx, s),
     };
     match outcome {
         Ok(()) => Ok(exit_code::OK),
@@ -173,6 +218,37 @@ fn primitives(ctx: &Ctx, a: PrimitivesArgs) -> anyhow::Result<()> {
         threads: a.threads,
     };
     let report = bench::run_primitives(&o, command_line()).context("primitives")?;
+    let md = report.to_markdown();
+    emit(ctx, &report, md, a.out)
+}
+
+fn seconds(s: f64, what: &str) -> anyhow::Result<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(s)
+        .map_err(|_| anyhow::anyhow!("--{what} must be a number of seconds, not {s}"))
+}
+
+fn service(ctx: &Ctx, a: ServiceArgs) -> anyhow::Result<()> {
+    let vouch = match a.vouch_bin {
+        Some(p) => p,
+        None => std::env::current_exe().context("finding this vouch binary")?,
+    };
+    let o = ServiceOptions {
+        workdir: a.workdir,
+        events: a.events,
+        points: a.points,
+        plans: a.plans,
+        load: LoadOptions {
+            clients: a.clients.max(1),
+            warmup: seconds(a.warmup, "warmup")?,
+            duration: seconds(a.seconds, "seconds")?,
+            max_requests: a.max_requests.max(1),
+        },
+        reuse: a.reuse,
+        vouch,
+        command_line: command_line(),
+        quiet: ctx.out.quiet || ctx.out.json,
+    };
+    let report = bench::run_service(&o).context("service benchmark")?;
     let md = report.to_markdown();
     emit(ctx, &report, md, a.out)
 }

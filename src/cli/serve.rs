@@ -27,7 +27,7 @@ use vouch_actors::service::{
 };
 use vouch_actors::{BackoffPolicy, SystemClock};
 use vouch_events::{EventLog, LogOptions, RepositoryId, SharedLog, SledStore};
-use vouch_web::{AppState, Role, TokenStore};
+use vouch_web::{AppState, LiveTokens, Role, TokenStore};
 
 use crate::backend::LocalBackend;
 use crate::repo::{InitOptions, Repository};
@@ -81,7 +81,7 @@ pub enum TokenAction {
     },
     /// List tokens (names, roles, dates; never the tokens).
     List,
-    /// Revoke a token by name (a running service notices on restart).
+    /// Revoke a token by name (a running service refuses it within seconds).
     Revoke {
         /// Its name.
         name: String,
@@ -289,7 +289,8 @@ fn default_repository(data_dir: &Path) -> anyhow::Result<RepoSpec> {
 }
 
 /// Loads the tokens; on first start makes an admin token and prints it once.
-fn tokens(data_dir: &Path) -> anyhow::Result<TokenStore> {
+/// Makes (and prints once) an admin token when there is none.
+fn ensure_admin_token(data_dir: &Path) -> anyhow::Result<()> {
     let path = data_dir.join("tokens.json");
     let mut store = TokenStore::load(&path)?;
     if store.is_empty() {
@@ -298,7 +299,7 @@ fn tokens(data_dir: &Path) -> anyhow::Result<TokenStore> {
         println!("admin token: {token}");
         eprintln!("*** this admin token is shown once; only its hash is stored. Make more with `vouch token create`.");
     }
-    Ok(store)
+    Ok(())
 }
 
 /// Runs `vouch token`.
@@ -324,7 +325,7 @@ pub fn token(a: TokenArgs) -> anyhow::Result<i32> {
                 bail!("no token named {name:?}");
             }
             store.save(&path)?;
-            eprintln!("token {name:?} revoked (a running service drops it on restart)");
+            eprintln!("token {name:?} revoked (a running service refuses it within a few seconds)");
         }
     }
     Ok(0)
@@ -476,7 +477,8 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             passphrase: read_secret(&r.passphrase_file)?,
         });
     }
-    let tokens = tokens(&data_dir)?;
+    ensure_admin_token(&data_dir)?;
+    let tokens = LiveTokens::from_file(data_dir.join("tokens.json"))?;
     let repos = Arc::new(RepoSet::new(
         specs,
         data_dir.join("sandbox"),
@@ -503,7 +505,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     system.block_on(async move {
         let workers = EngineWorker::start_all(repos.clone());
         let handle = service::start(log, read_store, workers, clock, service_config).await?;
-        let state = AppState::new(tokens)?
+        let state = AppState::with_tokens(tokens)?
             .with_service(handle.clone())
             .with_browse(Arc::new(EngineBrowser::new(repos)))
             .with_log_dir(log_dir);

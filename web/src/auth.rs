@@ -9,12 +9,19 @@
 //!
 //! The store persists as a JSON file (`<data-dir>/tokens.json`, mode 0600,
 //! replaced atomically): `{"tokens": [{"name", "role", "hash", "created_at"}]}`.
+//! A running server holds it as [`LiveTokens`], which re-reads the file
+//! when it changed (looked at no more than once a second), so `vouch token
+//! revoke` takes effect without a restart.
 
 use std::fmt;
 use std::future::{ready, Ready};
 use std::io::Write;
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
@@ -380,6 +387,120 @@ impl TokenStore {
     }
 }
 
+/// How often [`LiveTokens`] looks at its file at most.
+const TOKEN_FILE_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// What tells that the token file changed: replaced (inode), rewritten
+/// (modification time, size).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileStamp {
+    ino: u64,
+    mtime_ns: i64,
+    len: u64,
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<FileStamp> {
+        let m = std::fs::metadata(path).ok()?;
+        Some(FileStamp {
+            ino: m.ino(),
+            mtime_ns: m.mtime().saturating_mul(1_000_000_000) + m.mtime_nsec(),
+            len: m.len(),
+        })
+    }
+}
+
+/// The tokens a running server accepts. Made from a file, it re-reads the
+/// file when its inode, modification time or size changed, looking at most
+/// once a second (on a request; no thread of its own). A file that cannot
+/// be read or parsed keeps the tokens in memory, with a warning, so a file
+/// broken by hand never locks everybody out (`vouch token` replaces it
+/// atomically, so it never leaves one half-written).
+#[derive(Debug)]
+pub struct LiveTokens {
+    current: RwLock<Arc<TokenStore>>,
+    file: Option<PathBuf>,
+    stamp: Mutex<Option<FileStamp>>,
+    started: Instant,
+    /// Milliseconds after `started` before which the file is not looked at.
+    next_check_ms: AtomicU64,
+}
+
+impl LiveTokens {
+    /// Tokens that never change (tests, embedded servers).
+    pub fn fixed(store: TokenStore) -> Self {
+        LiveTokens {
+            current: RwLock::new(Arc::new(store)),
+            file: None,
+            stamp: Mutex::new(None),
+            started: Instant::now(),
+            next_check_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Tokens read from `path` (as [`TokenStore::load`]), followed.
+    pub fn from_file(path: impl Into<PathBuf>) -> Result<Self, TokenError> {
+        let path = path.into();
+        let stamp = FileStamp::of(&path);
+        let store = TokenStore::load(&path)?;
+        Ok(LiveTokens {
+            current: RwLock::new(Arc::new(store)),
+            file: Some(path),
+            stamp: Mutex::new(stamp),
+            started: Instant::now(),
+            next_check_ms: AtomicU64::new(0),
+        })
+    }
+
+    /// The tokens as they are now (after looking at the file, if due).
+    pub fn current(&self) -> Arc<TokenStore> {
+        self.refresh();
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The caller holding `presented` (see [`TokenStore::authenticate`]).
+    pub fn authenticate(&self, presented: &str) -> Option<Principal> {
+        self.current().authenticate(presented).cloned()
+    }
+
+    fn refresh(&self) {
+        let Some(path) = &self.file else { return };
+        let now_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let due = self.next_check_ms.load(Ordering::Relaxed);
+        let next = now_ms.saturating_add(TOKEN_FILE_CHECK_EVERY.as_millis() as u64);
+        // One request looks; the others go on with what is in memory.
+        if now_ms < due
+            || self
+                .next_check_ms
+                .compare_exchange(due, next, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let stamp = FileStamp::of(path);
+        let mut seen = self.stamp.lock().unwrap_or_else(PoisonError::into_inner);
+        if stamp == *seen {
+            return;
+        }
+        match TokenStore::load(path) {
+            Ok(store) => {
+                let n = store.tokens.len();
+                *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(store);
+                *seen = stamp;
+                tracing::info!(path = %path.display(), tokens = n, "token file changed; tokens reloaded");
+            }
+            Err(e) => {
+                // Looked at again once it changes again.
+                *seen = stamp;
+                tracing::warn!(error = %e, "the token file changed but cannot be read; the tokens in memory stay in force");
+            }
+        }
+    }
+}
+
 /// The token of an `Authorization: Bearer <token>` header value.
 fn bearer_token(req: &ServiceRequest) -> Result<&str, WebError> {
     let value = req
@@ -409,12 +530,11 @@ pub async fn require_token(
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, Error> {
     let store = req
-        .app_data::<web::Data<TokenStore>>()
+        .app_data::<web::Data<LiveTokens>>()
         .ok_or(WebError::Misconfigured("no token store"))?;
     let token = bearer_token(&req)?;
     let principal = store
         .authenticate(token)
-        .cloned()
         .ok_or(WebError::Unauthorized("unknown or revoked token"))?;
     req.extensions_mut().insert(principal);
     next.call(req).await
@@ -445,6 +565,45 @@ mod tests {
         s.insert(TokenHash::of("s3cret-admin"), "root", Role::Admin);
         s.insert(TokenHash::of("s3cret-viewer"), "dash", Role::Viewer);
         s
+    }
+
+    #[test]
+    fn live_tokens_follow_their_file_and_keep_the_last_good_state() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("tokens.json");
+        let mut s = TokenStore::new();
+        let admin = s.create("admin", Role::Admin).expect("create");
+        s.save(&path).expect("save");
+        let live = LiveTokens::from_file(&path).expect("live");
+        assert!(live.authenticate(&admin).is_some());
+
+        // A new token, written as `vouch token create` does.
+        let viewer = s.create("dash", Role::Viewer).expect("create");
+        s.save(&path).expect("save");
+        let until = Instant::now() + Duration::from_secs(10);
+        while live.authenticate(&viewer).is_none() {
+            assert!(Instant::now() < until, "the new token was never picked up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+
+        // A broken file keeps what was in force.
+        std::fs::write(&path, b"{ not json").expect("break");
+        std::thread::sleep(TOKEN_FILE_CHECK_EVERY + Duration::from_millis(100));
+        assert!(live.authenticate(&admin).is_some());
+        assert!(live.authenticate(&viewer).is_some());
+
+        // Revocation.
+        assert!(s.revoke("dash"));
+        s.save(&path).expect("save");
+        let until = Instant::now() + Duration::from_secs(10);
+        while live.authenticate(&viewer).is_some() {
+            assert!(Instant::now() < until, "the revoked token stayed valid");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(live.authenticate(&admin).is_some());
+        assert!(LiveTokens::fixed(store())
+            .authenticate("s3cret-admin")
+            .is_some());
     }
 
     #[test]

@@ -28,10 +28,25 @@ pub enum WebError {
     /// 404 `not_found`: no such plan, job, point or file.
     #[error("{0}")]
     NotFound(String),
+    /// 405 `method_not_allowed`: the path exists but not with this method.
+    /// Carries an `Allow` header listing the methods it has.
+    #[error("{method} is not allowed here; use {allow}")]
+    MethodNotAllowed {
+        /// The method the request used.
+        method: String,
+        /// The methods the path answers, as in the `Allow` header.
+        allow: String,
+    },
     /// 409 `conflict`: plan id taken, job already ended, plan already
     /// running.
     #[error("{0}")]
     Conflict(String),
+    /// 413 `payload_too_large`: the body is larger than the route accepts.
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// 415 `unsupported_media_type`: the body is not `application/json`.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     /// 422 `invalid`: the input does not validate; `fields` says what is
     /// wrong with each field.
     #[error("{message}")]
@@ -64,7 +79,10 @@ impl WebError {
             WebError::Unauthorized(_) => "unauthorized",
             WebError::Forbidden(_) => "forbidden",
             WebError::NotFound(_) => "not_found",
+            WebError::MethodNotAllowed { .. } => "method_not_allowed",
             WebError::Conflict(_) => "conflict",
+            WebError::PayloadTooLarge(_) => "payload_too_large",
+            WebError::UnsupportedMediaType(_) => "unsupported_media_type",
             WebError::Invalid { .. } => "invalid",
             WebError::Unavailable(_) => "unavailable",
             WebError::Internal(_) => "internal",
@@ -115,7 +133,10 @@ impl ResponseError for WebError {
             WebError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             WebError::Forbidden(_) => StatusCode::FORBIDDEN,
             WebError::NotFound(_) => StatusCode::NOT_FOUND,
+            WebError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             WebError::Conflict(_) => StatusCode::CONFLICT,
+            WebError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            WebError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             WebError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             WebError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             WebError::Internal(_) | WebError::Metrics(_) | WebError::Misconfigured(_) => {
@@ -130,11 +151,19 @@ impl ResponseError for WebError {
             tracing::error!(code = self.code(), error = %self, "request failed");
         }
         let mut res = HttpResponse::build(status);
-        if matches!(self, WebError::Unauthorized(_)) {
-            res.insert_header((
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"vouch\""),
-            ));
+        match self {
+            WebError::Unauthorized(_) => {
+                res.insert_header((
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"vouch\""),
+                ));
+            }
+            WebError::MethodNotAllowed { allow, .. } => {
+                if let Ok(v) = HeaderValue::from_str(allow) {
+                    res.insert_header((header::ALLOW, v));
+                }
+            }
+            _ => {}
         }
         let fields = match self {
             WebError::Invalid { fields, .. } => Some(fields.clone()),
@@ -145,5 +174,99 @@ impl ResponseError for WebError {
             message: self.to_string(),
             fields,
         })
+    }
+}
+
+/// Maps a JSON body that could not be read to the error the client can act
+/// on: 413 (too large), 415 (not JSON), 400 (not valid JSON for the route).
+pub(crate) fn json_payload_error(e: actix_web::error::JsonPayloadError) -> WebError {
+    use actix_web::error::JsonPayloadError as J;
+    match e {
+        J::OverflowKnownLength { length, limit } => {
+            WebError::PayloadTooLarge(format!("the body has {length} bytes; send at most {limit}"))
+        }
+        J::Overflow { limit } => {
+            WebError::PayloadTooLarge(format!("the body is too large; send at most {limit} bytes"))
+        }
+        J::ContentType => WebError::UnsupportedMediaType(
+            "send the body as JSON, with Content-Type: application/json".into(),
+        ),
+        J::Deserialize(e) => {
+            WebError::BadRequest(format!("the body is not valid JSON for this route: {e}"))
+        }
+        other => WebError::BadRequest(format!("the body could not be read: {other}")),
+    }
+}
+
+/// The error responses of the OpenAPI document: one component per status,
+/// each with the JSON [`ErrorBody`]. Handlers list the ones they can
+/// answer (`(status = 404, response = NotFound)`); 401 is added to every
+/// operation behind a token by the document itself (`openapi.rs`), since
+/// the middleware answers it before any handler runs.
+pub(crate) mod doc {
+    use utoipa::openapi::header::HeaderBuilder;
+    use utoipa::openapi::{Content, Ref, RefOr, Response, ResponseBuilder};
+
+    fn error_response(description: &str) -> ResponseBuilder {
+        ResponseBuilder::new().description(description).content(
+            "application/json",
+            Content::new(Some(Ref::from_schema_name("ErrorBody"))),
+        )
+    }
+
+    macro_rules! error_responses {
+        ($($(#[$doc:meta])* $name:ident => $description:literal;)*) => {$(
+            $(#[$doc])*
+            pub(crate) enum $name {}
+
+            impl<'r> utoipa::ToResponse<'r> for $name {
+                fn response() -> (&'r str, RefOr<Response>) {
+                    (stringify!($name), error_response($description).build().into())
+                }
+            }
+        )*};
+    }
+
+    error_responses! {
+        /// 400 `bad_request`.
+        BadRequest => "`bad_request`: malformed JSON, query or header; fix the request";
+        /// 403 `forbidden`.
+        Forbidden => "`forbidden`: the token's role may not do this";
+        /// 404 `not_found`.
+        NotFound => "`not_found`: no such plan, job, point or file (or not one this token may see)";
+        /// 409 `conflict`.
+        Conflict => "`conflict`: the thing exists already, has ended, or is running";
+        /// 413 `payload_too_large`.
+        PayloadTooLarge => "`payload_too_large`: the body is larger than the route accepts";
+        /// 415 `unsupported_media_type`.
+        UnsupportedMediaType => "`unsupported_media_type`: send the body as `application/json`";
+        /// 422 `invalid`.
+        Invalid => "`invalid`: the input does not validate; `fields` says what is wrong with each field";
+        /// 500 `internal`.
+        Internal => "`internal`: a bug or an I/O failure on the server (logged)";
+        /// 503 `unavailable`.
+        Unavailable => "`unavailable`: the service is starting or stopping, or no repository is open; retry soon";
+    }
+
+    /// 401 `unauthorized`, with its `WWW-Authenticate` header.
+    pub(crate) enum Unauthorized {}
+
+    impl<'r> utoipa::ToResponse<'r> for Unauthorized {
+        fn response() -> (&'r str, RefOr<Response>) {
+            let response = error_response(
+                "`unauthorized`: no bearer token, or one that is unknown or revoked",
+            )
+            .header(
+                "WWW-Authenticate",
+                HeaderBuilder::new()
+                    .schema(utoipa::openapi::schema::Object::with_type(
+                        utoipa::openapi::schema::Type::String,
+                    ))
+                    .description(Some("`Bearer realm=\"vouch\"`"))
+                    .build(),
+            )
+            .build();
+            ("Unauthorized", response.into())
+        }
     }
 }

@@ -40,7 +40,8 @@ use vouch_actors::service::ServiceHandle;
 
 pub use api::misc::VERSION;
 pub use auth::{
-    require_token, Principal, Role, TokenEntry, TokenError, TokenHash, TokenStore, TOKEN_PREFIX,
+    require_token, LiveTokens, Principal, Role, TokenEntry, TokenError, TokenHash, TokenStore,
+    TOKEN_PREFIX,
 };
 pub use browse::{Browse, BrowseEntry, BrowseError, EntryKind, FileReader, RepoStats};
 pub use error::WebError;
@@ -57,7 +58,7 @@ use api::{events, jobs, misc, plans, points, Ctx};
 #[derive(Clone)]
 pub struct AppState {
     metrics: web::Data<Metrics>,
-    tokens: web::Data<TokenStore>,
+    tokens: web::Data<LiveTokens>,
     service: Option<ServiceHandle>,
     browse: Option<Arc<dyn Browse>>,
     log_dir: Option<PathBuf>,
@@ -68,6 +69,11 @@ impl AppState {
     /// State with fresh metrics for this build and the given tokens, and no
     /// service yet.
     pub fn new(tokens: TokenStore) -> Result<Self, WebError> {
+        Self::with_tokens(LiveTokens::fixed(tokens))
+    }
+
+    /// State whose tokens follow their file (see [`LiveTokens`]).
+    pub fn with_tokens(tokens: LiveTokens) -> Result<Self, WebError> {
         Ok(AppState {
             metrics: web::Data::new(Metrics::new(VERSION)?),
             tokens: web::Data::new(tokens),
@@ -137,44 +143,42 @@ fn bad_request(message: String) -> actix_web::Error {
 /// console open; `/metrics` and `/api/v1` behind [`require_token`]. Needs
 /// the app data [`app`] installs.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.app_data(web::JsonConfig::default().error_handler(|e, _| bad_request(e.to_string())))
-        .app_data(web::QueryConfig::default().error_handler(|e, _| bad_request(e.to_string())))
-        .app_data(web::PathConfig::default().error_handler(|e, _| bad_request(e.to_string())))
-        .route("/healthz", web::get().to(misc::healthz))
-        .route("/readyz", web::get().to(misc::readyz))
-        .service(
-            web::resource("/metrics")
-                .wrap(from_fn(require_token))
-                .route(web::get().to(misc::metrics)),
-        )
-        .route("/api/v1/openapi.json", web::get().to(openapi::openapi_json))
-        .service(
-            web::scope("/api/v1")
-                .wrap(from_fn(require_token))
-                .route("/whoami", web::get().to(misc::whoami))
-                .route("/overview", web::get().to(misc::overview))
-                .route("/plans", web::get().to(plans::list))
-                .route("/plans", web::post().to(plans::create))
-                .route("/plans/defaults", web::get().to(plans::defaults))
-                .route("/plans/{id}", web::get().to(plans::get))
-                .route("/plans/{id}", web::put().to(plans::put))
-                .route("/plans/{id}", web::delete().to(plans::delete))
-                .route("/plans/{id}/run", web::post().to(plans::run))
-                .route("/plans/{id}/pause", web::post().to(plans::pause))
-                .route("/plans/{id}/resume", web::post().to(plans::resume))
-                .route("/jobs", web::get().to(jobs::list))
-                .route("/jobs/{id}", web::get().to(jobs::get))
-                .route("/jobs/{id}/cancel", web::post().to(jobs::cancel))
-                .route("/points", web::get().to(points::list))
-                .route("/points/{id}", web::get().to(points::get))
-                .route("/points/{id}/lock", web::post().to(points::lock))
-                .route("/points/{id}/files", web::get().to(points::files))
-                .route("/points/{id}/file", web::get().to(points::file))
-                .route("/events", web::get().to(events::list))
-                .route("/events/stream", web::get().to(events::stream))
-                .route("/alerts", web::get().to(misc::alerts))
-                .route("/repositories", web::get().to(misc::repositories)),
-        );
+    use routes::resource;
+    cfg.app_data(
+        web::JsonConfig::default().error_handler(|e, _| error::json_payload_error(e).into()),
+    )
+    .app_data(web::QueryConfig::default().error_handler(|e, _| bad_request(e.to_string())))
+    .app_data(web::PathConfig::default().error_handler(|e, _| bad_request(e.to_string())))
+    .service(resource!("/healthz", get => misc::healthz))
+    .service(resource!("/readyz", get => misc::readyz))
+    .service(resource!("/metrics", get => misc::metrics).wrap(from_fn(require_token)))
+    .service(resource!("/api/v1/openapi.json", get => openapi::openapi_json))
+    .service(
+        web::scope("/api/v1")
+            .wrap(from_fn(require_token))
+            .service(resource!("/whoami", get => misc::whoami))
+            .service(resource!("/overview", get => misc::overview))
+            .service(resource!("/plans", get => plans::list, post => plans::create))
+            .service(resource!("/plans/defaults", get => plans::defaults))
+            .service(resource!("/plans/{id}",
+                    get => plans::get, put => plans::put, delete => plans::delete))
+            .service(resource!("/plans/{id}/run", post => plans::run))
+            .service(resource!("/plans/{id}/pause", post => plans::pause))
+            .service(resource!("/plans/{id}/resume", post => plans::resume))
+            .service(resource!("/jobs", get => jobs::list))
+            .service(resource!("/jobs/{id}", get => jobs::get))
+            .service(resource!("/jobs/{id}/cancel", post => jobs::cancel))
+            .service(resource!("/points", get => points::list))
+            .service(resource!("/points/{id}", get => points::get))
+            .service(resource!("/points/{id}/lock", post => points::lock))
+            .service(resource!("/points/{id}/files", get => points::files))
+            .service(resource!("/points/{id}/file", get => points::file))
+            .service(resource!("/events", get => events::list))
+            .service(resource!("/events/stream", get => events::stream))
+            .service(resource!("/alerts", get => misc::alerts))
+            .service(resource!("/repositories", get => misc::repositories))
+            .default_service(web::to(routes::no_route)),
+    );
     crate::configure_console(cfg);
 }
 

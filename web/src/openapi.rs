@@ -1,20 +1,57 @@
 //! The OpenAPI 3 document, generated from the handlers' annotations.
 
 use actix_web::HttpResponse;
+use utoipa::openapi::path::ParameterIn;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi};
+use utoipa::openapi::{Ref, RefOr, Required};
+use utoipa::{Modify, OpenApi, ToResponse};
 
 use crate::api::{events, jobs, misc, plans, points};
+use crate::error::doc as errors;
 
 struct BearerAuth;
 
 impl Modify for BearerAuth {
+    /// Declares the bearer scheme, and 401 on every operation that needs
+    /// it: `require_token` answers 401 before any handler runs, so the
+    /// handlers' own annotations do not list it. Marks path parameters
+    /// required.
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+        let (name, response) = <errors::Unauthorized as ToResponse>::response();
+        components.responses.insert(name.to_owned(), response);
+        for item in openapi.paths.paths.values_mut() {
+            for op in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+                &mut item.head,
+                &mut item.options,
+                &mut item.trace,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                // OpenAPI requires path parameters to be required; the
+                // derive leaves `schema_with` ones optional.
+                for param in op.parameters.iter_mut().flatten() {
+                    if param.parameter_in == ParameterIn::Path {
+                        param.required = Required::True;
+                    }
+                }
+                if op.security.as_ref().is_some_and(|s| !s.is_empty()) {
+                    op.responses
+                        .responses
+                        .insert("401".to_owned(), RefOr::Ref(Ref::from_response_name(name)));
+                }
+            }
+        }
     }
 }
 
@@ -31,7 +68,14 @@ impl Modify for BearerAuth {
         events::list, events::stream,
         misc::alerts, misc::repositories,
     ),
-    components(schemas(crate::error::ErrorBody))
+    components(
+        schemas(crate::error::ErrorBody),
+        responses(
+            errors::BadRequest, errors::Forbidden, errors::NotFound, errors::Conflict,
+            errors::PayloadTooLarge, errors::UnsupportedMediaType, errors::Invalid,
+            errors::Internal, errors::Unavailable,
+        )
+    )
 )]
 struct ApiDoc;
 

@@ -33,3 +33,44 @@ pub(crate) async fn count_requests(
     }
     res
 }
+
+/// The default service of a resource answering `methods` (e.g. `["GET",
+/// "POST"]`): any other method gets 405 `method_not_allowed` with an
+/// `Allow` header naming them.
+pub(crate) fn method_not_allowed(methods: &[&str]) -> actix_web::Route {
+    let allow = methods
+        .iter()
+        .map(|m| m.to_ascii_uppercase())
+        .collect::<Vec<_>>()
+        .join(", ");
+    web::route().to(move |req: actix_web::HttpRequest| {
+        let allow = allow.clone();
+        async move {
+            Err::<actix_web::HttpResponse, _>(crate::error::WebError::MethodNotAllowed {
+                method: req.method().to_string(),
+                allow,
+            })
+        }
+    })
+}
+
+/// A resource at `$path` with one route per `method => handler` (`get`,
+/// `post`, `put`, `delete`) and 405 with `Allow` for every other method.
+macro_rules! resource {
+    ($path:expr, $($method:ident => $handler:expr),+ $(,)?) => {
+        actix_web::web::resource($path)
+            $(.route(actix_web::web::$method().to($handler)))+
+            .default_service($crate::routes::method_not_allowed(&[$(stringify!($method)),+]))
+    };
+}
+pub(crate) use resource;
+
+/// 404 `not_found` (JSON) for a path under `/api/v1` that no route has.
+pub(crate) async fn no_route(
+    req: actix_web::HttpRequest,
+) -> Result<actix_web::HttpResponse, crate::error::WebError> {
+    Err(crate::error::WebError::NotFound(format!(
+        "no route {}; the routes are listed in /api/v1/openapi.json",
+        req.path()
+    )))
+}

@@ -10,6 +10,7 @@ use vouch_events::{
     KeepPolicy, PlanDefinition, RepositoryId, RestoreTestPolicy, VerificationPolicy, VerifyDepth,
 };
 
+use crate::api::grammar;
 use crate::error::WebError;
 use crate::views::{depth_label, human, RetentionView};
 
@@ -23,70 +24,316 @@ where
     Option::<T>::deserialize(d).map(Some)
 }
 
+/// An object field, or null. serde would also take a JSON array for a
+/// struct (its fields in order); the schema says object, so only an object
+/// is taken.
+fn object<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde::de::Error;
+    match Option::<serde_json::Map<String, serde_json::Value>>::deserialize(d)? {
+        None => Ok(None),
+        Some(m) => serde_json::from_value(serde_json::Value::Object(m))
+            .map(Some)
+            .map_err(D::Error::custom),
+    }
+}
+
+/// Reads a JSON body that must be an object (see [`object`]) as `T`; 400
+/// when it does not fit.
+pub(crate) fn body<T: serde::de::DeserializeOwned>(
+    body: serde_json::Map<String, serde_json::Value>,
+) -> Result<T, WebError> {
+    serde_json::from_value(serde_json::Value::Object(body)).map_err(|e| {
+        WebError::BadRequest(format!("the body is not valid JSON for this route: {e}"))
+    })
+}
+
+/// A whole number in `min..=max`, or null. JSON Schema counts `7.0` as an
+/// integer, so an integral float is taken too.
+fn whole<'de, D: Deserializer<'de>>(d: D, min: u64, max: u64) -> Result<Option<u64>, D::Error> {
+    use serde::de::Error;
+    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let v = n.as_u64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= max as f64)
+            .map(|f| f as u64)
+    });
+    match v {
+        Some(v) if (min..=max).contains(&v) => Ok(Some(v)),
+        _ => Err(D::Error::custom(format!(
+            "{n} is not a whole number in {min}..={max}"
+        ))),
+    }
+}
+
+/// The largest count of a retention rule.
+const MAX_COUNT: u64 = u32::MAX as u64;
+/// The largest `sample_files`.
+const MAX_SAMPLE_FILES: u64 = 1_000_000_000;
+
+fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    Ok(whole(d, 0, MAX_COUNT)?.and_then(|v| u32::try_from(v).ok()))
+}
+
+fn sample_files<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+    whole(d, 1, MAX_SAMPLE_FILES).map(Some)
+}
+
+fn count_schema() -> utoipa::openapi::Object {
+    grammar::integer_schema(
+        "Keep the newest point of each of the last N periods of this rule \
+         (`last`: the N newest points); null: no such rule.",
+        0,
+        MAX_COUNT,
+        true,
+    )
+}
+
+fn within_schema() -> utoipa::openapi::Object {
+    grammar::duration_schema(
+        "Keep every point within this duration of the newest; null: no such rule.",
+        true,
+    )
+}
+
+fn sample_files_schema() -> utoipa::openapi::Object {
+    grammar::integer_schema(
+        "Restore at most this many files; null: the whole tree.",
+        1,
+        MAX_SAMPLE_FILES,
+        true,
+    )
+}
+
+fn every_verify_schema() -> utoipa::openapi::Object {
+    grammar::duration_schema("Re-verify this often; null: never.", true)
+}
+
+fn every_restore_schema() -> utoipa::openapi::Object {
+    grammar::duration_schema("Restore-test this often; null: never.", true)
+}
+
+fn max_evidence_age_schema() -> utoipa::openapi::Object {
+    grammar::duration_schema("Evidence older than this no longer counts.", true)
+}
+
+fn depth_schema() -> utoipa::openapi::Object {
+    grammar::pattern_schema(
+        "`structure`, `read-all` or `read-sample:N` (N in 1..=100).",
+        grammar::DEPTH_PATTERN,
+        None,
+        true,
+    )
+}
+
+fn source_schema(nullable: bool) -> utoipa::openapi::Object {
+    grammar::pattern_schema(
+        "An absolute path, or `agent:<agent name>:<absolute path>` for a plan an agent backs up \
+         (the agent name is its token's name, 1-64 of `A-Z a-z 0-9 . _ -`).",
+        grammar::SOURCE_PATTERN,
+        Some(grammar::SOURCE_MAX_LEN),
+        nullable,
+    )
+}
+
+fn source_schema_nullable() -> utoipa::openapi::Object {
+    source_schema(true)
+}
+
+fn schedule_schema() -> utoipa::openapi::Object {
+    grammar::pattern_schema(
+        "When the plan runs, in UTC: five fields `minute hour day-of-month month day-of-week` \
+         separated by one space (0-59, 0-23, 1-31, 1-12, 0-7 with 0 and 7 Sunday), each `*`, \
+         `*/step` or a list of `n`, `a-b` or `a-b/step` (`a <= b`, step 1-99); or one of \
+         `@hourly`, `@daily`, `@weekly`, `@monthly`, `@yearly`, `@annually`.",
+        &grammar::schedule_pattern(),
+        Some(grammar::SCHEDULE_MAX_LEN),
+        true,
+    )
+}
+
+fn rpo_schema() -> utoipa::openapi::Object {
+    grammar::duration_schema(
+        "Recovery point objective: the plan is at risk when its newest recoverable point is older.",
+        true,
+    )
+}
+
+/// Keep rules. A point is kept if any rule keeps it; no rule keeps all.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct RetentionInput {
+    /// Keep the N newest points.
+    #[serde(default, deserialize_with = "count")]
+    #[schema(schema_with = count_schema)]
+    pub last: Option<u32>,
+    /// ... of each of the last N hours that have one.
+    #[serde(default, deserialize_with = "count")]
+    #[schema(schema_with = count_schema)]
+    pub hourly: Option<u32>,
+    /// ... of each of the last N days that have one.
+    #[serde(default, deserialize_with = "count")]
+    #[schema(schema_with = count_schema)]
+    pub daily: Option<u32>,
+    /// ... of each of the last N ISO weeks that have one.
+    #[serde(default, deserialize_with = "count")]
+    #[schema(schema_with = count_schema)]
+    pub weekly: Option<u32>,
+    /// ... of each of the last N months that have one.
+    #[serde(default, deserialize_with = "count")]
+    #[schema(schema_with = count_schema)]
+    pub monthly: Option<u32>,
+    /// ... of each of the last N years that have one.
+    #[serde(default, deserialize_with = "count")]
+    #[schema(schema_with = count_schema)]
+    pub yearly: Option<u32>,
+    /// Keep every point within this duration of the newest.
+    #[serde(default)]
+    #[schema(schema_with = within_schema)]
+    pub within: Option<String>,
+    /// Keep every point carrying one of these tags (null: none).
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+}
+
+impl RetentionInput {
+    fn of(k: &KeepPolicy) -> Self {
+        let v = RetentionView::of(k);
+        RetentionInput {
+            last: v.last,
+            hourly: v.hourly,
+            daily: v.daily,
+            weekly: v.weekly,
+            monthly: v.monthly,
+            yearly: v.yearly,
+            within: v.within,
+            tags: Some(v.tags),
+        }
+    }
+}
+
 /// Verification policy input; a missing field takes its default.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct VerificationInput {
     /// Verify each point right after its backup.
     #[serde(default)]
     pub after_backup: Option<bool>,
-    /// Re-verify this often (humantime; null: never).
+    /// Re-verify this often (null: never).
     #[serde(default, deserialize_with = "double")]
-    #[schema(value_type = Option<String>)]
+    #[schema(schema_with = every_verify_schema)]
     pub every: Option<Option<String>>,
     /// `structure`, `read-all` or `read-sample:N` (N in 1..=100).
     #[serde(default)]
+    #[schema(schema_with = depth_schema)]
     pub depth: Option<String>,
 }
 
 /// Restore-test policy input; a missing field takes its default.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct RestoreTestInput {
-    /// Restore-test this often (humantime; null: never).
+    /// Restore-test this often (null: never).
     #[serde(default, deserialize_with = "double")]
-    #[schema(value_type = Option<String>)]
+    #[schema(schema_with = every_restore_schema)]
     pub every: Option<Option<String>>,
-    /// Evidence older than this no longer counts (humantime).
+    /// Evidence older than this no longer counts.
     #[serde(default)]
+    #[schema(schema_with = max_evidence_age_schema)]
     pub max_evidence_age: Option<String>,
     /// Restore at most this many files (null: the whole tree).
-    #[serde(default, deserialize_with = "double")]
-    #[schema(value_type = Option<u64>)]
+    #[serde(default, deserialize_with = "sample_files")]
+    #[schema(schema_with = sample_files_schema)]
     pub sample_files: Option<Option<u64>>,
 }
 
-/// The input of `POST` and `PUT /api/v1/plans`: a plan without its derived
-/// fields. Missing fields take the defaults of `GET /api/v1/plans/defaults`
-/// (on `PUT`: `paused` keeps its current value). A given `retention` object
-/// is taken as is (a missing rule is no rule).
+/// The input of `PUT /api/v1/plans/{id}` (and, with `id` and `source`
+/// required, of `POST`, see [`NewPlan`]): a plan without its derived fields.
+/// Missing or null fields take the defaults of `GET /api/v1/plans/defaults`
+/// (on `PUT`: `source` and `paused` keep their current values). A given
+/// `retention` object is taken as is (a missing rule is no rule). Unknown
+/// fields are ignored, so a plan as read can be sent back.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct PlanInput {
-    /// `[a-z0-9][a-z0-9._-]{0,62}`; on `PUT`, if given, it must match the path.
+    /// The plan id. On `PUT` it may be left out, and if given must equal
+    /// the id in the path (so it is not in the `PUT` schema: no JSON Schema
+    /// can say "equal to the path").
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(ignore)]
     pub id: Option<String>,
     /// An absolute path, or `agent:<name>:<absolute path>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = source_schema_nullable)]
     pub source: Option<String>,
-    /// 5-field cron expression in UTC, or `@daily`-style nicknames.
+    /// When the plan runs.
     #[serde(default)]
+    #[schema(schema_with = schedule_schema)]
     pub schedule: Option<String>,
-    /// Recovery point objective (humantime, > 0).
+    /// Recovery point objective.
     #[serde(default)]
+    #[schema(schema_with = rpo_schema)]
     pub rpo: Option<String>,
     /// Target repository.
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 255)]
     pub repository: Option<String>,
     /// Paused.
     #[serde(default)]
     pub paused: Option<bool>,
     /// Keep rules.
-    #[serde(default)]
-    pub retention: Option<RetentionView>,
+    #[serde(default, deserialize_with = "object")]
+    pub retention: Option<RetentionInput>,
     /// Verification policy.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object")]
     pub verification: Option<VerificationInput>,
     /// Restore-test policy.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object")]
     pub restore_test: Option<RestoreTestInput>,
+}
+
+/// The body of `POST /api/v1/plans`, for the OpenAPI document only (the
+/// server reads a [`PlanInput`] and answers 422 for a missing `id` or
+/// `source`): [`PlanInput`] with `id` and `source` required and not null.
+pub(crate) enum NewPlan {}
+
+impl utoipa::PartialSchema for NewPlan {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::Schema;
+        use utoipa::openapi::RefOr;
+        let mut schema = <PlanInput as utoipa::PartialSchema>::schema();
+        if let RefOr::T(Schema::Object(o)) = &mut schema {
+            o.description = Some(
+                "A new plan: the input of `PUT /api/v1/plans/{id}` with `id` and `source` \
+                 required. Missing or null fields take the defaults of \
+                 `GET /api/v1/plans/defaults`; unknown fields are ignored."
+                    .into(),
+            );
+            let id = grammar::pattern_schema(
+                "`[a-z0-9][a-z0-9._-]{0,62}`, not `defaults`; unique among the plans.",
+                grammar::PLAN_ID_PATTERN,
+                Some(grammar::PLAN_ID_MAX_LEN),
+                false,
+            );
+            o.properties.insert("id".into(), id.into());
+            o.properties
+                .insert("source".into(), source_schema(false).into());
+            o.required = vec!["id".into(), "source".into()];
+        }
+        schema
+    }
+}
+
+impl ToSchema for NewPlan {
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        <PlanInput as ToSchema>::schemas(schemas);
+    }
 }
 
 const DEFAULT_SCHEDULE: &str = "0 2 * * *";
@@ -132,7 +379,7 @@ pub(crate) fn defaults_input() -> PlanInput {
         rpo: Some(human(d.rpo)),
         repository: Some(d.repository.to_string()),
         paused: Some(false),
-        retention: Some(RetentionView::of(&d.retention)),
+        retention: Some(RetentionInput::of(&d.retention)),
         verification: Some(VerificationInput {
             after_backup: Some(d.verification.after_backup),
             every: Some(d.verification.every.map(human)),
@@ -146,75 +393,46 @@ pub(crate) fn defaults_input() -> PlanInput {
     }
 }
 
-/// Whether `id` is a valid plan id.
-pub(crate) fn valid_plan_id(id: &str) -> bool {
-    let b = id.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"._-".contains(c))
-}
-
-/// Parses a depth label.
+/// Parses a depth label (`structure`, `read-all`, `read-sample:N` with N in
+/// 1..=100 written without leading zeros or sign).
 pub(crate) fn parse_depth(s: &str) -> Result<VerifyDepth, String> {
     match s {
         "structure" => Ok(VerifyDepth::Structure),
         "read-all" => Ok(VerifyDepth::ReadAll),
         _ => {
-            let n = s
-                .strip_prefix("read-sample:")
-                .ok_or_else(|| {
-                    format!("{s:?}: expected structure, read-all or read-sample:N (N in 1..=100)")
-                })?
-                .parse::<u8>()
-                .map_err(|_| format!("{s:?}: N of read-sample:N must be a number in 1..=100"))?;
-            if (1..=100).contains(&n) {
-                Ok(VerifyDepth::ReadSample(n))
-            } else {
-                Err(format!("{s:?}: N of read-sample:N must be in 1..=100"))
+            let n = s.strip_prefix("read-sample:").ok_or_else(|| {
+                format!("{s:?}: expected structure, read-all or read-sample:N (N in 1..=100)")
+            })?;
+            let digits_ok = !n.is_empty()
+                && n.len() <= 3
+                && n.bytes().all(|b| b.is_ascii_digit())
+                && !n.starts_with('0');
+            match n.parse::<u8>() {
+                Ok(n) if digits_ok && (1..=100).contains(&n) => Ok(VerifyDepth::ReadSample(n)),
+                _ => Err(format!(
+                    "{s:?}: N of read-sample:N must be a number in 1..=100"
+                )),
             }
         }
     }
 }
 
 fn duration(field: &str, s: &str, errors: &mut BTreeMap<String, String>) -> Option<Duration> {
-    match humantime::parse_duration(s) {
-        Ok(d) if d.is_zero() => {
-            errors.insert(field.into(), format!("{s:?}: must be more than zero"));
-            None
-        }
-        Ok(d) => Some(d),
-        Err(e) => {
-            errors.insert(
-                field.into(),
-                format!("{s:?} is not a duration like \"26h\" or \"7days\": {e}"),
-            );
-            None
-        }
-    }
-}
-
-fn source_ok(source: &str) -> Result<(), String> {
-    let path = match source.strip_prefix("agent:") {
-        Some(rest) => {
-            let (name, path) = rest
-                .split_once(':')
-                .ok_or("expected agent:<name>:<absolute path>")?;
-            if name.is_empty() {
-                return Err("the agent name of agent:<name>:<path> is empty".into());
-            }
-            path
-        }
-        None => source,
+    let parsed = if grammar::is_duration(s) {
+        humantime::parse_duration(s).ok().filter(|d| !d.is_zero())
+    } else {
+        None
     };
-    if !path.starts_with('/') {
-        return Err(format!("{source:?}: the source must be an absolute path"));
+    if parsed.is_none() {
+        errors.insert(
+            field.into(),
+            format!(
+                "{s:?} is not a duration like \"26h\", \"1day 2h\" or \"1h30m\" \
+                 (<number><unit> parts, not zero)"
+            ),
+        );
     }
-    if path.contains('\0') {
-        return Err("the source must not contain NUL".into());
-    }
-    Ok(())
+    parsed
 }
 
 /// Builds a definition from `input` over `base` (defaults for `POST`, the
@@ -239,16 +457,18 @@ pub(crate) fn definition(
             String::new()
         }
     };
-    if !id.is_empty() && !valid_plan_id(&id) {
-        errors.insert(
-            "id".into(),
-            format!("{id:?} must match [a-z0-9][a-z0-9._-]{{0,62}}"),
-        );
+    if !errors.contains_key("id") && !grammar::is_plan_id(&id) {
+        let why = if id == grammar::RESERVED_PLAN_ID {
+            format!("{id:?} is reserved (GET /api/v1/plans/defaults); choose another id")
+        } else {
+            format!("{id:?} must match [a-z0-9][a-z0-9._-]{{0,62}}")
+        };
+        errors.insert("id".into(), why);
     }
     let mut def = base;
     match input.source {
         Some(s) => {
-            if let Err(e) = source_ok(&s) {
+            if let Some(e) = grammar::source_error(&s) {
                 errors.insert("source".into(), e);
             }
             def.source = s;
@@ -259,7 +479,16 @@ pub(crate) fn definition(
         None => {}
     }
     if let Some(s) = input.schedule {
-        if let Err(e) = Schedule::parse(&s) {
+        if !grammar::is_schedule(&s) {
+            errors.insert(
+                "schedule".into(),
+                format!(
+                    "{s:?} is not a schedule: expected 5 fields `minute hour day-of-month month \
+                     day-of-week` of numbers, `*`, `*/step`, `a-b`, `a-b/step` or lists of them \
+                     (e.g. \"0 2 * * *\"), or @hourly, @daily, @weekly, @monthly, @yearly"
+                ),
+            );
+        } else if let Err(e) = Schedule::parse(&s) {
             errors.insert("schedule".into(), e.to_string());
         }
         def.schedule = s;
@@ -270,8 +499,11 @@ pub(crate) fn definition(
         }
     }
     if let Some(r) = input.repository {
-        if r.is_empty() {
-            errors.insert("repository".into(), "must not be empty".into());
+        if r.is_empty() || r.chars().count() > grammar::REPOSITORY_MAX_LEN {
+            errors.insert(
+                "repository".into(),
+                format!("must be 1 to {} characters", grammar::REPOSITORY_MAX_LEN),
+            );
         }
         def.repository = RepositoryId::new(r);
     }
@@ -291,7 +523,7 @@ pub(crate) fn definition(
             monthly: r.monthly,
             yearly: r.yearly,
             within,
-            tags: r.tags,
+            tags: r.tags.unwrap_or_default(),
         };
     }
     if let Some(v) = input.verification {
@@ -371,13 +603,92 @@ mod tests {
     }
 
     #[test]
-    fn plan_ids() {
-        assert!(valid_plan_id("home"));
-        assert!(valid_plan_id("0a.b_c-d"));
-        assert!(!valid_plan_id("Home"));
-        assert!(!valid_plan_id("-x"));
-        assert!(!valid_plan_id(""));
-        assert!(!valid_plan_id(&"a".repeat(64)));
+    fn an_empty_id_is_refused() {
+        let input = PlanInput {
+            id: Some(String::new()),
+            source: Some("/data".into()),
+            ..PlanInput::default()
+        };
+        let Err(WebError::Invalid { fields, .. }) = definition(input, default_definition(), None)
+        else {
+            panic!("expected invalid");
+        };
+        assert!(fields.contains_key("id"), "{fields:?}");
+    }
+
+    #[test]
+    fn objects_must_be_objects() {
+        for bad in [
+            serde_json::json!({"verification": [null, null]}),
+            serde_json::json!({"retention": [1, 2]}),
+            serde_json::json!({"restore_test": ["1day"]}),
+        ] {
+            assert!(
+                serde_json::from_value::<PlanInput>(bad.clone()).is_err(),
+                "{bad}"
+            );
+        }
+        let not_object = serde_json::json!([null, null]);
+        assert!(
+            serde_json::from_value::<serde_json::Map<String, serde_json::Value>>(not_object)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn depth_labels_are_strict() {
+        for bad in [
+            "read-sample:+5",
+            "read-sample:050",
+            "read-sample:",
+            "Structure",
+        ] {
+            assert!(parse_depth(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn integral_floats_count_as_integers_and_bounds_hold() {
+        let input: Result<PlanInput, _> = serde_json::from_value(serde_json::json!({
+            "retention": {"daily": 7.0, "monthly": 4294967295u64},
+            "restore_test": {"sample_files": 1e3}
+        }));
+        let input = input.unwrap_or_else(|e| panic!("{e}"));
+        let r = input.retention.unwrap_or_default();
+        assert_eq!((r.daily, r.monthly), (Some(7), Some(u32::MAX)));
+        assert_eq!(
+            input.restore_test.and_then(|t| t.sample_files),
+            Some(Some(1000))
+        );
+        for bad in [
+            serde_json::json!({"retention": {"daily": 7.5}}),
+            serde_json::json!({"retention": {"daily": -1}}),
+            serde_json::json!({"retention": {"daily": 4294967296u64}}),
+            serde_json::json!({"restore_test": {"sample_files": 0}}),
+            serde_json::json!({"restore_test": {"sample_files": "1"}}),
+        ] {
+            assert!(
+                serde_json::from_value::<PlanInput>(bad.clone()).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn new_plan_is_plan_input_with_id_and_source_required() {
+        use utoipa::openapi::schema::Schema;
+        use utoipa::openapi::RefOr;
+        use utoipa::PartialSchema;
+        let (RefOr::T(Schema::Object(new)), RefOr::T(Schema::Object(put))) =
+            (NewPlan::schema(), PlanInput::schema())
+        else {
+            panic!("object schemas expected");
+        };
+        assert_eq!(new.required, ["id", "source"]);
+        let mut keys: Vec<_> = put.properties.keys().cloned().collect();
+        keys.push("id".into());
+        keys.sort();
+        assert_eq!(new.properties.keys().cloned().collect::<Vec<_>>(), keys);
     }
 
     #[test]

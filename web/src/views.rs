@@ -243,9 +243,8 @@ pub(crate) fn plan_view(
 /// Snapshot time of the newest recoverable point of `plan`.
 pub(crate) fn last_recoverable_ns(p: &Projections, plan: &vouch_events::PlanId) -> Option<i64> {
     p.points
-        .points
-        .values()
-        .filter(|pt| pt.plan.as_ref() == Some(plan) && pt.state == PointState::Recoverable)
+        .of_plan(plan)
+        .filter(|pt| pt.state == PointState::Recoverable)
         .map(|pt| pt.snapshot_time_unix_ns)
         .max()
 }

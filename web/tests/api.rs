@@ -583,3 +583,190 @@ async fn docs_openapi_json_is_the_generated_document() {
     );
     s.stop().await;
 }
+
+/// Every operation of the document, as (method, path template, operation).
+fn operations(doc: &Value) -> Vec<(Method, String, Value)> {
+    let mut out = Vec::new();
+    for (path, ops) in doc["paths"].as_object().cloned().unwrap_or_default() {
+        for (method, op) in ops.as_object().cloned().unwrap_or_default() {
+            if let Ok(m) = Method::from_bytes(method.to_uppercase().as_bytes()) {
+                out.push((m, path.clone(), op));
+            }
+        }
+    }
+    out
+}
+
+fn declared(op: &Value, status: StatusCode) -> bool {
+    op["responses"]
+        .as_object()
+        .is_some_and(|r| r.contains_key(status.as_str()))
+}
+
+impl Server {
+    /// A request with a raw body and content type; the status, the `Allow`
+    /// header and the body as JSON (or a string).
+    async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> (StatusCode, Option<String>, Value) {
+        let mut req = self
+            .client
+            .request(method.clone(), format!("http://{}{path}", self.addr));
+        if let Some(t) = token {
+            req = req.insert_header((header::AUTHORIZATION, format!("Bearer {t}")));
+        }
+        if !content_type.is_empty() {
+            req = req.insert_header((header::CONTENT_TYPE, content_type.to_owned()));
+        }
+        let mut res = req
+            .send_body(body)
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let allow = res
+            .headers()
+            .get(header::ALLOW)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let bytes = res.body().limit(16 << 20).await.unwrap_or_default();
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        (res.status(), allow, value)
+    }
+}
+
+/// Regression (schemathesis ST103, undocumented status codes): provokes
+/// every error each operation can answer -- no token, a token of each role,
+/// an id nothing has, a body that is not JSON, not an object, too large or
+/// invalid, a query value out of its schema -- and checks that the answer
+/// is declared on that operation, with the JSON error body.
+#[actix_web::test]
+async fn every_status_the_server_answers_is_declared_in_the_document() {
+    let s = Server::start().await;
+    let doc: Value = serde_json::from_str(&openapi_json_text()).unwrap_or(Value::Null);
+    // Something to conflict with and a job to cancel twice.
+    let (status, _) = s.post("/api/v1/plans", ADMIN, plan("taken", "/data")).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let absent = "0".repeat(64);
+    let mut seen = std::collections::BTreeSet::new();
+    for (method, template, op) in operations(&doc) {
+        if template == "/api/v1/events/stream" {
+            continue; // never ends; its errors are checked in its own test
+        }
+        let path = template.replace("{id}", &absent);
+        let has_body = op.get("requestBody").is_some();
+        let body = if template == "/api/v1/points/{id}/lock" {
+            json!({"until": "2030-01-01T00:00:00Z"})
+        } else if has_body {
+            plan("taken", "/data")
+        } else {
+            Value::Null
+        };
+        let json_body = serde_json::to_vec(&body).unwrap_or_default();
+        let mut tries: Vec<(Option<&str>, &str, Vec<u8>)> = vec![
+            (None, "application/json", json_body.clone()),
+            (Some(VIEWER), "application/json", json_body.clone()),
+            (Some(AGENT), "application/json", json_body.clone()),
+            (Some(ADMIN), "application/json", json_body.clone()),
+        ];
+        if has_body {
+            tries.extend([
+                (Some(ADMIN), "text/plain", json_body.clone()),
+                (Some(ADMIN), "application/json", b"{not json".to_vec()),
+                (Some(ADMIN), "application/json", b"[1, 2]".to_vec()),
+                (
+                    Some(ADMIN),
+                    "application/json",
+                    b"{\"id\": \"Bad Id\"}".to_vec(),
+                ),
+                (Some(ADMIN), "application/json", vec![b' '; 3 << 20]),
+            ]);
+        }
+        let mut queries = vec![String::new()];
+        for p in op["parameters"].as_array().cloned().unwrap_or_default() {
+            if p["in"] == "query" {
+                queries.push(format!(
+                    "?{}=%00not-valid",
+                    p["name"].as_str().unwrap_or("")
+                ));
+                queries.push(format!("?{}=-1", p["name"].as_str().unwrap_or("")));
+            }
+        }
+        for q in &queries {
+            for (token, ct, b) in &tries {
+                let (status, allow, answer) = s
+                    .raw(method.clone(), &format!("{path}{q}"), *token, ct, b.clone())
+                    .await;
+                assert!(
+                    declared(&op, status),
+                    "{method} {path}{q} ({ct}, token {token:?}) answered {status}, \
+                     which {template} does not declare: {answer}"
+                );
+                assert_eq!(allow, None, "{method} {path}{q}");
+                if !status.is_success() {
+                    assert!(answer["code"].is_string(), "{method} {path}{q}: {answer}");
+                }
+                seen.insert(status.as_u16());
+            }
+        }
+    }
+    // The loop did provoke the errors it is about.
+    for status in [400, 401, 403, 404, 409, 413, 415, 422] {
+        assert!(seen.contains(&status), "{status} never answered: {seen:?}");
+    }
+    s.stop().await;
+}
+
+/// Regression (schemathesis ST204, wrong response to an undeclared
+/// method): a known path answers a method the document does not list with
+/// 405, an `Allow` header naming exactly the documented methods, and the
+/// JSON error `method_not_allowed`.
+#[actix_web::test]
+async fn undeclared_methods_are_405_with_allow() {
+    let s = Server::start().await;
+    let doc: Value = serde_json::from_str(&openapi_json_text()).unwrap_or(Value::Null);
+    let mut by_path: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for (method, template, _) in operations(&doc) {
+        by_path
+            .entry(template)
+            .or_default()
+            .push(method.as_str().to_owned());
+    }
+    let mut checked = 0;
+    for (template, mut methods) in by_path {
+        methods.sort();
+        let path = template.replace("{id}", &"0".repeat(64));
+        for m in [
+            "GET", "POST", "PUT", "DELETE", "PATCH", "TRACE", "OPTIONS", "HEAD",
+        ] {
+            if methods.iter().any(|d| d == m) {
+                continue;
+            }
+            let method = Method::from_bytes(m.as_bytes()).unwrap_or(Method::GET);
+            let (status, allow, body) = s.raw(method, &path, Some(ADMIN), "", Vec::new()).await;
+            assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{m} {path}");
+            let mut allowed: Vec<String> = allow
+                .unwrap_or_default()
+                .split(',')
+                .map(|a| a.trim().to_owned())
+                .collect();
+            allowed.sort();
+            assert_eq!(allowed, methods, "Allow of {m} {path}");
+            if m != "HEAD" {
+                assert_eq!(body["code"], "method_not_allowed", "{m} {path}: {body}");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 100, "{checked}");
+    // Without a token the API does not say which methods exist.
+    let (status, allow, _) = s
+        .raw(Method::PATCH, "/api/v1/plans", None, "", Vec::new())
+        .await;
+    assert_eq!((status, allow), (StatusCode::UNAUTHORIZED, None));
+    s.stop().await;
+}

@@ -83,7 +83,15 @@ pub async fn start(
             EventStore::new(log, live, gate)
         })
     };
-    let read = ReadModelActor::new(model, reader).start();
+    let read = {
+        let (reader, gate) = (
+            reader.clone(),
+            RestartGate::new(config.restart, clock.clone()),
+        );
+        supervise::start("read-model", move |_| {
+            ReadModelActor::new(model, reader, gate)
+        })
+    };
     store.send(Subscribe(read.clone().recipient())).await?;
 
     store
@@ -247,6 +255,11 @@ impl ServiceHandle {
     /// The seq of the last durable event.
     pub fn last_seq(&self) -> u64 {
         self.log.last_seq()
+    }
+
+    /// The rolling read-back's window, when it is on.
+    pub fn read_back_window(&self) -> Option<super::policy::ReadBackWindow> {
+        self.config.scheduler.read_back
     }
 
     /// Now, by the service's clock.

@@ -2,6 +2,8 @@
 //! what to do after a job, what is due on a schedule, what retention must
 //! never forget. The dispatcher and the scheduler only carry them out.
 
+use std::collections::{HashMap, HashSet};
+
 use vouch_events::{Event, JobKind, Plan, PlanId, Point, PointState, Projections, SnapshotId};
 
 use super::command::JobCommand;
@@ -16,39 +18,38 @@ pub fn active_plans(p: &Projections) -> impl Iterator<Item = &Plan> {
 pub fn live_points<'a>(p: &'a Projections, plan: &PlanId) -> Vec<&'a Point> {
     let mut v: Vec<&Point> = p
         .points
-        .points
-        .values()
-        .filter(|pt| pt.plan.as_ref() == Some(plan) && pt.expired.is_none())
+        .of_plan(plan)
+        .filter(|pt| pt.expired.is_none())
         .collect();
     v.sort_by_key(|pt| std::cmp::Reverse(pt.snapshot_time_unix_ns));
     v
 }
 
-/// When the latest backup job of `plan` was scheduled (the scheduler's
-/// "last run"), if one ever was.
-pub fn last_backup_scheduled(p: &Projections, plan: &PlanId) -> Option<i64> {
+/// When each plan's latest backup job was scheduled (the scheduler's
+/// "last run"), for every plan that ever had one: one pass over the jobs,
+/// not one per plan.
+pub fn last_backups_scheduled(p: &Projections) -> HashMap<PlanId, i64> {
+    let mut last: HashMap<PlanId, i64> = HashMap::new();
+    for j in p.jobs.jobs.values() {
+        if j.kind != JobKind::Backup {
+            continue;
+        }
+        if let Some(plan) = &j.plan {
+            let t = last.entry(plan.clone()).or_insert(j.scheduled.unix_ns);
+            *t = (*t).max(j.scheduled.unix_ns);
+        }
+    }
+    last
+}
+
+/// The kinds of job scheduled or running for each plan, in one pass.
+fn open_jobs(p: &Projections) -> HashSet<(JobKind, PlanId)> {
     p.jobs
         .jobs
         .values()
-        .filter(|j| j.kind == JobKind::Backup && j.plan.as_ref() == Some(plan))
-        .map(|j| j.scheduled.unix_ns)
-        .max()
-}
-
-/// Whether a job of `kind` for `plan` (and `point`, when given) is scheduled
-/// or running.
-pub fn job_open(
-    p: &Projections,
-    kind: JobKind,
-    plan: Option<&PlanId>,
-    point: Option<&SnapshotId>,
-) -> bool {
-    p.jobs.jobs.values().any(|j| {
-        j.kind == kind
-            && !j.state.is_terminal()
-            && (plan.is_none() || j.plan.as_ref() == plan)
-            && (point.is_none() || j.point.as_ref() == point)
-    })
+        .filter(|j| !j.state.is_terminal())
+        .filter_map(|j| j.plan.clone().map(|plan| (j.kind, plan)))
+        .collect()
 }
 
 /// What to run after a job ended with `events` recorded: verify a new
@@ -127,6 +128,8 @@ pub fn retention_protects(p: &Projections, plan: &PlanId, now_ns: i64) -> Vec<Sn
 /// already has such a job open.
 pub fn periodic_checks(p: &Projections, now_ns: i64) -> Vec<JobCommand> {
     let mut out = Vec::new();
+    let open = open_jobs(p);
+    let job_open = |kind: JobKind, plan: &PlanId| open.contains(&(kind, plan.clone()));
     for plan in active_plans(p) {
         let def = &plan.definition;
         let points = live_points(p, &plan.id);
@@ -136,7 +139,7 @@ pub fn periodic_checks(p: &Projections, now_ns: i64) -> Vec<JobCommand> {
         if let Some(every) = def.verification.every {
             let last = newest.last_verification.as_ref().map(|v| v.at.unix_ns);
             let stale = last.is_none_or(|t| now_ns.saturating_sub(t) >= duration_to_ns(every));
-            if stale && !job_open(p, JobKind::Verify, Some(&plan.id), None) {
+            if stale && !job_open(JobKind::Verify, &plan.id) {
                 out.push(JobCommand::Verify {
                     point: newest.id,
                     plan: Some(plan.id.clone()),
@@ -152,7 +155,7 @@ pub fn periodic_checks(p: &Projections, now_ns: i64) -> Vec<JobCommand> {
             if let Some(pt) = candidate {
                 let last = pt.last_restore_test.as_ref().map(|r| r.at.unix_ns);
                 let stale = last.is_none_or(|t| now_ns.saturating_sub(t) >= duration_to_ns(every));
-                if stale && !job_open(p, JobKind::RestoreTest, Some(&plan.id), None) {
+                if stale && !job_open(JobKind::RestoreTest, &plan.id) {
                     out.push(JobCommand::RestoreTest {
                         point: pt.id,
                         plan: Some(plan.id.clone()),

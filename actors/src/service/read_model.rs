@@ -8,6 +8,7 @@ use actix::prelude::*;
 use vouch_events::{LogReader, Projections, ReadModel, SledStore};
 
 use super::store::Committed;
+use crate::RestartGate;
 
 /// A query over the projections, answered once they include `min_seq`
 /// (read your own writes: pass the seq of the append you just made).
@@ -37,12 +38,13 @@ pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(30);
 pub struct ReadModelActor {
     model: ReadModel<SledStore>,
     log: LogReader,
+    gate: RestartGate,
 }
 
 impl ReadModelActor {
     /// Wraps a read model opened (and caught up) over `log`.
-    pub fn new(model: ReadModel<SledStore>, log: LogReader) -> Self {
-        ReadModelActor { model, log }
+    pub fn new(model: ReadModel<SledStore>, log: LogReader, gate: RestartGate) -> Self {
+        ReadModelActor { model, log, gate }
     }
 
     fn catch_up(&mut self) {
@@ -63,11 +65,34 @@ impl Actor for ReadModelActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(1024);
+        self.gate.started(ctx);
         ctx.run_interval(CHECKPOINT_EVERY, |act, _| act.checkpoint());
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         self.checkpoint();
+    }
+}
+
+impl Supervised for ReadModelActor {
+    /// A panic in a query closure leaves the projections as they were (a
+    /// query only borrows them), but one while an event was folded may
+    /// have left it half-applied: the projections are opened again from
+    /// the read store's last checkpoint and the log's tail. The query that
+    /// panicked gets no answer (its caller sees an error).
+    fn restarting(&mut self, _ctx: &mut Self::Context) {
+        let delay = self.gate.restarting();
+        tracing::warn!(
+            restarts = self.gate.restarts(),
+            delay_ms = delay.as_millis() as u64,
+            "read model restarting"
+        );
+        match ReadModel::open(self.model.store().clone(), &self.log) {
+            Ok(model) => self.model = model,
+            Err(e) => {
+                tracing::error!(error = %e, "could not reopen the read model; going on with the projections in memory");
+            }
+        }
     }
 }
 

@@ -225,12 +225,13 @@ impl Handler<Tick> for Scheduler {
         let now = self.clock.now_unix_ns();
         let read_back = self.config.read_back;
         let query = self.read.send(Query::new(0, move |p| {
+            let last_runs = policy::last_backups_scheduled(p);
             let plans: Vec<PlanView> = policy::active_plans(p)
                 .map(|pl| PlanView {
                     id: pl.id.clone(),
                     definition: pl.definition.clone(),
                     created_ns: pl.created.unix_ns,
-                    last_run_ns: policy::last_backup_scheduled(p, &pl.id),
+                    last_run_ns: last_runs.get(&pl.id).copied(),
                 })
                 .collect();
             let read_backs = read_back

@@ -208,3 +208,37 @@ async fn a_panicking_dispatcher_is_restarted_and_its_running_job_is_abandoned_an
         .iter()
         .any(|e| matches!(&e.event, Event::JobFailed(f) if f.job == job)));
 }
+
+#[actix::test]
+async fn a_query_that_panics_fails_alone_and_the_read_model_lives_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let worker = HoldingWorker {
+        attempts: Arc::new(AtomicU32::new(0)),
+        cancelled: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let svc = service(dir.path(), worker).await;
+    let before = svc.query(0, |p| p.last_seq).await.expect("query");
+    assert!(before >= 1, "service.started is folded");
+
+    let failed = svc
+        .query(0, |_| -> u64 { panic!("a bug in a query (test)") })
+        .await;
+    assert!(
+        failed.is_err(),
+        "the caller of the panicking query gets an error"
+    );
+
+    let receipt = svc
+        .append(vec![vouch_events::ServiceStarted {
+            version: "after".into(),
+        }
+        .into()])
+        .await
+        .expect("append");
+    let after = svc
+        .query(receipt.last_seq, |p| p.last_seq)
+        .await
+        .expect("the read model answers again, with the new event");
+    assert_eq!(after, receipt.last_seq);
+}

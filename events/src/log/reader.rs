@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::codec::decode_envelope;
+use crate::codec::{decode_envelope, decode_persisted};
 use crate::error::{EventError, Result};
 use crate::format::{EventHash, SEGMENT_HEADER_LEN};
 use crate::log::frame::{read_frame, Frame};
@@ -85,6 +85,9 @@ struct Cursor {
     base: u64,
     pos: usize,
     prev_hash: Option<EventHash>,
+    /// Whether records before `next_seq` may still come (set when a
+    /// segment is located): they are skipped without decoding their event.
+    skipping: bool,
 }
 
 impl Cursor {
@@ -97,6 +100,7 @@ impl Cursor {
             base: 0,
             pos: 0,
             prev_hash: None,
+            skipping: false,
         }
     }
 
@@ -118,6 +122,7 @@ impl Cursor {
         self.data = data;
         self.base = 0;
         self.pos = SEGMENT_HEADER_LEN;
+        self.skipping = true;
         Ok(true)
     }
 
@@ -182,6 +187,19 @@ impl Cursor {
         loop {
             match read_frame(&self.data[self.pos..]) {
                 Frame::Record { hash, body, len } => {
+                    if self.skipping {
+                        // Before the wanted seq (a replay that starts in the
+                        // middle of a segment): only the envelope's header
+                        // is read, not its event. Same checks, same errors:
+                        // the event itself never fails to decode (it
+                        // becomes `Event::Unknown`).
+                        if decode_persisted(body)?.seq < self.next_seq {
+                            self.pos += len;
+                            self.prev_hash = Some(hash);
+                            continue;
+                        }
+                        self.skipping = false;
+                    }
                     let env = decode_envelope(body, hash)?;
                     let at = self.base + self.pos as u64;
                     self.pos += len;

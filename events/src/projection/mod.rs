@@ -241,6 +241,8 @@ impl Projections {
                 ),
             });
         }
+        let mut p = p;
+        p.points.rebuild_index();
         Ok(p)
     }
 }

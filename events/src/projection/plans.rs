@@ -157,15 +157,11 @@ pub fn plan_protection(
         i64::try_from(p.definition.restore_test.max_evidence_age.as_nanos()).unwrap_or(i64::MAX);
     let evidence_start = now_unix_ns.saturating_sub(max_age_ns);
     let in_window: Vec<_> = points
-        .points
-        .values()
+        .of_plan(plan)
         // The snapshot's time comes from the client's clock: a time after
         // the server recorded the point is clamped to that record, so a
         // future-dated point cannot stay inside the RPO forever.
-        .filter(|pt| {
-            pt.plan.as_ref() == Some(plan)
-                && pt.snapshot_time_unix_ns.min(pt.since.unix_ns) >= window_start
-        })
+        .filter(|pt| pt.snapshot_time_unix_ns.min(pt.since.unix_ns) >= window_start)
         .collect();
     let fresh_recoverable = in_window.iter().any(|pt| {
         pt.state == PointState::Recoverable

@@ -1,7 +1,7 @@
 //! The recovery-point lifecycle: a pure fold from events to the state of
 //! every point. The transition table is in `docs/events.md`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -190,9 +190,81 @@ pub struct PointsProjection {
     pub points: BTreeMap<SnapshotId, Point>,
     /// Which point each verify / restore-test job works on.
     job_points: BTreeMap<JobId, SnapshotId>,
+    /// Index: the points of each plan. Derived from `points` (a point's
+    /// plan never changes), so it is not part of snapshots (`serde(skip)`
+    /// leaves their bytes as they were) and is rebuilt when one is read
+    /// ([`PointsProjection::rebuild_index`]).
+    #[serde(skip)]
+    by_plan: BTreeMap<PlanId, BTreeSet<SnapshotId>>,
+    /// How many points `by_plan` holds (with or without a plan): when it
+    /// differs from `points.len()`, the index is not trusted.
+    #[serde(skip)]
+    indexed: usize,
+    /// Index: every point by the seq of the event that made it known
+    /// (`since.seq`, unique per point). Derived like `by_plan`.
+    #[serde(skip)]
+    by_since: BTreeMap<u64, SnapshotId>,
 }
 
 impl PointsProjection {
+    /// The points of `plan`, by id (the order of `points`). Uses the
+    /// per-plan index: O(points of the plan), not O(all points).
+    pub fn of_plan<'a>(&'a self, plan: &PlanId) -> Box<dyn Iterator<Item = &'a Point> + 'a> {
+        if self.indexed != self.points.len() {
+            // Not indexed (built by hand): the same answer, the slow way.
+            let plan = plan.clone();
+            return Box::new(
+                self.points
+                    .values()
+                    .filter(move |pt| pt.plan.as_ref() == Some(&plan)),
+            );
+        }
+        match self.by_plan.get(plan) {
+            Some(ids) => Box::new(ids.iter().filter_map(|id| self.points.get(id))),
+            None => Box::new(std::iter::empty()),
+        }
+    }
+
+    /// Every point, the most recently recorded first (by `since.seq`,
+    /// then snapshot time: the order of `GET /api/v1/points`), without a
+    /// sort: a list that needs the newest `n` of a state stops after about
+    /// `n / share of that state` points instead of sorting them all.
+    pub fn newest_first<'a>(&'a self) -> Box<dyn Iterator<Item = &'a Point> + 'a> {
+        if self.indexed != self.points.len() {
+            let mut v: Vec<&Point> = self.points.values().collect();
+            v.sort_by_key(|pt| std::cmp::Reverse((pt.since.seq, pt.snapshot_time_unix_ns)));
+            return Box::new(v.into_iter());
+        }
+        Box::new(
+            self.by_since
+                .values()
+                .rev()
+                .filter_map(|id| self.points.get(id)),
+        )
+    }
+
+    /// Rebuilds the derived indexes from `points` (after a snapshot is
+    /// decoded).
+    pub(crate) fn rebuild_index(&mut self) {
+        self.by_plan.clear();
+        self.by_since.clear();
+        for pt in self.points.values() {
+            self.by_since.insert(pt.since.seq, pt.id);
+            if let Some(plan) = &pt.plan {
+                self.by_plan.entry(plan.clone()).or_default().insert(pt.id);
+            }
+        }
+        self.indexed = self.points.len();
+    }
+
+    fn index(&mut self, id: SnapshotId, plan: Option<&PlanId>, at: Recorded) {
+        self.by_since.insert(at.seq, id);
+        if let Some(plan) = plan {
+            self.by_plan.entry(plan.clone()).or_default().insert(id);
+        }
+        self.indexed += 1;
+    }
+
     /// The state of a point; [`PointState::Unknown`] if the log has none.
     pub fn state_of(&self, id: &SnapshotId) -> PointState {
         self.points.get(id).map_or(PointState::Unknown, |p| p.state)
@@ -257,11 +329,16 @@ impl PointsProjection {
                     state: PointState::Unverified,
                 };
                 self.points.insert(e.snapshot, p);
+                self.index(e.snapshot, e.plan.as_ref(), at);
                 None
             }
             Event::PointDiscovered(e) => {
                 // Finding a point the log already knows is normal (catalog
                 // resync): nothing to do.
+                if self.points.contains_key(&e.snapshot) {
+                    return None;
+                }
+                self.index(e.snapshot, e.plan.as_ref(), at);
                 self.points.entry(e.snapshot).or_insert_with(|| Point {
                     id: e.snapshot,
                     repository: e.repository.clone(),

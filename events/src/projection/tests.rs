@@ -945,3 +945,93 @@ proptest! {
         prop_assert_eq!(from_log, Projections::fold(&envelopes(&events)));
     }
 }
+
+/// Found by `vouch bench service`: per-plan questions scanned every point
+/// of every plan; the per-plan index must answer exactly as the scan did,
+/// after a fold and after a snapshot round trip, and must not change the
+/// snapshot's bytes.
+#[test]
+fn the_per_plan_index_answers_like_a_scan_and_stays_out_of_snapshots() {
+    let plan = |n: u8| PlanId::new(format!("p{n}"));
+    let mut events: Vec<Event> = vec![plan_created(24, 24 * 7)];
+    for i in 1..=40u8 {
+        let plan = if i % 7 == 0 { None } else { Some(plan(i % 3)) };
+        events.push(
+            BackupCommitted {
+                job: None,
+                plan,
+                repository: RepositoryId::new("main"),
+                snapshot: sid(i),
+                snapshot_time_unix_ns: T0 + i as i64 * SEC,
+                summary: BackupSummary::default(),
+            }
+            .into(),
+        );
+        if i % 5 == 0 {
+            events.push(vp(i));
+            events.push(rp(i));
+        }
+    }
+    events.push(
+        PointDiscovered {
+            repository: RepositoryId::new("main"),
+            snapshot: sid(200),
+            snapshot_time_unix_ns: T0,
+            plan: Some(plan(1)),
+        }
+        .into(),
+    );
+    // Found again: not a second entry.
+    events.push(
+        PointDiscovered {
+            repository: RepositoryId::new("main"),
+            snapshot: sid(200),
+            snapshot_time_unix_ns: T0,
+            plan: Some(plan(1)),
+        }
+        .into(),
+    );
+    let folded = given(&events);
+    let bytes = folded.to_snapshot().expect("encode");
+    let decoded = Projections::from_snapshot(&bytes).expect("decode");
+    assert_eq!(decoded, folded);
+    assert_eq!(decoded.to_snapshot().expect("encode"), bytes);
+    let now = T0 + 50 * SEC;
+    for p in [&folded, &decoded] {
+        for n in 0..4u8 {
+            let id = plan(n);
+            let by_index: Vec<SnapshotId> = p.points.of_plan(&id).map(|pt| pt.id).collect();
+            let by_scan: Vec<SnapshotId> = p
+                .points
+                .points
+                .values()
+                .filter(|pt| pt.plan.as_ref() == Some(&id))
+                .map(|pt| pt.id)
+                .collect();
+            assert_eq!(by_index, by_scan, "plan {id}");
+        }
+        assert_eq!(
+            protection(p, now),
+            plan_protection(&p.plans, &p.points, &p.jobs, &PlanId::new("p1"), now).status
+        );
+    }
+    for p in [&folded, &decoded] {
+        let mut sorted: Vec<&Point> = p.points.points.values().collect();
+        sorted.sort_by_key(|pt| std::cmp::Reverse((pt.since.seq, pt.snapshot_time_unix_ns)));
+        let sorted: Vec<SnapshotId> = sorted.iter().map(|pt| pt.id).collect();
+        let fast: Vec<SnapshotId> = p.points.newest_first().map(|pt| pt.id).collect();
+        assert_eq!(fast, sorted);
+    }
+    // A projection built without the index (e.g. by serde alone) still
+    // answers, the slow way.
+    let (_, raw): (u16, Projections) = rmp_serde::from_slice(&bytes).expect("raw decode");
+    let id = plan(2);
+    assert_eq!(
+        raw.points.of_plan(&id).map(|pt| pt.id).collect::<Vec<_>>(),
+        folded
+            .points
+            .of_plan(&id)
+            .map(|pt| pt.id)
+            .collect::<Vec<_>>()
+    );
+}

@@ -22,6 +22,7 @@ impl<S: ReadStore> ReadModel<S> {
     /// the log's tail; checkpoints. A store that lost writes is only behind:
     /// it ends up with the same state as a full replay.
     pub fn open(store: S, log: &LogReader) -> Result<Self> {
+        let started = std::time::Instant::now();
         let mut projections = Projections::new();
         match store.load_snapshot() {
             Ok(Some(snap)) => match Projections::from_snapshot(&snap.bytes) {
@@ -41,6 +42,7 @@ impl<S: ReadStore> ReadModel<S> {
                 tracing::warn!(error = %e, "read store snapshot unreadable; rebuilding from the log")
             }
         }
+        let loaded = started.elapsed();
         let from = projections.last_seq;
         let mut model = ReadModel {
             store,
@@ -48,13 +50,21 @@ impl<S: ReadStore> ReadModel<S> {
             snapshot_seq: from,
         };
         let applied = model.catch_up(log)?;
+        let replayed = started.elapsed();
+        // A snapshot that is the log's head needs no new checkpoint:
+        // writing the same state again only delays the start.
+        if applied > 0 || from == 0 {
+            model.checkpoint()?;
+        }
         tracing::info!(
             snapshot_seq = from,
             replayed = applied,
             last_seq = model.projections.last_seq,
+            load_ms = loaded.as_millis() as u64,
+            replay_ms = (replayed - loaded).as_millis() as u64,
+            checkpoint_ms = (started.elapsed() - replayed).as_millis() as u64,
             "read model ready"
         );
-        model.checkpoint()?;
         Ok(model)
     }
 

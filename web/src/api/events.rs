@@ -13,9 +13,9 @@ use utoipa::IntoParams;
 use vouch_actors::service::{LiveProgress, ServiceHandle};
 use vouch_events::{Envelope, Event, PlanId};
 
-use super::{limit, ChannelBody, Ctx};
+use super::{grammar, limit, ChannelBody, Ctx};
 use crate::auth::Principal;
-use crate::error::{ErrorBody, WebError};
+use crate::error::{doc as errors, WebError};
 use crate::views::{event_view, EventsPage};
 
 /// How often a comment keeps an idle stream (and its proxies) alive.
@@ -25,15 +25,24 @@ const CATCH_UP_BATCH: usize = 512;
 
 /// Filters of `GET /api/v1/events`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct EventsQuery {
-    /// The first seq to return (default 1).
+    /// The first seq to return (default: the first event).
+    #[serde(default, deserialize_with = "grammar::query_seq")]
+    #[param(schema_with = grammar::seq_schema, required = false)]
     from_seq: Option<u64>,
-    /// At most this many (default 100, at most 1000).
+    /// At most this many (default 100).
+    #[serde(default, deserialize_with = "grammar::query_limit")]
+    #[param(schema_with = grammar::limit_schema, required = false)]
     limit: Option<usize>,
-    /// Only events of this type (`backup.committed`, ...).
+    /// Only events of this type (`backup.committed`, ...; a type no event
+    /// has matches nothing).
     #[serde(rename = "type")]
+    #[param(value_type = String, required = false)]
     event_type: Option<String>,
-    /// Only events about this plan (directly, or through its jobs and points).
+    /// Only events about this plan (directly, or through its jobs and
+    /// points).
+    #[param(value_type = String, required = false)]
     plan: Option<String>,
 }
 
@@ -66,7 +75,8 @@ fn job_of(e: &Event) -> Option<&vouch_events::JobId> {
 
 /// A page of the log, oldest first.
 #[utoipa::path(get, path = "/api/v1/events", tag = "events", params(EventsQuery),
-    responses((status = 200, body = EventsPage), (status = 403, body = ErrorBody)),
+    responses((status = 200, body = EventsPage), (status = 400, response = errors::BadRequest),
+        (status = 403, response = errors::Forbidden), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn list(
     ctx: web::Data<Ctx>,
@@ -137,8 +147,11 @@ pub(crate) async fn list(
 /// Where a stream starts: after `Last-Event-ID`, else at `from_seq`, else
 /// with the next event.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct StreamQuery {
     /// The first seq to send (`Last-Event-ID: N` means `N+1` and wins).
+    #[serde(default, deserialize_with = "grammar::query_seq")]
+    #[param(schema_with = grammar::seq_schema, required = false)]
     from_seq: Option<u64>,
 }
 
@@ -147,7 +160,8 @@ pub(crate) struct StreamQuery {
 #[utoipa::path(get, path = "/api/v1/events/stream", tag = "events", params(StreamQuery,
         ("Last-Event-ID" = Option<u64>, Header, description = "resume after this seq")),
     responses((status = 200, content_type = "text/event-stream", body = String),
-        (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)),
+        (status = 400, response = errors::BadRequest), (status = 403, response = errors::Forbidden),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn stream(
     req: HttpRequest,

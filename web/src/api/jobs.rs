@@ -6,27 +6,48 @@ use utoipa::IntoParams;
 use vouch_actors::service::kind_name;
 use vouch_events::JobId;
 
-use super::{limit, plan_visible, Ctx};
+use super::{grammar, limit, plan_visible, Ctx, JobIdParam};
 use crate::auth::Principal;
-use crate::error::{ErrorBody, WebError};
+use crate::error::{doc as errors, WebError};
 use crate::views::{job_view, parse_job_state, JobView};
+
+/// The job states of the API.
+pub(crate) const JOB_STATES: [&str; 5] =
+    ["scheduled", "running", "succeeded", "failed", "abandoned"];
+/// The job kinds of the API (`vouch_actors::service::kind_name`).
+pub(crate) const JOB_KINDS: [&str; 5] = ["backup", "verify", "restore-test", "retention", "prune"];
+
+fn job_state_schema() -> utoipa::openapi::Object {
+    grammar::enum_schema("Only jobs in this state.", &JOB_STATES)
+}
+
+fn job_kind_schema() -> utoipa::openapi::Object {
+    grammar::enum_schema("Only jobs of this kind.", &JOB_KINDS)
+}
 
 /// Filters of `GET /api/v1/jobs`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct JobsQuery {
-    /// `scheduled`, `running`, `succeeded`, `failed` or `abandoned`.
+    /// Only jobs in this state.
+    #[param(schema_with = job_state_schema, required = false)]
     state: Option<String>,
-    /// A plan id.
+    /// Only jobs of this plan (an id no plan has matches nothing).
+    #[param(value_type = String, required = false)]
     plan: Option<String>,
-    /// `backup`, `verify`, `restore-test`, `retention`.
+    /// Only jobs of this kind.
+    #[param(schema_with = job_kind_schema, required = false)]
     kind: Option<String>,
-    /// At most this many (default 100, at most 1000).
+    /// At most this many (default 100).
+    #[serde(default, deserialize_with = "grammar::query_limit")]
+    #[param(schema_with = grammar::limit_schema, required = false)]
     limit: Option<usize>,
 }
 
 /// Jobs, newest first.
 #[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs", params(JobsQuery),
-    responses((status = 200, body = [JobView]), (status = 400, body = ErrorBody)),
+    responses((status = 200, body = [JobView]), (status = 400, response = errors::BadRequest),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn list(
     ctx: web::Data<Ctx>,
@@ -35,12 +56,22 @@ pub(crate) async fn list(
 ) -> Result<HttpResponse, WebError> {
     let q = q.into_inner();
     let state = match q.state.as_deref() {
-        Some(s) => Some(
-            parse_job_state(s)
-                .ok_or_else(|| WebError::BadRequest(format!("unknown job state {s:?}")))?,
-        ),
+        Some(s) => Some(parse_job_state(s).ok_or_else(|| {
+            WebError::BadRequest(format!(
+                "unknown job state {s:?}: expected one of {}",
+                JOB_STATES.join(", ")
+            ))
+        })?),
         None => None,
     };
+    if let Some(k) = q.kind.as_deref() {
+        if !JOB_KINDS.contains(&k) {
+            return Err(WebError::BadRequest(format!(
+                "unknown job kind {k:?}: expected one of {}",
+                JOB_KINDS.join(", ")
+            )));
+        }
+    }
     let n = limit(q.limit);
     let jobs = ctx
         .service()?
@@ -82,8 +113,9 @@ async fn read_job(ctx: &Ctx, who: &Principal, id: &str, min: u64) -> Result<JobV
 
 /// One job.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs",
-    params(("id" = String, Path, description = "job id")),
-    responses((status = 200, body = JobView), (status = 404, body = ErrorBody)),
+    params(JobIdParam),
+    responses((status = 200, body = JobView), (status = 404, response = errors::NotFound),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn get(
     ctx: web::Data<Ctx>,
@@ -96,9 +128,10 @@ pub(crate) async fn get(
 /// Cancels a job; it ends `failed` with error kind `cancelled` (a
 /// scheduled one is abandoned at once).
 #[utoipa::path(post, path = "/api/v1/jobs/{id}/cancel", tag = "jobs",
-    params(("id" = String, Path, description = "job id")),
-    responses((status = 202, body = JobView), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    params(JobIdParam),
+    responses((status = 202, body = JobView), (status = 403, response = errors::Forbidden),
+        (status = 404, response = errors::NotFound), (status = 409, response = errors::Conflict),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn cancel(
     ctx: web::Data<Ctx>,
@@ -118,4 +151,26 @@ pub(crate) async fn cancel(
     handle.cancel(JobId::new(id.as_str())).await?;
     let view = read_job(&ctx, &who, &id, handle.last_seq()).await?;
     Ok(HttpResponse::Accepted().json(view))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_states_and_kinds_are_the_real_ones() {
+        for s in JOB_STATES {
+            assert!(parse_job_state(s).is_some_and(|st| st.as_str() == s), "{s}");
+        }
+        use vouch_events::JobKind;
+        for k in [
+            JobKind::Backup,
+            JobKind::Verify,
+            JobKind::RestoreTest,
+            JobKind::Forget,
+            JobKind::Prune,
+        ] {
+            assert!(JOB_KINDS.contains(&kind_name(k)), "{k:?}");
+        }
+    }
 }

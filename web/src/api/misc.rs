@@ -6,9 +6,9 @@ use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::{plan_visible, Ctx};
+use super::{grammar, plan_visible, Ctx};
 use crate::auth::Principal;
-use crate::error::{ErrorBody, WebError};
+use crate::error::{doc as errors, WebError};
 use crate::metrics::{Metrics, CONTENT_TYPE};
 use crate::views::{
     alert_view, job_view, plan_view, rfc3339, AlertView, Health, Overview, Ready, RepositoryView,
@@ -49,7 +49,7 @@ pub(crate) async fn readyz(ctx: web::Data<Ctx>) -> HttpResponse {
 
 /// The caller's token name and role.
 #[utoipa::path(get, path = "/api/v1/whoami", tag = "auth",
-    responses((status = 200, body = Principal), (status = 401, body = ErrorBody)),
+    responses((status = 200, body = Principal)),
     security(("bearer" = [])))]
 pub(crate) async fn whoami(principal: Principal) -> HttpResponse {
     HttpResponse::Ok().json(principal)
@@ -58,7 +58,7 @@ pub(crate) async fn whoami(principal: Principal) -> HttpResponse {
 /// Prometheus text format (any role).
 #[utoipa::path(get, path = "/metrics", tag = "health",
     responses((status = 200, content_type = "text/plain; version=0.0.4", body = String),
-        (status = 401, body = ErrorBody)),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn metrics(
     metrics: web::Data<Metrics>,
@@ -71,7 +71,8 @@ pub(crate) async fn metrics(
 
 /// Protection, plans, open alerts and running jobs in one answer.
 #[utoipa::path(get, path = "/api/v1/overview", tag = "overview",
-    responses((status = 200, body = Overview)), security(("bearer" = [])))]
+    responses((status = 200, body = Overview), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
+    security(("bearer" = [])))]
 pub(crate) async fn overview(
     ctx: web::Data<Ctx>,
     who: Principal,
@@ -131,15 +132,24 @@ pub(crate) async fn overview(
 
 /// Filter of `GET /api/v1/alerts`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct AlertsQuery {
     /// `open` or `resolved` (default: both).
+    #[param(schema_with = alert_state_schema, required = false)]
     state: Option<String>,
+}
+
+fn alert_state_schema() -> utoipa::openapi::Object {
+    grammar::enum_schema(
+        "Only open or only resolved alerts (default: both).",
+        &["open", "resolved"],
+    )
 }
 
 /// Alerts, newest first.
 #[utoipa::path(get, path = "/api/v1/alerts", tag = "alerts", params(AlertsQuery),
-    responses((status = 200, body = [AlertView]), (status = 400, body = ErrorBody),
-        (status = 403, body = ErrorBody)),
+    responses((status = 200, body = [AlertView]), (status = 400, response = errors::BadRequest),
+        (status = 403, response = errors::Forbidden), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn alerts(
     ctx: web::Data<Ctx>,
@@ -175,8 +185,8 @@ pub(crate) async fn alerts(
 
 /// Repositories with their statistics and points by state.
 #[utoipa::path(get, path = "/api/v1/repositories", tag = "repositories",
-    responses((status = 200, body = [RepositoryView]), (status = 403, body = ErrorBody),
-        (status = 503, body = ErrorBody)),
+    responses((status = 200, body = [RepositoryView]), (status = 403, response = errors::Forbidden),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn repositories(
     ctx: web::Data<Ctx>,

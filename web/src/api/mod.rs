@@ -1,6 +1,7 @@
 //! The `/api/v1` handlers. Thin: parse, authorise, ask the service, render.
 
 pub(crate) mod events;
+pub(crate) mod grammar;
 pub(crate) mod jobs;
 pub(crate) mod misc;
 pub(crate) mod plans;
@@ -72,4 +73,50 @@ impl futures_core::Stream for ChannelBody {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.0.poll_recv(cx)
     }
+}
+
+fn plan_id_schema() -> utoipa::openapi::Object {
+    grammar::pattern_schema(
+        "The plan id.",
+        grammar::PLAN_ID_PATTERN,
+        Some(grammar::PLAN_ID_MAX_LEN),
+        false,
+    )
+}
+
+fn point_id_schema() -> utoipa::openapi::Object {
+    grammar::pattern_schema(
+        "The point (snapshot) id: 64 lowercase hex digits.",
+        grammar::POINT_ID_PATTERN,
+        None,
+        false,
+    )
+}
+
+/// The `{id}` of a plan route, for the OpenAPI document (the handlers read
+/// it as a `web::Path<String>`; an id no plan has is 404).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub(crate) struct PlanIdParam {
+    #[param(schema_with = plan_id_schema, required = true)]
+    id: String,
+}
+
+/// The `{id}` of a job route, for the OpenAPI document.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub(crate) struct JobIdParam {
+    /// The job id (made by the server).
+    id: String,
+}
+
+/// The `{id}` of a point route, for the OpenAPI document.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub(crate) struct PointIdParam {
+    #[param(schema_with = point_id_schema, required = true)]
+    id: String,
 }

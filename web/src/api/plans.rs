@@ -3,10 +3,11 @@
 use actix_web::{web, HttpResponse};
 use vouch_events::{PlanChanged, PlanCreated, PlanDefinition, PlanId, PlanRemoved};
 
+use super::PlanIdParam;
 use super::{plan_visible, Ctx};
 use crate::auth::Principal;
-use crate::error::{ErrorBody, WebError};
-use crate::validate::{self, PlanInput};
+use crate::error::{doc as errors, WebError};
+use crate::validate::{self, NewPlan, PlanInput};
 use crate::views::{job_view, plan_view, JobView, PlanView};
 
 /// Reads plan `id` back (after `min_seq`) as the caller may see it.
@@ -52,7 +53,7 @@ async fn current(ctx: &Ctx, who: &Principal, id: &str) -> Result<PlanDefinition,
 
 /// Every plan the caller may see.
 #[utoipa::path(get, path = "/api/v1/plans", tag = "plans",
-    responses((status = 200, body = [PlanView]), (status = 401, body = ErrorBody)),
+    responses((status = 200, body = [PlanView]), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn list(ctx: web::Data<Ctx>, who: Principal) -> Result<HttpResponse, WebError> {
     let handle = ctx.service()?.clone();
@@ -79,18 +80,22 @@ pub(crate) async fn defaults(_who: Principal) -> HttpResponse {
 }
 
 /// Creates a plan.
-#[utoipa::path(post, path = "/api/v1/plans", tag = "plans", request_body = PlanInput,
-    responses((status = 201, body = PlanView), (status = 403, body = ErrorBody),
-        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)),
+#[utoipa::path(post, path = "/api/v1/plans", tag = "plans", request_body = NewPlan,
+    responses((status = 201, body = PlanView), (status = 400, response = errors::BadRequest),
+        (status = 403, response = errors::Forbidden), (status = 409, response = errors::Conflict),
+        (status = 413, response = errors::PayloadTooLarge),
+        (status = 415, response = errors::UnsupportedMediaType),
+        (status = 422, response = errors::Invalid), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn create(
     ctx: web::Data<Ctx>,
     who: Principal,
-    input: web::Json<PlanInput>,
+    input: web::Json<serde_json::Map<String, serde_json::Value>>,
 ) -> Result<HttpResponse, WebError> {
     who.require_write()?;
     let handle = ctx.service()?;
-    let (id, def) = validate::definition(input.into_inner(), validate::default_definition(), None)?;
+    let input: PlanInput = validate::body(input.into_inner())?;
+    let (id, def) = validate::definition(input, validate::default_definition(), None)?;
     let pid = PlanId::new(id.clone());
     let exists = {
         let pid = pid.clone();
@@ -120,8 +125,9 @@ pub(crate) async fn create(
 
 /// One plan.
 #[utoipa::path(get, path = "/api/v1/plans/{id}", tag = "plans",
-    params(("id" = String, Path, description = "plan id")),
-    responses((status = 200, body = PlanView), (status = 404, body = ErrorBody)),
+    params(PlanIdParam),
+    responses((status = 200, body = PlanView), (status = 404, response = errors::NotFound),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn get(
     ctx: web::Data<Ctx>,
@@ -133,19 +139,22 @@ pub(crate) async fn get(
 
 /// Replaces a plan's definition.
 #[utoipa::path(put, path = "/api/v1/plans/{id}", tag = "plans", request_body = PlanInput,
-    params(("id" = String, Path, description = "plan id")),
-    responses((status = 200, body = PlanView), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    params(PlanIdParam),
+    responses((status = 200, body = PlanView), (status = 400, response = errors::BadRequest),
+        (status = 403, response = errors::Forbidden), (status = 404, response = errors::NotFound),
+        (status = 413, response = errors::PayloadTooLarge),
+        (status = 415, response = errors::UnsupportedMediaType),
+        (status = 422, response = errors::Invalid), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn put(
     ctx: web::Data<Ctx>,
     who: Principal,
     id: web::Path<String>,
-    input: web::Json<PlanInput>,
+    input: web::Json<serde_json::Map<String, serde_json::Value>>,
 ) -> Result<HttpResponse, WebError> {
     who.require_write()?;
+    let input: PlanInput = validate::body(input.into_inner())?;
     let old = current(&ctx, &who, &id).await?;
-    let input = input.into_inner();
     // What the input does not say comes from the defaults, except `paused`
     // and `source`, which keep their current values.
     let mut base = validate::default_definition();
@@ -175,8 +184,9 @@ async fn change(
 
 /// Removes a plan (its points stay; retention stops).
 #[utoipa::path(delete, path = "/api/v1/plans/{id}", tag = "plans",
-    params(("id" = String, Path, description = "plan id")),
-    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    params(PlanIdParam),
+    responses((status = 204, description = "removed"), (status = 403, response = errors::Forbidden),
+        (status = 404, response = errors::NotFound), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn delete(
     ctx: web::Data<Ctx>,
@@ -197,9 +207,10 @@ pub(crate) async fn delete(
 
 /// Schedules a backup of the plan now.
 #[utoipa::path(post, path = "/api/v1/plans/{id}/run", tag = "plans",
-    params(("id" = String, Path, description = "plan id")),
-    responses((status = 202, body = JobView), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+    params(PlanIdParam),
+    responses((status = 202, body = JobView), (status = 403, response = errors::Forbidden),
+        (status = 404, response = errors::NotFound), (status = 409, response = errors::Conflict),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn run(
     ctx: web::Data<Ctx>,
@@ -239,9 +250,9 @@ async fn set_paused(
 
 /// Pauses the plan's schedule.
 #[utoipa::path(post, path = "/api/v1/plans/{id}/pause", tag = "plans",
-    params(("id" = String, Path, description = "plan id")),
-    responses((status = 200, body = PlanView), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody)),
+    params(PlanIdParam),
+    responses((status = 200, body = PlanView), (status = 403, response = errors::Forbidden),
+        (status = 404, response = errors::NotFound), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn pause(
     ctx: web::Data<Ctx>,
@@ -253,9 +264,9 @@ pub(crate) async fn pause(
 
 /// Resumes the plan's schedule.
 #[utoipa::path(post, path = "/api/v1/plans/{id}/resume", tag = "plans",
-    params(("id" = String, Path, description = "plan id")),
-    responses((status = 200, body = PlanView), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody)),
+    params(PlanIdParam),
+    responses((status = 200, body = PlanView), (status = 403, response = errors::Forbidden),
+        (status = 404, response = errors::NotFound), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn resume(
     ctx: web::Data<Ctx>,

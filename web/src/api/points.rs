@@ -7,28 +7,42 @@ use tokio::sync::mpsc;
 use utoipa::IntoParams;
 use vouch_events::{PointLocked, SnapshotId};
 
-use super::{limit, plan_visible, ChannelBody, Ctx};
+use super::{grammar, limit, plan_visible, ChannelBody, Ctx, PointIdParam};
 use crate::auth::Principal;
-use crate::error::{ErrorBody, WebError};
+use crate::error::{doc as errors, WebError};
 use crate::views::{
     event_view, parse_point_state, parse_rfc3339, point_detail, point_view, rfc3339, EntryView,
     FileList, LockRequest, PointDetail, PointView,
 };
 
+fn point_state_schema() -> utoipa::openapi::Object {
+    let states: Vec<&str> = crate::views::POINT_STATES
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    grammar::enum_schema("Only points in this state.", &states)
+}
+
 /// Filters of `GET /api/v1/points`.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct PointsQuery {
-    /// A plan id.
+    /// Only points of this plan (an id no plan has matches nothing).
+    #[param(value_type = String, required = false)]
     plan: Option<String>,
-    /// A point state (`recoverable`, ...).
+    /// Only points in this state.
+    #[param(schema_with = point_state_schema, required = false)]
     state: Option<String>,
-    /// At most this many (default 100, at most 1000).
+    /// At most this many (default 100).
+    #[serde(default, deserialize_with = "grammar::query_limit")]
+    #[param(schema_with = grammar::limit_schema, required = false)]
     limit: Option<usize>,
 }
 
 /// Recovery points, newest first.
 #[utoipa::path(get, path = "/api/v1/points", tag = "points", params(PointsQuery),
-    responses((status = 200, body = [PointView]), (status = 400, body = ErrorBody)),
+    responses((status = 200, body = [PointView]), (status = 400, response = errors::BadRequest),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn list(
     ctx: web::Data<Ctx>,
@@ -47,10 +61,10 @@ pub(crate) async fn list(
     let points = ctx
         .service()?
         .query(0, move |p| {
-            let mut pts: Vec<_> = p
-                .points
-                .points
-                .values()
+            // Already in the list's order (newest change first): the
+            // read model stops after `n` matches instead of sorting them all.
+            p.points
+                .newest_first()
                 .filter(|pt| state.is_none_or(|s| pt.state == s))
                 .filter(|pt| {
                     q.plan
@@ -58,12 +72,41 @@ pub(crate) async fn list(
                         .is_none_or(|pl| pt.plan.as_ref().is_some_and(|x| x.as_str() == pl))
                 })
                 .filter(|pt| plan_visible(p, &who, pt.plan.as_ref()))
-                .collect();
-            pts.sort_by_key(|pt| std::cmp::Reverse((pt.since.seq, pt.snapshot_time_unix_ns)));
-            pts.into_iter().take(n).map(point_view).collect::<Vec<_>>()
+                .take(n)
+                .map(point_view)
+                .collect::<Vec<_>>()
         })
         .await?;
     Ok(HttpResponse::Ok().json(points))
+}
+
+fn until_schema() -> utoipa::openapi::Object {
+    grammar::date_time_schema(
+        "Locked until then: an RFC 3339 time. Times past 2262-04-11T23:47:16Z (the end of the \
+         range the log can hold) lock until that end.",
+    )
+}
+
+/// Body of `POST /api/v1/points/{id}/lock`, for the OpenAPI document (the
+/// server reads it as a `LockRequest`).
+#[derive(utoipa::ToSchema)]
+#[schema(as = LockRequest)]
+#[allow(dead_code)]
+pub(crate) struct LockInput {
+    #[schema(schema_with = until_schema)]
+    until: String,
+}
+
+/// An RFC 3339 time as Unix nanoseconds; times outside the range of i64
+/// nanoseconds (years 1677 to 2262) are clamped to its ends.
+fn parse_until(s: &str) -> Option<i64> {
+    parse_rfc3339(s).or_else(|| {
+        use time::format_description::well_known::Rfc3339;
+        let ns = time::OffsetDateTime::parse(s, &Rfc3339)
+            .ok()?
+            .unix_timestamp_nanos();
+        Some(if ns > 0 { i64::MAX } else { i64::MIN })
+    })
 }
 
 fn parse_id(id: &str) -> Result<SnapshotId, WebError> {
@@ -94,8 +137,9 @@ async fn with_point<R: Send + 'static>(
 
 /// One point with its latest verification, restore test and history.
 #[utoipa::path(get, path = "/api/v1/points/{id}", tag = "points",
-    params(("id" = String, Path, description = "64 hex digits")),
-    responses((status = 200, body = PointDetail), (status = 404, body = ErrorBody)),
+    params(PointIdParam),
+    responses((status = 200, body = PointDetail), (status = 404, response = errors::NotFound),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn get(
     ctx: web::Data<Ctx>,
@@ -117,19 +161,23 @@ pub(crate) async fn get(
 
 /// Locks a point against deletion until a time.
 #[utoipa::path(post, path = "/api/v1/points/{id}/lock", tag = "points",
-    params(("id" = String, Path, description = "64 hex digits")), request_body = LockRequest,
-    responses((status = 200, body = PointView), (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    params(PointIdParam), request_body = LockInput,
+    responses((status = 200, body = PointView), (status = 400, response = errors::BadRequest),
+        (status = 403, response = errors::Forbidden), (status = 404, response = errors::NotFound),
+        (status = 413, response = errors::PayloadTooLarge),
+        (status = 415, response = errors::UnsupportedMediaType),
+        (status = 422, response = errors::Invalid), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn lock(
     ctx: web::Data<Ctx>,
     who: Principal,
     id: web::Path<String>,
-    body: web::Json<LockRequest>,
+    body: web::Json<serde_json::Map<String, serde_json::Value>>,
 ) -> Result<HttpResponse, WebError> {
+    let body: LockRequest = crate::validate::body(body.into_inner())?;
     who.require_write()?;
     let id = parse_id(&id)?;
-    let until = parse_rfc3339(&body.until).ok_or_else(|| WebError::Invalid {
+    let until = parse_until(&body.until).ok_or_else(|| WebError::Invalid {
         message: "the lock does not validate: until".into(),
         fields: [(
             "until".to_owned(),
@@ -151,10 +199,21 @@ pub(crate) async fn lock(
     Ok(HttpResponse::Ok().json(view))
 }
 
+fn snapshot_path_schema() -> utoipa::openapi::Object {
+    grammar::pattern_schema(
+        "An absolute path inside the snapshot (default `/`).",
+        grammar::SNAPSHOT_PATH_PATTERN,
+        None,
+        false,
+    )
+}
+
 /// The `path` query parameter of the file browser.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct PathQuery {
     /// An absolute path inside the snapshot (default `/`).
+    #[param(schema_with = snapshot_path_schema, required = false)]
     path: Option<String>,
 }
 
@@ -170,9 +229,9 @@ fn browse_path(q: &PathQuery) -> Result<String, WebError> {
 
 /// A directory of a point.
 #[utoipa::path(get, path = "/api/v1/points/{id}/files", tag = "points",
-    params(("id" = String, Path, description = "64 hex digits"), PathQuery),
-    responses((status = 200, body = FileList), (status = 404, body = ErrorBody),
-        (status = 503, body = ErrorBody)),
+    params(PointIdParam, PathQuery),
+    responses((status = 200, body = FileList), (status = 400, response = errors::BadRequest),
+        (status = 404, response = errors::NotFound), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn files(
     ctx: web::Data<Ctx>,
@@ -203,9 +262,10 @@ pub(crate) async fn files(
 
 /// A file of a point, as bytes.
 #[utoipa::path(get, path = "/api/v1/points/{id}/file", tag = "points",
-    params(("id" = String, Path, description = "64 hex digits"), PathQuery),
+    params(PointIdParam, PathQuery),
     responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>),
-        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)),
+        (status = 400, response = errors::BadRequest), (status = 404, response = errors::NotFound),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn file(
     ctx: web::Data<Ctx>,
