@@ -5,6 +5,7 @@
 
 mod assemble;
 mod exclude;
+mod pseudo_fs;
 mod read;
 mod save;
 mod walk;
@@ -292,6 +293,7 @@ pub fn backup(
         index: index.clone(),
         excludes,
         one_file_system: opts.one_file_system,
+        pseudo_fs: std::collections::HashMap::new(),
         items: item_tx,
         batch: Vec::new(),
         prefetch: walk::Prefetcher::start(read_threads),

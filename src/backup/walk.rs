@@ -151,6 +151,9 @@ pub struct Walker {
     pub excludes: Excludes,
     /// Stay on each source's file system.
     pub one_file_system: bool,
+    /// Per device crossed into: the pseudo file system it is, if any (its
+    /// contents are skipped, see `pseudo_fs.rs`).
+    pub pseudo_fs: HashMap<u64, Option<&'static str>>,
     /// To the assembler.
     pub items: Sender<Vec<WalkItem>>,
     /// Warms the inode cache ahead of the walk.
@@ -325,7 +328,17 @@ impl Walker {
         match node.kind {
             NodeKind::Dir => {
                 self.send(WalkItem::DirStart)?;
-                let skip_contents = self.one_file_system && meta.dev() != root_dev;
+                let crossed = meta.dev() != root_dev;
+                let pseudo = crossed
+                    && self
+                        .pseudo_fs
+                        .entry(meta.dev())
+                        .or_insert_with(|| super::pseudo_fs::pseudo_fs_of(path))
+                        .inspect(|fs| {
+                            tracing::debug!(path = %path.display(), fs, "pseudo file system: contents skipped")
+                        })
+                        .is_some();
+                let skip_contents = (self.one_file_system && crossed) || pseudo;
                 if !skip_contents {
                     let cache = self.excludes.is_cache_dir(path);
                     let sub = self.parent_subtree(pnode);
