@@ -408,21 +408,14 @@ impl Builder<'_> {
                 failed,
                 out,
             );
-            let raised: Event = AlertRaised {
-                alert: alert.clone(),
-                severity: Severity::Warning,
-                subject: format!("plan {plan}"),
-                message: "backup failed: the source host did not answer".into(),
-            }
-            .into();
-            let delivered: Event = AlertDelivered {
-                alert: alert.clone(),
-                receiver: "ops".into(),
-                attempt: 1,
-            }
-            .into();
-            let p = self.phase(t + MINUTE, vec![raised, delivered]);
-            out.push(p);
+            self.alert_raised(
+                &alert,
+                Severity::Warning,
+                &plan,
+                "backup failed: the source host did not answer",
+                t,
+                out,
+            );
             alert_open = true;
             t += 30 * MINUTE;
             attempt = 2;
@@ -602,12 +595,13 @@ impl Builder<'_> {
         }
     }
 
-    /// Raised and delivered at `t`, resolved (acknowledged) an hour later.
-    fn alert_cycle(
+    /// Raised about `plan` and delivered, a minute after `t`.
+    fn alert_raised(
         &mut self,
         alert: &AlertId,
         severity: Severity,
         plan: &PlanId,
+        message: &str,
         t: i64,
         out: &mut Vec<Phase>,
     ) {
@@ -615,7 +609,7 @@ impl Builder<'_> {
             alert: alert.clone(),
             severity,
             subject: format!("plan {plan}"),
-            message: "a recovery point failed its check".into(),
+            message: message.into(),
         }
         .into();
         let delivered: Event = AlertDelivered {
@@ -626,6 +620,19 @@ impl Builder<'_> {
         .into();
         let p = self.phase(t + MINUTE, vec![raised, delivered]);
         out.push(p);
+    }
+
+    /// Raised and delivered at `t`, resolved (acknowledged) an hour later.
+    fn alert_cycle(
+        &mut self,
+        alert: &AlertId,
+        severity: Severity,
+        plan: &PlanId,
+        t: i64,
+        out: &mut Vec<Phase>,
+    ) {
+        let message = "a recovery point failed its check";
+        self.alert_raised(alert, severity, plan, message, t, out);
         let resolved: Event = AlertResolved {
             alert: alert.clone(),
         }
