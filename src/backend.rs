@@ -77,17 +77,35 @@ pub trait Backend: Send + Sync {
     fn write(&self, kind: FileKind, name: &str, data: &[u8], sync: WriteSync) -> Result<()>;
     /// Removes a file; removing a missing file is not an error.
     fn delete(&self, kind: FileKind, name: &str) -> Result<()>;
-    /// Makes every write done through this handle durable.
+    /// Makes every write done through this handle durable, including writes
+    /// of other sessions sharing it: when it returns, everything written
+    /// before the call began is durable, whoever wrote it.
     fn sync_all(&self) -> Result<()>;
+    /// Makes the deletions (and renames) of files of `kind` done so far
+    /// durable: for a local directory, an fsync of the directories holding
+    /// them. A crash after it returns never brings a deleted file back.
+    fn sync_deletes(&self, kind: FileKind) -> Result<()>;
+    /// When a file was last written, if the backend knows (`Ok(None)` when it
+    /// does not, or the file is gone).
+    fn modified(&self, kind: FileKind, name: &str) -> Result<Option<std::time::SystemTime>>;
     /// Removes temporary files left by interrupted writers; returns how many.
     fn remove_temporary(&self) -> Result<usize>;
 }
+
+/// Largest `config`, key or lock file a reader accepts: these are small JSON
+/// files, and anyone who can write the storage could plant a huge one to make
+/// every command run out of memory.
+pub const MAX_SMALL_FILE: u64 = 1 << 20;
 
 /// A repository in a local directory.
 pub struct LocalBackend {
     root: PathBuf,
     /// Files written with deferred sync since the last `sync_all`.
     pending: Mutex<Vec<PathBuf>>,
+    /// Held for the whole of a `sync_all`, so a caller whose writes were
+    /// taken by a sync still in flight waits for it instead of returning
+    /// early (engine review finding 8).
+    syncing: Mutex<()>,
 }
 
 impl LocalBackend {
@@ -96,6 +114,7 @@ impl LocalBackend {
         Self {
             root: root.into(),
             pending: Mutex::new(Vec::new()),
+            syncing: Mutex::new(()),
         }
     }
 
@@ -131,6 +150,35 @@ fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .ctx(|| format!("syncing directory {}", dir.display()))
+}
+
+/// fsync of a file's data, and on macOS through to the medium
+/// (`F_FULLFSYNC`; a plain fsync there leaves it in the drive's cache).
+fn sync_file_data(f: &File) -> std::io::Result<()> {
+    #[cfg(target_os = "macos")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: fcntl on a descriptor we own, with no pointer argument.
+        if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_FULLFSYNC) } == 0 {
+            return Ok(());
+        }
+    }
+    f.sync_data()
+}
+
+/// `syncfs(2)` of the file system holding `dir`.
+#[cfg(target_os = "linux")]
+fn syncfs_of(dir: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let d = File::open(dir).ctx(|| format!("opening {}", dir.display()))?;
+    // SAFETY: syncfs only reads the valid descriptor we own.
+    if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
+        return Err(Error::io(
+            format!("syncing the file system of {}", dir.display()),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
 }
 
 fn is_temporary(name: &str) -> bool {
@@ -212,6 +260,20 @@ impl Backend for LocalBackend {
 
     fn read(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
         let p = self.path(kind, name);
+        if matches!(kind, FileKind::Config | FileKind::Key | FileKind::Lock) {
+            let f = File::open(&p).ctx(|| format!("reading {}", p.display()))?;
+            let mut buf = Vec::new();
+            f.take(MAX_SMALL_FILE + 1)
+                .read_to_end(&mut buf)
+                .ctx(|| format!("reading {}", p.display()))?;
+            if buf.len() as u64 > MAX_SMALL_FILE {
+                return Err(Error::corrupt(
+                    p.display().to_string(),
+                    format!("larger than {MAX_SMALL_FILE} bytes; this file is small JSON"),
+                ));
+            }
+            return Ok(buf);
+        }
         fs::read(&p).ctx(|| format!("reading {}", p.display()))
     }
 
@@ -243,9 +305,14 @@ impl Backend for LocalBackend {
             let open = || OpenOptions::new().write(true).create_new(true).open(&tmp);
             let mut f = match open() {
                 // A directory lost in a copy (git, some sync tools drop empty
-                // ones) is recreated.
+                // ones) is recreated, durably when the write must be.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     fs::create_dir_all(&dir).ctx(|| format!("creating {}", dir.display()))?;
+                    if sync == WriteSync::Now {
+                        if let Some(parent) = dir.parent() {
+                            sync_dir(parent)?;
+                        }
+                    }
                     open()
                 }
                 other => other,
@@ -254,8 +321,7 @@ impl Backend for LocalBackend {
             f.write_all(data)
                 .ctx(|| format!("writing {}", path.display()))?;
             if sync == WriteSync::Now {
-                f.sync_data()
-                    .ctx(|| format!("syncing {}", path.display()))?;
+                sync_file_data(&f).ctx(|| format!("syncing {}", path.display()))?;
             }
             drop(f);
             fs::rename(&tmp, &path).ctx(|| format!("renaming into {}", path.display()))
@@ -282,26 +348,37 @@ impl Backend for LocalBackend {
     }
 
     fn sync_all(&self) -> Result<()> {
+        // One sync at a time: a second caller waits for the one in flight,
+        // which may have taken (and so be syncing) its files.
+        let _one = self.syncing.lock().unwrap_or_else(|p| p.into_inner());
         let pending = match self.pending.lock() {
             Ok(mut p) => std::mem::take(&mut *p),
-            Err(_) => Vec::new(),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
         };
-        if pending.is_empty() {
-            return Ok(());
-        }
         #[cfg(target_os = "linux")]
         {
-            // One syncfs for the whole session: data, inodes and directory
-            // entries of everything written (PBS's "filesystem" level).
-            let dir = File::open(&self.root).ctx(|| format!("opening {}", self.root.display()))?;
-            use std::os::fd::AsRawFd;
-            // SAFETY: syncfs only reads the valid descriptor we own.
-            let rc = unsafe { libc::syncfs(dir.as_raw_fd()) };
-            if rc != 0 {
-                return Err(Error::io(
-                    "syncing the repository file system",
-                    std::io::Error::last_os_error(),
-                ));
+            // One syncfs per file system the repository spans (data/ or
+            // index/ may be mounts or symlinks elsewhere): data, inodes and
+            // directory entries of everything written (PBS's "filesystem"
+            // level). Always run, even with nothing pending here: another
+            // session sharing this handle may rely on it, and a syncfs with
+            // nothing dirty is cheap.
+            let _ = pending;
+            use std::os::unix::fs::MetadataExt;
+            let mut seen = Vec::new();
+            for dir in [
+                self.root.clone(),
+                self.root.join("data"),
+                self.root.join("index"),
+                self.root.join("snapshots"),
+            ] {
+                let Ok(meta) = fs::metadata(&dir) else {
+                    continue;
+                };
+                if !seen.contains(&meta.dev()) {
+                    seen.push(meta.dev());
+                    syncfs_of(&dir)?;
+                }
             }
             Ok(())
         }
@@ -310,7 +387,7 @@ impl Backend for LocalBackend {
             let mut dirs = std::collections::BTreeSet::new();
             for p in &pending {
                 File::open(p)
-                    .and_then(|f| f.sync_all())
+                    .and_then(|f| sync_file_data(&f))
                     .ctx(|| format!("syncing {}", p.display()))?;
                 if let Some(d) = p.parent() {
                     dirs.insert(d.to_path_buf());
@@ -320,6 +397,27 @@ impl Backend for LocalBackend {
                 sync_dir(&d)?;
             }
             Ok(())
+        }
+    }
+
+    fn sync_deletes(&self, kind: FileKind) -> Result<()> {
+        for dir in self.dirs_of(kind) {
+            match sync_dir(&dir) {
+                Ok(()) => {}
+                // A missing data/xx directory holds nothing to make durable.
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn modified(&self, kind: FileKind, name: &str) -> Result<Option<std::time::SystemTime>> {
+        let p = self.path(kind, name);
+        match fs::symlink_metadata(&p) {
+            Ok(m) => Ok(m.modified().ok()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(format!("stat {}", p.display()), e)),
         }
     }
 
@@ -375,9 +473,12 @@ mod tests {
         b.write(FileKind::Config, "", b"{}", WriteSync::Now)
             .unwrap();
         assert_eq!(b.read(FileKind::Config, "").unwrap(), b"{}");
+        assert!(b.modified(FileKind::Pack, &name).unwrap().is_some());
         b.delete(FileKind::Pack, &name).unwrap();
         b.delete(FileKind::Pack, &name).unwrap();
+        b.sync_deletes(FileKind::Pack).unwrap();
         assert!(!b.exists(FileKind::Pack, &name).unwrap());
+        assert_eq!(b.modified(FileKind::Pack, &name).unwrap(), None);
         assert!(b.read(FileKind::Snapshot, "missing").is_err());
     }
 
@@ -385,6 +486,60 @@ mod tests {
     fn local_backend_conforms() {
         let dir = tempfile::tempdir().unwrap();
         conformance(&LocalBackend::new(dir.path().join("repo")));
+    }
+
+    #[test]
+    fn small_files_are_read_with_a_bound() {
+        // Regression (engine review finding 18): a planted multi-GiB lock or
+        // key file made every command run out of memory.
+        let dir = tempfile::tempdir().unwrap();
+        let b = LocalBackend::new(dir.path());
+        b.create().unwrap();
+        let big = vec![b' '; MAX_SMALL_FILE as usize + 1];
+        fs::write(dir.path().join("locks/big"), &big).unwrap();
+        let err = b.read(FileKind::Lock, "big").unwrap_err();
+        assert!(err.to_string().contains("larger than"), "{err}");
+        fs::write(dir.path().join("locks/ok"), b"{}").unwrap();
+        assert_eq!(b.read(FileKind::Lock, "ok").unwrap(), b"{}");
+        // Packs are not small files.
+        let name = "cd".to_string() + &"1".repeat(62);
+        b.write(FileKind::Pack, &name, &big, WriteSync::Deferred)
+            .unwrap();
+        assert_eq!(b.read(FileKind::Pack, &name).unwrap().len(), big.len());
+    }
+
+    #[test]
+    fn a_sync_waits_for_the_one_in_flight() {
+        // Regression (engine review finding 8): a second session's sync_all
+        // returned at once when the first had taken the pending list, so its
+        // manifest could be durable before its packs.
+        let dir = tempfile::tempdir().unwrap();
+        let b = std::sync::Arc::new(LocalBackend::new(dir.path()));
+        b.create().unwrap();
+        let name = "ef".to_string() + &"2".repeat(62);
+        b.write(FileKind::Pack, &name, b"data", WriteSync::Deferred)
+            .unwrap();
+        // Simulate the first session's sync in flight: the pending list is
+        // taken and the sync lock held.
+        let guard = b.syncing.lock().unwrap();
+        let taken = std::mem::take(&mut *b.pending.lock().unwrap());
+        assert_eq!(taken.len(), 1);
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let t = {
+            let (b, done) = (b.clone(), done.clone());
+            std::thread::spawn(move || {
+                b.sync_all().unwrap();
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(
+            !done.load(std::sync::atomic::Ordering::SeqCst),
+            "sync_all returned while another sync of its writes was in flight"
+        );
+        drop(guard);
+        t.join().unwrap();
+        assert!(done.load(std::sync::atomic::Ordering::SeqCst));
     }
 
     #[test]

@@ -57,6 +57,16 @@ pub struct MasterKey {
     pub chunker_key: [u8; 32],
 }
 
+impl Drop for MasterKey {
+    /// Wipes the key material when the last copy goes away.
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        self.data_key.zeroize();
+        self.id_key.zeroize();
+        self.chunker_key.zeroize();
+    }
+}
+
 impl std::fmt::Debug for MasterKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("MasterKey(..)")
@@ -88,8 +98,11 @@ impl MasterKey {
         let mut material = [0u8; 32 + SALT_LEN];
         material[..32].copy_from_slice(&self.data_key);
         material[32..].copy_from_slice(salt);
-        let key = blake3::derive_key(FILE_KEY_CONTEXT, &material);
-        FileCipher::new(&key)
+        let mut key = blake3::derive_key(FILE_KEY_CONTEXT, &material);
+        let cipher = FileCipher::new(&key);
+        zeroize::Zeroize::zeroize(&mut material);
+        zeroize::Zeroize::zeroize(&mut key);
+        cipher
     }
 
     /// The 256-entry gear table of the chunker, derived from the chunker key.
@@ -191,7 +204,69 @@ impl Default for KdfParams {
 #[error("invalid key derivation parameters: {0}")]
 pub struct KdfError(String);
 
+/// Bounds on Argon2id parameters read from a key file: anyone who can write
+/// the storage can plant a key file, so its cost is capped before it is paid
+/// (4 GiB of memory, 64 passes, 16 lanes).
+pub const KDF_READ_MAX: KdfParams = KdfParams {
+    memory_kib: 4 * 1024 * 1024,
+    iterations: 64,
+    parallelism: 16,
+};
+
+/// The weakest parameters accepted for a new key: OWASP's Argon2id minimum
+/// (19 MiB, 2 passes, 1 lane; RFC 9106 recommends more, and the default is
+/// 64 MiB with 3 passes).
+pub const KDF_NEW_MIN: KdfParams = KdfParams {
+    memory_kib: 19 * 1024,
+    iterations: 2,
+    parallelism: 1,
+};
+
+/// Set (by `--insecure-kdf`, for tests) to accept new keys below
+/// [`KDF_NEW_MIN`].
+static ALLOW_WEAK_KDF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Allows new keys below [`KDF_NEW_MIN`] for the rest of the process (tests
+/// only: such a key is cheap to guess).
+pub fn allow_weak_kdf() {
+    ALLOW_WEAK_KDF.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 impl KdfParams {
+    /// Whether a key file's parameters are within [`KDF_READ_MAX`] (and
+    /// well-formed), so trying them costs a bounded amount.
+    pub fn check_readable(&self) -> Result<(), KdfError> {
+        let m = KDF_READ_MAX;
+        if self.memory_kib > m.memory_kib
+            || self.iterations > m.iterations
+            || self.parallelism > m.parallelism
+            || self.iterations == 0
+            || self.parallelism == 0
+        {
+            return Err(KdfError(format!(
+                "argon2id parameters m={} KiB, t={}, p={} are outside the accepted range (m <= {} KiB, 1 <= t <= {}, 1 <= p <= {})",
+                self.memory_kib, self.iterations, self.parallelism, m.memory_kib, m.iterations, m.parallelism
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether these parameters may protect a new key: within
+    /// [`KDF_READ_MAX`] and at least [`KDF_NEW_MIN`] (unless
+    /// [`allow_weak_kdf`] was called).
+    pub fn check_new(&self) -> Result<(), KdfError> {
+        self.check_readable()?;
+        let min = KDF_NEW_MIN;
+        let weak = self.memory_kib < min.memory_kib || self.iterations < min.iterations;
+        if weak && !ALLOW_WEAK_KDF.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(KdfError(format!(
+                "argon2id parameters m={} KiB, t={} are below the minimum for a new key (m >= {} KiB, t >= {}); --insecure-kdf allows them for tests",
+                self.memory_kib, self.iterations, min.memory_kib, min.iterations
+            )));
+        }
+        Ok(())
+    }
+
     /// Derives the 32-byte wrapping key from a passphrase and salt.
     pub fn derive(&self, passphrase: &[u8], salt: &[u8]) -> Result<[u8; 32], KdfError> {
         let params =
@@ -279,6 +354,38 @@ mod tests {
             parallelism: 0,
         };
         assert!(bad.derive(b"pw", b"saltsaltsalt").is_err());
+    }
+
+    #[test]
+    fn kdf_parameters_from_disk_are_bounded() {
+        // Regression (engine review finding 14): a planted key file with a
+        // huge memory cost made every open abort or hang.
+        let huge = KdfParams {
+            memory_kib: u32::MAX,
+            iterations: 3,
+            parallelism: 1,
+        };
+        assert!(huge.check_readable().is_err());
+        let slow = KdfParams {
+            iterations: 1_000_000,
+            ..KdfParams::default()
+        };
+        assert!(slow.check_readable().is_err());
+        assert!(KDF_READ_MAX.check_readable().is_ok());
+        assert!(KdfParams::default().check_readable().is_ok());
+        assert!(KdfParams::default().check_new().is_ok());
+        assert!(KDF_NEW_MIN.check_new().is_ok());
+        let weak = KdfParams {
+            memory_kib: 8,
+            iterations: 1,
+            parallelism: 1,
+        };
+        // Weak parameters still open existing keys, but protect no new one
+        // (this unit test runs without `allow_weak_kdf`).
+        assert!(weak.check_readable().is_ok());
+        if !ALLOW_WEAK_KDF.load(std::sync::atomic::Ordering::Relaxed) {
+            assert!(weak.check_new().is_err());
+        }
     }
 
     #[test]

@@ -74,6 +74,13 @@ pub enum Error {
     /// Data (a pack or blob) is damaged or missing.
     #[error("{0}")]
     Damaged(String),
+    /// Prune (or another destructive step) refuses to run because the index
+    /// does not account for everything: deleting now could lose data.
+    #[error("refusing to prune: {0}")]
+    RepairNeeded(String),
+    /// A snapshot file does not read, so what it references is unknown.
+    #[error("{0}")]
+    SnapshotUnreadable(String),
     /// Another process holds a conflicting lock.
     #[error("repository is locked: {0}")]
     Locked(String),
@@ -135,7 +142,8 @@ impl Error {
             Error::WrongPassword | Error::NoPassword(_) => WRONG_PASSWORD,
             Error::UnsupportedFormat { .. } => UNSUPPORTED_FORMAT,
             Error::CorruptMetadata { .. } => CORRUPT_METADATA,
-            Error::Damaged(_) => DAMAGED,
+            Error::Damaged(_) | Error::RepairNeeded(_) => DAMAGED,
+            Error::SnapshotUnreadable(_) => CORRUPT_METADATA,
             Error::Locked(_) => LOCKED,
             Error::DiskFull(_) => DISK_FULL,
             Error::SourceMissing(_) => SOURCE_MISSING,
@@ -157,7 +165,9 @@ impl Error {
             Error::UnsupportedFormat { .. } => "upgrade vouch to a version that reads this format",
             Error::CorruptMetadata { .. } => "restore this file from a copy of the repository; `vouch repair index` rebuilds index files from the packs",
             Error::Damaged(_) => "run `vouch verify --read-data` for the full list of damage and the snapshots it affects",
-            Error::Locked(_) => "wait for the other process to finish; a lock of a dead process on this host is removed automatically",
+            Error::RepairNeeded(_) => "run `vouch repair index` and then `vouch verify`; if blobs are still missing, forget the snapshots verify names as affected, then prune again",
+            Error::SnapshotUnreadable(_) => "`vouch verify` lists unreadable snapshots; restore the file from a copy, or remove it with `vouch repair snapshots` if you accept losing that snapshot",
+            Error::Locked(_) => "wait for the other process to finish, or pass --retry-lock 10m; `vouch unlock` removes stale locks (a lock of a dead process on this host is removed automatically)",
             Error::DiskFull(_) => "free space (or raise the quota) and run the same command again; nothing already stored is lost",
             Error::SourceMissing(_) => "check the path; back up only paths that exist",
             Error::TargetNotEmpty(_) => "restore into an empty directory, or pass --overwrite to replace what is there",

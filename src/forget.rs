@@ -13,7 +13,7 @@ use crate::id::SnapshotId;
 
 /// Snapshots are grouped by host and paths.
 type GroupKey = (String, Vec<String>);
-use crate::repo::{lock, Repository};
+use crate::repo::Repository;
 
 /// The decision for one snapshot.
 #[derive(Clone, Debug, Serialize)]
@@ -54,7 +54,7 @@ pub fn forget(
     let _guard = if dry_run {
         None
     } else {
-        Some(lock::acquire(repo.backend().clone(), false, "forget")?)
+        Some(repo.lock(false, "forget")?)
     };
     let mut groups: BTreeMap<GroupKey, Vec<(SnapshotId, Manifest)>> = BTreeMap::new();
     for (id, m) in repo.list_snapshots()? {
@@ -97,6 +97,11 @@ pub fn forget(
         }
         out.push(group);
     }
+    if !dry_run {
+        // Durable before anyone (prune) relies on the snapshot being gone.
+        repo.backend()
+            .sync_deletes(crate::backend::FileKind::Snapshot)?;
+    }
     Ok(out)
 }
 
@@ -105,7 +110,7 @@ pub fn forget_ids(repo: &Repository, specs: &[String], dry_run: bool) -> Result<
     let _guard = if dry_run {
         None
     } else {
-        Some(lock::acquire(repo.backend().clone(), false, "forget")?)
+        Some(repo.lock(false, "forget")?)
     };
     let mut ids = Vec::new();
     for s in specs {
@@ -116,6 +121,8 @@ pub fn forget_ids(repo: &Repository, specs: &[String], dry_run: bool) -> Result<
         for id in &ids {
             repo.delete_snapshot(id)?;
         }
+        repo.backend()
+            .sync_deletes(crate::backend::FileKind::Snapshot)?;
     }
     Ok(ids)
 }

@@ -20,6 +20,7 @@ pub mod id;
 pub mod progress;
 pub mod proof;
 pub mod prune;
+pub mod repair;
 pub mod repo;
 pub mod restore;
 pub mod tree;

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::format::{Node, NodeKind};
 use crate::id::{BlobId, SnapshotId};
 use crate::progress::Progress;
-use crate::repo::{lock, MasterIndex, Repository};
+use crate::repo::{MasterIndex, Repository};
 use crate::restore::{restore, RestoreOptions};
 use crate::tree::walk;
 
@@ -71,7 +71,7 @@ pub fn verify_point(
     progress: &Progress,
     cancel: &dyn Fn() -> bool,
 ) -> Result<PointVerification> {
-    let _guard = lock::acquire(repo.backend().clone(), false, "verify")?;
+    let _guard = repo.lock(false, "verify")?;
     let manifest = repo.load_snapshot(id)?;
     let index = repo.load_index()?;
     let mut report = PointVerification::default();
@@ -289,11 +289,11 @@ pub fn restore_test(
     progress: Arc<Progress>,
 ) -> Result<RestoreTestReport> {
     let started = Instant::now();
+    // Held for the whole test: a prune running meanwhile could otherwise
+    // delete packs under the walk and make the test report false damage.
+    let _guard = repo.lock(false, "restore test")?;
     let manifest = repo.load_snapshot(id)?;
-    let index = {
-        let _guard = lock::acquire(repo.backend().clone(), false, "restore test")?;
-        repo.load_index()?
-    };
+    let index = repo.load_index()?;
     let mut files = Vec::new();
     walk(repo, &index, &manifest.tree, &mut |path, node| {
         if node.kind == NodeKind::File {

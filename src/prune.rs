@@ -1,18 +1,26 @@
 //! Prune: deletes packs no snapshot needs, repacks mostly-unused ones, and
 //! consolidates the index. Runs under an exclusive lock, so no backup can be
 //! writing; the order of writes keeps every referenced blob reachable
-//! through some index at every instant (see `docs/format.md`).
+//! through some index at every instant (see `docs/format.md`, "Prune").
+//!
+//! Prune deletes data, so it first proves that it knows where everything
+//! lives: it refuses to run (and points to `vouch repair index`) when an
+//! index or snapshot file does not read, when a blob some snapshot needs is
+//! in no index, when an indexed pack is missing or has the wrong size, or
+//! when a pack that no index lists holds a blob some snapshot needs.
 
 use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
 use crate::backend::{FileKind, WriteSync};
-use crate::error::Result;
-use crate::format::{IndexFile, NodeKind};
-use crate::id::{BlobId, PackId};
+use crate::error::{Error, Result};
+use crate::format::{IndexFile, Manifest, NodeKind};
+use crate::id::{BlobId, PackId, SnapshotId};
 use crate::repo::pack::PackBuilder;
-use crate::repo::{lock, Repository};
+use crate::repo::{MasterIndex, Repository};
+
+pub use crate::repair::{repair_index, RepairReport};
 
 /// Options of prune.
 #[derive(Clone, Debug)]
@@ -45,6 +53,11 @@ pub struct PruneReport {
     pub packs_written: u64,
     /// Leftover packs of interrupted sessions removed.
     pub leftover_packs: u64,
+    /// Packs in no index whose header does not read: kept, since prune
+    /// cannot tell what they hold (`vouch repair index` salvages them).
+    pub unreadable_packs_kept: u64,
+    /// Index files replaced by the consolidated one and removed.
+    pub index_files_removed: u64,
     /// Temporary files removed.
     pub temporary_files: u64,
     /// Bytes freed (net).
@@ -57,36 +70,151 @@ pub struct PruneReport {
     pub dry_run: bool,
 }
 
+/// Every blob (trees and data) the given snapshots reference. Fails with
+/// [`Error::RepairNeeded`] when one is in no index.
+fn mark(
+    repo: &Repository,
+    index: &MasterIndex,
+    snapshots: &[(SnapshotId, Manifest)],
+) -> Result<HashSet<BlobId>> {
+    let mut used: HashSet<BlobId> = HashSet::new();
+    // Per blob not in the index: the first snapshot found needing it.
+    let mut missing: HashMap<BlobId, SnapshotId> = HashMap::new();
+    for (snap, manifest) in snapshots {
+        if used.insert(manifest.tree) {
+            let mut stack = vec![manifest.tree];
+            while let Some(t) = stack.pop() {
+                if !index.contains(&t) {
+                    missing.entry(t).or_insert(*snap);
+                    continue;
+                }
+                let tree = repo.load_tree(index, &t)?;
+                for node in &tree.nodes {
+                    if node.kind == NodeKind::Dir {
+                        if let Some(s) = node.subtree {
+                            if used.insert(s) {
+                                stack.push(s);
+                            }
+                        }
+                    }
+                    for blob in node.content.iter().filter_map(|e| e.blob) {
+                        if used.insert(blob) && !index.contains(&blob) {
+                            missing.entry(blob).or_insert(*snap);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if !missing.is_empty() {
+        let mut snaps: Vec<String> = missing.values().map(|s| s.short()).collect();
+        snaps.sort();
+        snaps.dedup();
+        return Err(Error::RepairNeeded(format!(
+            "{} blobs that snapshots need are in no index (snapshots {}); prune would delete data it cannot see",
+            missing.len(),
+            snaps.join(", ")
+        )));
+    }
+    Ok(used)
+}
+
+/// Checks that every indexed pack is on storage with the size the index
+/// records (the listing maps pack names to sizes).
+fn check_indexed_packs(index: &MasterIndex, listing: &HashMap<String, u64>) -> Result<()> {
+    let mut bad = Vec::new();
+    for p in index.packs() {
+        match listing.get(&p.id.to_hex()) {
+            Some(&size) if size == p.size => {}
+            Some(&size) => bad.push(format!(
+                "{} ({size} bytes, the index says {})",
+                p.id.short(),
+                p.size
+            )),
+            None => bad.push(format!("{} (missing)", p.id.short())),
+        }
+    }
+    if bad.is_empty() {
+        return Ok(());
+    }
+    bad.truncate(10);
+    Err(Error::RepairNeeded(format!(
+        "the index lists packs that are not on storage as indexed: {}",
+        bad.join(", ")
+    )))
+}
+
+/// A pack no index lists, and what prune may do with it.
+enum Leftover {
+    /// Its header reads and names no used blob: safe to delete.
+    Garbage(String, u64),
+    /// Its header does not read: kept.
+    Unreadable,
+}
+
+/// Sorts the packs no index lists, refusing when one holds a used blob.
+fn classify_leftovers(
+    repo: &Repository,
+    listing: &HashMap<String, u64>,
+    index: &MasterIndex,
+    used: &HashSet<BlobId>,
+) -> Result<Vec<Leftover>> {
+    let indexed: HashSet<String> = index.packs().iter().map(|p| p.id.to_hex()).collect();
+    let mut out = Vec::new();
+    for (name, &size) in listing {
+        if indexed.contains(name) {
+            continue;
+        }
+        if PackId::from_hex(name).is_err() {
+            tracing::warn!(pack = %name, "a file in data/ that is not a pack is left alone");
+            continue;
+        }
+        match crate::repo::pack::read_header(repo.backend().as_ref(), repo.key(), name, size) {
+            Ok((_, header)) => {
+                if let Some(b) = header.blobs.iter().find(|b| used.contains(&b.id)) {
+                    return Err(Error::RepairNeeded(format!(
+                        "pack {} is in no index but holds blob {}, which a snapshot needs",
+                        &name[..8.min(name.len())],
+                        b.id.short()
+                    )));
+                }
+                out.push(Leftover::Garbage(name.clone(), size));
+            }
+            Err(e) => {
+                tracing::warn!(pack = %name, "keeping a pack in no index whose header does not read: {e}");
+                out.push(Leftover::Unreadable);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Runs prune.
 #[tracing::instrument(skip_all, fields(repo = %repo.backend().location(), dry_run = opts.dry_run))]
 pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
-    let guard = lock::acquire(repo.backend().clone(), true, "prune")?;
+    let guard = repo.lock(true, "prune")?;
     let index = repo.load_index()?;
+    if let Some((id, why)) = index.unreadable.first() {
+        return Err(Error::RepairNeeded(format!(
+            "index file {} does not read ({why}); prune would treat its packs as unused",
+            id.short()
+        )));
+    }
+    let scan = repo.scan_snapshots()?;
+    if let Some((id, why)) = scan.unreadable.first() {
+        return Err(Error::SnapshotUnreadable(format!(
+            "snapshot {} does not read ({why}); prune would delete the data it references",
+            id.short()
+        )));
+    }
+    let listing: HashMap<String, u64> = repo.backend().list(FileKind::Pack)?.into_iter().collect();
+    check_indexed_packs(&index, &listing)?;
+    let used = mark(repo, &index, &scan.snapshots)?;
     let mut report = PruneReport {
         dry_run: opts.dry_run,
         packs_before: index.packs().len() as u64,
         ..Default::default()
     };
-
-    // Mark.
-    let mut used: HashSet<BlobId> = HashSet::new();
-    for (_, manifest) in repo.list_snapshots()? {
-        used.insert(manifest.tree);
-        let mut stack = vec![manifest.tree];
-        while let Some(t) = stack.pop() {
-            let tree = repo.load_tree(&index, &t)?;
-            for node in &tree.nodes {
-                if node.kind == NodeKind::Dir {
-                    if let Some(s) = node.subtree {
-                        if used.insert(s) {
-                            stack.push(s);
-                        }
-                    }
-                }
-                used.extend(node.content.iter().filter_map(|e| e.blob));
-            }
-        }
-    }
 
     // Per pack: bytes of blobs whose kept location is this pack and are used.
     let mut used_bytes: HashMap<PackId, u64> = HashMap::new();
@@ -112,19 +240,23 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
             keep.insert(p.id);
         }
     }
-    let indexed: HashSet<String> = index.packs().iter().map(|p| p.id.to_hex()).collect();
-    let leftovers: Vec<(String, u64)> = repo
-        .backend()
-        .list(FileKind::Pack)?
-        .into_iter()
-        .filter(|(n, _)| !indexed.contains(n))
+    let leftovers = classify_leftovers(repo, &listing, &index, &used)?;
+    let garbage: Vec<(String, u64)> = leftovers
+        .iter()
+        .filter_map(|l| match l {
+            Leftover::Garbage(n, s) => Some((n.clone(), *s)),
+            Leftover::Unreadable => None,
+        })
         .collect();
+    report.unreadable_packs_kept = (leftovers.len() - garbage.len()) as u64;
     report.packs_deleted = delete.len() as u64;
     report.packs_repacked = repack.len() as u64;
-    report.leftover_packs = leftovers.len() as u64;
+    report.leftover_packs = garbage.len() as u64;
+    let old_index_files = index.all_files();
+    report.index_files_removed = old_index_files.len() as u64;
     let size_of = |id: &PackId| index.pack(id).map(|p| p.size).unwrap_or(0);
     let freed: u64 = delete.iter().chain(&repack).map(size_of).sum::<u64>()
-        + leftovers.iter().map(|l| l.1).sum::<u64>();
+        + garbage.iter().map(|l| l.1).sum::<u64>();
     if opts.dry_run {
         report.bytes_freed = freed;
         return Ok(report);
@@ -156,10 +288,10 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
             };
             let entry = *entry;
             let plain = repo.read_blob(&index, blob)?;
+            let (compression, stored) = compressor.compress(&plain);
             let b = builder
                 .get_or_insert_with(|| PackBuilder::new(repo.key(), pack_size + pack_size / 8));
-            let (compression, stored) = compressor.compress(&plain);
-            b.add(entry.id, entry.kind, plain.len(), compression, stored);
+            b.try_add(entry.id, entry.kind, plain.len(), compression, stored)?;
             if b.len() >= pack_size {
                 if let Some(full) = builder.take() {
                     flush(full, &mut new_packs, &mut written)?;
@@ -173,7 +305,9 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
     report.packs_written = new_packs.len() as u64;
     report.bytes_freed = freed.saturating_sub(written);
 
-    // New consolidated index, durable before anything is deleted.
+    // New consolidated index, durable before anything is deleted. It
+    // supersedes every index file present, superseded ones included, so that
+    // none of them can come back to life when this one is replaced in turn.
     let mut packs = index.records_for(&keep);
     for p in &mut packs {
         p.blobs.retain(|b| used.contains(&b.id));
@@ -182,19 +316,21 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
     repo.backend().sync_all()?;
     let new_index = IndexFile {
         packs,
-        supersedes: index.files.clone(),
+        supersedes: old_index_files.clone(),
     };
     guard.check()?;
     repo.save_index(&new_index, WriteSync::Now)?;
-    for old in &index.files {
+    for old in &old_index_files {
         repo.backend().delete(FileKind::Index, &old.to_hex())?;
     }
+    repo.backend().sync_deletes(FileKind::Index)?;
     for id in delete.iter().chain(&repack) {
         repo.backend().delete(FileKind::Pack, &id.to_hex())?;
     }
-    for (name, _) in &leftovers {
+    for (name, _) in &garbage {
         repo.backend().delete(FileKind::Pack, name)?;
     }
+    repo.backend().sync_deletes(FileKind::Pack)?;
     report.temporary_files = repo.backend().remove_temporary()? as u64;
     tracing::info!(
         deleted = report.packs_deleted,
@@ -202,42 +338,4 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
         "prune done"
     );
     Ok(report)
-}
-
-/// Rebuilds the index from the pack headers alone (`vouch repair index`).
-pub fn repair_index(repo: &Repository) -> Result<(u64, u64)> {
-    let _guard = lock::acquire(repo.backend().clone(), true, "repair index")?;
-    let old: Vec<crate::id::IndexId> = repo
-        .backend()
-        .list(FileKind::Index)?
-        .into_iter()
-        .filter_map(|(n, _)| crate::id::IndexId::from_hex(&n).ok())
-        .collect();
-    let mut packs = Vec::new();
-    let mut unreadable = 0u64;
-    for (name, _) in repo.backend().list(FileKind::Pack)? {
-        let Ok(id) = PackId::from_hex(&name) else {
-            continue;
-        };
-        let bytes = repo.backend().read(FileKind::Pack, &name)?;
-        match crate::repo::pack::read_whole(repo.key(), id, &bytes) {
-            Ok(rec) if PackId::hash_of(&bytes) == id => packs.push(rec),
-            Ok(_) | Err(_) => {
-                tracing::warn!(pack = %name, "pack is damaged; left out of the rebuilt index");
-                unreadable += 1;
-            }
-        }
-    }
-    let n = packs.len() as u64;
-    repo.save_index(
-        &IndexFile {
-            packs,
-            supersedes: old.clone(),
-        },
-        WriteSync::Now,
-    )?;
-    for id in old {
-        repo.backend().delete(FileKind::Index, &id.to_hex())?;
-    }
-    Ok((n, unreadable))
 }

@@ -100,7 +100,14 @@ fn no_repository_and_init_refuses_non_empty() {
     assert!(one_line_error(&out).contains("no repository"));
     fs::create_dir_all(&env.repo).unwrap();
     fs::write(env.repo.join("something"), b"x").unwrap();
-    let out = env.run(&["init", "--kdf-memory-kib", "1024", "--kdf-iterations", "1"]);
+    let out = env.run(&[
+        "init",
+        "--insecure-kdf",
+        "--kdf-memory-kib",
+        "1024",
+        "--kdf-iterations",
+        "1",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(one_line_error(&out).contains("not empty"));
 }

@@ -139,6 +139,7 @@ fn generate_fixture_repo_v1() {
     }
     run_ok(vouch(&out).args([
         "init",
+        "--insecure-kdf",
         "--kdf-memory-kib",
         "1024",
         "--kdf-iterations",

@@ -95,6 +95,7 @@ fn keys_add_list_remove_passwd() {
             .args([
                 "key",
                 action,
+                "--insecure-kdf",
                 "--kdf-memory-kib",
                 "1024",
                 "--kdf-iterations",

@@ -4,6 +4,7 @@
 //! (packs, index, sync, manifest).
 
 mod assemble;
+mod commit;
 mod exclude;
 mod pseudo_fs;
 mod read;
@@ -22,10 +23,10 @@ pub use save::Compressor;
 
 use crate::backend::WriteSync;
 use crate::error::{Error, Result};
-use crate::format::{IndexFile, Manifest, Summary};
+use crate::format::{Manifest, Summary};
 use crate::id::SnapshotId;
 use crate::progress::Progress;
-use crate::repo::{lock, Repository};
+use crate::repo::Repository;
 use crate::util::{host_name, now_ns, user_name};
 use assemble::{Assembler, Warnings};
 use read::ReaderContext;
@@ -213,8 +214,10 @@ pub fn backup(
         opts.exclude_caches,
         opts.exclude_paths.clone(),
     )?;
-    let guard = lock::acquire(repo.backend().clone(), false, "backup")?;
-    let index = Arc::new(repo.load_index()?);
+    let guard = repo.lock(false, "backup")?;
+    let mut index = repo.load_index()?;
+    commit::drop_missing_packs(repo, &mut index)?;
+    let index = Arc::new(index);
 
     let path_strs = path_strings(&paths);
     let parent = match (&opts.parent, opts.force) {
@@ -344,7 +347,6 @@ pub fn backup(
         return Err(abort.error_or_interrupted());
     }
 
-    // Commit: index, then everything durable, then the manifest.
     let bytes_stored: u64 = packs.iter().map(|p| p.size).sum();
     summary.blobs_added = packs.iter().map(|p| p.blobs.len() as u64).sum();
     summary.bytes_added = packs
@@ -352,17 +354,6 @@ pub fn backup(
         .flat_map(|p| &p.blobs)
         .map(|b| u64::from(b.raw_length))
         .sum();
-    if !packs.is_empty() {
-        let idx = IndexFile {
-            packs,
-            supersedes: Vec::new(),
-        };
-        repo.save_index(&idx, write_sync)?;
-    }
-    if opts.sync == SyncLevel::Filesystem {
-        repo.backend().sync_all()?;
-    }
-    guard.check()?;
     let all_warnings = warnings.take();
     summary.warnings = all_warnings.len() as u64;
     summary.bytes_stored = bytes_stored;
@@ -379,12 +370,7 @@ pub fn backup(
         summary,
         warnings: all_warnings.into_iter().take(10_000).collect(),
     };
-    let manifest_sync = if opts.sync == SyncLevel::None {
-        WriteSync::Deferred
-    } else {
-        WriteSync::Now
-    };
-    let snapshot = repo.save_snapshot(&manifest, manifest_sync)?;
+    let snapshot = commit::commit(repo, &guard, packs, &manifest, opts.sync)?;
     drop(guard);
     tracing::info!(snapshot = %snapshot.short(), "backup committed");
     Ok(BackupOutcome { snapshot, manifest })

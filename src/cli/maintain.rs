@@ -253,6 +253,47 @@ pub fn prune(ctx: &Ctx, a: PruneArgs) -> Result<i32> {
             r.leftover_packs,
             human_bytes(r.bytes_freed)
         ));
+        if r.unreadable_packs_kept > 0 {
+            ctx.out.say(format!(
+                "{} packs in no index do not read and were kept; `vouch repair index` salvages what they hold",
+                r.unreadable_packs_kept
+            ));
+        }
+    }
+    Ok(exit_code::OK)
+}
+
+/// `vouch unlock`.
+#[derive(Args, Debug)]
+pub struct UnlockArgs {
+    /// Remove every lock, live ones too: only when no other vouch process
+    /// uses the repository.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Removes stale locks (every lock with `--force`).
+pub fn unlock(ctx: &Ctx, a: UnlockArgs) -> Result<i32> {
+    let backend = ctx.backend()?;
+    let report = crate::repo::lock::unlock(backend.as_ref(), a.force)?;
+    if ctx.out.json {
+        ctx.out
+            .json_line(&json!({"type": "unlock", "locks": report}));
+    } else if report.is_empty() {
+        ctx.out.say("no locks");
+    } else {
+        for r in &report {
+            ctx.out.say(format!(
+                "{} locks/{}: {}",
+                match (r.removed, r.stale) {
+                    (true, true) => "removed stale",
+                    (true, false) => "removed live (--force)",
+                    (false, _) => "kept live",
+                },
+                r.name,
+                r.description
+            ));
+        }
     }
     Ok(exit_code::OK)
 }

@@ -39,6 +39,10 @@ pub struct Cli {
     /// More detail (repeat for more).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// Wait this long for a conflicting repository lock to go away (e.g.
+    /// `5m`) instead of failing at once.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub retry_lock: Option<std::time::Duration>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -69,6 +73,9 @@ pub enum Command {
     Key(repo_cmds::KeyArgs),
     /// Repair repository metadata.
     Repair(repo_cmds::RepairArgs),
+    /// Remove stale locks (of processes that are gone, or not refreshed for
+    /// 30 minutes); with --force, every lock.
+    Unlock(maintain::UnlockArgs),
     /// Measure performance, side by side with restic and borg.
     Bench(bench_cmd::BenchArgs),
     /// Run the service: scheduler, proof policies, alerts, API and console.
@@ -82,6 +89,7 @@ pub struct Ctx {
     /// Global options.
     pub out: Output,
     repo_path: Option<PathBuf>,
+    lock_wait: std::time::Duration,
 }
 
 impl Ctx {
@@ -101,7 +109,14 @@ impl Ctx {
         // Check the config before asking for a passphrase.
         Repository::read_config(backend.as_ref())?;
         let pw = password::existing()?;
-        Repository::open(backend, &pw)
+        Ok(Repository::open(backend, &pw)?.with_lock_wait(self.lock_wait))
+    }
+
+    /// The repository's storage, without opening it (no passphrase needed).
+    pub fn backend(&self) -> Result<Arc<LocalBackend>> {
+        let backend = Arc::new(LocalBackend::new(self.repo_path()?));
+        Repository::read_config(backend.as_ref())?;
+        Ok(backend)
     }
 }
 
@@ -131,6 +146,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             verbose: cli.verbose,
         },
         repo_path: cli.repo,
+        lock_wait: cli.retry_lock.unwrap_or_default(),
     };
     match cli.command {
         Command::Init(a) => repo_cmds::init(&ctx, a),
@@ -144,6 +160,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Prune(a) => maintain::prune(&ctx, a),
         Command::Key(a) => repo_cmds::key(&ctx, a),
         Command::Repair(a) => repo_cmds::repair(&ctx, a),
+        Command::Unlock(a) => maintain::unlock(&ctx, a),
         Command::Bench(a) => bench_cmd::run(&ctx, a),
         Command::Serve(_) | Command::Token(_) => Err(Error::InvalidArgument(
             "serve and token run through cli::run_service".into(),

@@ -21,10 +21,18 @@ pub struct KdfArgs {
     /// Argon2id passes for the new key.
     #[arg(long, default_value_t = 3)]
     pub kdf_iterations: u32,
+    /// Accept Argon2id settings below the minimum (19 MiB, 2 passes) for
+    /// the new key: for tests only, such a key is cheap to guess.
+    #[arg(long)]
+    pub insecure_kdf: bool,
 }
 
 impl KdfArgs {
     fn params(&self) -> KdfParams {
+        if self.insecure_kdf {
+            crate::crypto::allow_weak_kdf();
+            tracing::warn!("--insecure-kdf: the new key's passphrase is cheap to guess");
+        }
         KdfParams {
             memory_kib: self.kdf_memory_kib,
             iterations: self.kdf_iterations,
@@ -174,8 +182,16 @@ pub struct RepairArgs {
 /// Repairable things.
 #[derive(Subcommand, Debug)]
 pub enum RepairWhat {
-    /// Rebuild the index from the pack headers.
+    /// Rebuild the index from the pack headers, salvaging the intact blobs
+    /// of damaged packs.
     Index,
+    /// Remove snapshot files that do not read (their data is freed by the
+    /// next prune).
+    Snapshots {
+        /// Only list them.
+        #[arg(long, short = 'n')]
+        dry_run: bool,
+    },
 }
 
 /// Repairs.
@@ -183,15 +199,40 @@ pub fn repair(ctx: &Ctx, a: RepairArgs) -> Result<i32> {
     let repo = ctx.open()?;
     match a.what {
         RepairWhat::Index => {
-            let (packs, damaged) = crate::prune::repair_index(&repo)?;
+            let r = crate::repair::repair_index(&repo)?;
             if ctx.out.json {
-                ctx.out.json_line(
-                    &json!({"type": "repair_index", "packs": packs, "damaged_packs": damaged}),
-                );
+                ctx.out
+                    .json_line(&json!({"type": "repair_index", "report": r}));
             } else {
                 ctx.out.say(format!(
-                    "index rebuilt from {packs} packs ({damaged} damaged packs left out)"
+                    "index rebuilt from {} packs: {} whole, {} damaged with their intact blobs kept ({} blobs lost), {} unreadable packs left out and kept",
+                    r.packs + r.salvaged_packs + r.unreadable_packs,
+                    r.packs,
+                    r.salvaged_packs,
+                    r.lost_blobs,
+                    r.unreadable_packs
                 ));
+                if r.lost_blobs > 0 || r.unreadable_packs > 0 {
+                    ctx.out
+                        .say("run `vouch verify` to see which snapshots and paths lost data");
+                }
+            }
+        }
+        RepairWhat::Snapshots { dry_run } => {
+            let removed = crate::repair::remove_unreadable_snapshots(&repo, dry_run)?;
+            if ctx.out.json {
+                ctx.out.json_line(&json!({"type": "repair_snapshots", "dry_run": dry_run,
+                    "removed": removed.iter().map(|(id, why)| json!({"id": id.to_hex(), "reason": why})).collect::<Vec<_>>()}));
+            } else if removed.is_empty() {
+                ctx.out.say("every snapshot file reads; nothing to remove");
+            } else {
+                for (id, why) in &removed {
+                    ctx.out.say(format!(
+                        "{} unreadable snapshot {}: {why}",
+                        if dry_run { "would remove" } else { "removed" },
+                        id.short()
+                    ));
+                }
             }
         }
     }

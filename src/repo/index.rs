@@ -33,8 +33,16 @@ pub struct MasterIndex {
     packs: Vec<PackInfo>,
     pack_pos: HashMap<PackId, u32>,
     blobs: HashMap<BlobId, BlobLocation>,
-    /// The index files merged into this one.
+    /// The live index files merged into this one.
     pub files: Vec<IndexId>,
+    /// Index files present but superseded by a live one: garbage once their
+    /// superseder is durable, removed (and superseded again) by every
+    /// consolidation so that none can come back to life (see `docs/format.md`).
+    pub superseded: Vec<IndexId>,
+    /// Index files that could not be read or authenticated, with the reason.
+    /// Readers go on without them (their blobs look missing, so a backup
+    /// stores them again); prune refuses to run while any is listed.
+    pub unreadable: Vec<(IndexId, String)>,
 }
 
 impl MasterIndex {
@@ -84,6 +92,65 @@ impl MasterIndex {
     /// Whether the blob is stored.
     pub fn contains(&self, id: &BlobId) -> bool {
         self.blobs.contains_key(id)
+    }
+
+    /// Every index file present when this index was loaded: live,
+    /// superseded and unreadable. A consolidated index supersedes all of them.
+    pub fn all_files(&self) -> Vec<IndexId> {
+        let mut all: Vec<IndexId> = self
+            .files
+            .iter()
+            .chain(&self.superseded)
+            .copied()
+            .chain(self.unreadable.iter().map(|(id, _)| *id))
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    }
+
+    /// Forgets the packs that are not in `present` (the backend's listing,
+    /// pack to size) with the size the index records, with their blobs, and
+    /// returns their ids. A blob of a missing pack then looks missing, so a
+    /// backup stores it again instead of trusting a location that no longer
+    /// exists (a stale index file, a pack lost to a power cut at sync level
+    /// `none`).
+    pub fn drop_packs_not_in(&mut self, present: &HashMap<PackId, u64>) -> Vec<PackId> {
+        let missing: Vec<PackId> = self
+            .packs
+            .iter()
+            .filter(|p| present.get(&p.id) != Some(&p.size))
+            .map(|p| p.id)
+            .collect();
+        if missing.is_empty() {
+            return missing;
+        }
+        // Renumber the packs that stay and drop the blobs of the others.
+        let mut remap: Vec<Option<u32>> = Vec::with_capacity(self.packs.len());
+        let mut kept = Vec::with_capacity(self.packs.len() - missing.len());
+        for p in self.packs.drain(..) {
+            if present.get(&p.id) == Some(&p.size) {
+                remap.push(Some(kept.len() as u32));
+                kept.push(p);
+            } else {
+                remap.push(None);
+            }
+        }
+        self.packs = kept;
+        self.pack_pos = self
+            .packs
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.id, i as u32))
+            .collect();
+        self.blobs.retain(|_, loc| match remap[loc.pack as usize] {
+            Some(new) => {
+                loc.pack = new;
+                true
+            }
+            None => false,
+        });
+        missing
     }
 
     /// All packs.

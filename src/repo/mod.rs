@@ -53,6 +53,8 @@ pub struct Repository {
     config: Config,
     key: Arc<MasterKey>,
     key_id: KeyId,
+    /// How long taking a lock waits for a conflicting one (`--retry-lock`).
+    lock_wait: std::time::Duration,
 }
 
 impl std::fmt::Debug for Repository {
@@ -61,6 +63,15 @@ impl std::fmt::Debug for Repository {
             .field("location", &self.backend.location())
             .finish()
     }
+}
+
+/// The result of reading every manifest.
+#[derive(Debug, Default)]
+pub struct SnapshotScan {
+    /// Manifests that read, oldest first.
+    pub snapshots: Vec<(SnapshotId, Manifest)>,
+    /// Snapshot files that did not read or authenticate, with the reason.
+    pub unreadable: Vec<(SnapshotId, String)>,
 }
 
 /// One key file, for `vouch key list`.
@@ -76,6 +87,66 @@ pub struct KeyInfo {
     pub host: String,
     /// By which user.
     pub user: String,
+}
+
+/// Largest pack a repository may use: the format stores blob offsets and
+/// lengths in a pack as u32, and a pack grows by at most one blob (16 MiB)
+/// past its target, so 1 GiB keeps every offset far inside u32.
+pub const MAX_PACK_SIZE: u64 = 1 << 30;
+/// Smallest pack target.
+pub const MIN_PACK_SIZE: u64 = 1 << 20;
+/// Largest chunk the chunker may produce.
+pub const MAX_CHUNK_SIZE: u32 = 16 << 20;
+
+fn validate_chunker(c: &crate::format::ChunkerParams) -> Result<()> {
+    let even = c.min_size % 2 == 0 && c.avg_size % 2 == 0 && c.max_size % 2 == 0;
+    // fastcdc's v2020 masks need min <= avg <= max within its own bounds
+    // (64 B .. 16 MiB for avg/max at our settings), and avg a power of two's
+    // neighbourhood is not required; these are the bounds `init` has always
+    // enforced.
+    if even
+        && 64 <= c.min_size
+        && c.min_size <= c.avg_size
+        && c.avg_size <= c.max_size
+        && c.max_size <= MAX_CHUNK_SIZE
+        && c.avg_size >= 256
+    {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "chunk sizes must be even with 64 <= min <= avg <= max <= 16 MiB and avg >= 256: {c:?}"
+        )))
+    }
+}
+
+fn validate_compression(level: i32) -> Result<()> {
+    if (0..=22).contains(&level) {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(
+            "compression level must be 0..=22".into(),
+        ))
+    }
+}
+
+/// Checks every field of a config read from storage with the rules `init`
+/// applies, so a damaged or tampered config is refused on open instead of
+/// panicking the chunker or overflowing pack offsets later (the config is
+/// plaintext and not authenticated: see `docs/format.md`).
+pub fn validate_config(config: &Config) -> Result<()> {
+    let bad = |e: Error| Error::corrupt("config", e);
+    validate_chunker(&config.chunker).map_err(bad)?;
+    validate_compression(config.compression_level).map_err(bad)?;
+    if !(MIN_PACK_SIZE..=MAX_PACK_SIZE).contains(&config.pack_size) {
+        return Err(Error::corrupt(
+            "config",
+            format!(
+                "pack_size {} is outside {MIN_PACK_SIZE}..={MAX_PACK_SIZE} bytes",
+                config.pack_size
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn wrap_key(key: &MasterKey, passphrase: &[u8], params: KdfParams) -> Result<KeyFile> {
@@ -128,30 +199,18 @@ impl Repository {
                 "the passphrase must not be empty".into(),
             ));
         }
-        let c = opts.chunker;
-        let even = c.min_size % 2 == 0 && c.avg_size % 2 == 0 && c.max_size % 2 == 0;
-        if !(even
-            && 64 <= c.min_size
-            && c.min_size <= c.avg_size
-            && c.avg_size <= c.max_size
-            && c.max_size <= 16 << 20)
-        {
-            return Err(Error::InvalidArgument(format!(
-                "chunk sizes must be even with 64 <= min <= avg <= max <= 16 MiB: {c:?}"
-            )));
-        }
-        if !(0..=22).contains(&opts.compression_level) {
-            return Err(Error::InvalidArgument(
-                "compression level must be 0..=22".into(),
-            ));
-        }
+        validate_chunker(&opts.chunker)?;
+        validate_compression(opts.compression_level)?;
+        opts.kdf
+            .check_new()
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         backend.create()?;
         let config = Config {
             version: FORMAT_VERSION,
             id: RepoId::random(),
             chunker: opts.chunker,
             compression_level: opts.compression_level,
-            pack_size: opts.pack_size.clamp(1 << 20, 1 << 30),
+            pack_size: opts.pack_size.clamp(MIN_PACK_SIZE, MAX_PACK_SIZE),
             created: now_rfc3339(),
         };
         let key = MasterKey::generate();
@@ -167,6 +226,7 @@ impl Repository {
             config,
             key: Arc::new(key),
             key_id,
+            lock_wait: std::time::Duration::ZERO,
         })
     }
 
@@ -190,6 +250,7 @@ impl Repository {
         if config.version == 0 {
             return Err(Error::corrupt("config", "version 0"));
         }
+        validate_config(&config)?;
         Ok(config)
     }
 
@@ -204,6 +265,10 @@ impl Repository {
         let mut corrupt = None;
         for (name, _) in keys {
             let what = format!("key file keys/{name}");
+            let Ok(key_id) = KeyId::from_hex(&name) else {
+                tracing::warn!(key = %name, "skipping a file in keys/ whose name is not a key id");
+                continue;
+            };
             let parsed: Result<KeyFile> = backend
                 .read(FileKind::Key, &name)
                 .and_then(|b| serde_json::from_slice(&b).map_err(|e| Error::corrupt(&what, e)));
@@ -215,14 +280,22 @@ impl Repository {
                     continue;
                 }
             };
+            // Parameters are read before any work is spent on them: a key
+            // file planted with a huge memory cost must not hang or abort
+            // every open.
+            if let Err(e) = file.params.check_readable() {
+                tracing::warn!(key = %name, "skipping key file: {e}");
+                corrupt = Some(Error::corrupt(&what, e));
+                continue;
+            }
             match unwrap_key(&file, passphrase, &what) {
                 Ok(Some(key)) => {
-                    let key_id = KeyId::from_hex(&name).map_err(|e| Error::corrupt(&what, e))?;
                     return Ok(Repository {
                         backend,
                         config,
                         key: Arc::new(key),
                         key_id,
+                        lock_wait: std::time::Duration::ZERO,
                     });
                 }
                 Ok(None) => {}
@@ -253,6 +326,19 @@ impl Repository {
         Chunker::new(self.config.chunker, self.key.gear_table())
     }
 
+    /// The same repository, whose locks wait up to `wait` for a conflicting
+    /// lock to go away (`--retry-lock`).
+    pub fn with_lock_wait(mut self, wait: std::time::Duration) -> Self {
+        self.lock_wait = wait;
+        self
+    }
+
+    /// Takes a shared (`exclusive == false`) or exclusive lock for `purpose`,
+    /// waiting as set by [`Repository::with_lock_wait`].
+    pub fn lock(&self, exclusive: bool, purpose: &str) -> Result<lock::LockGuard> {
+        lock::acquire_waiting(self.backend.clone(), exclusive, purpose, self.lock_wait)
+    }
+
     // ----- keys -----
 
     /// Adds a key for another passphrase.
@@ -262,6 +348,9 @@ impl Repository {
                 "the passphrase must not be empty".into(),
             ));
         }
+        params
+            .check_new()
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         let id = KeyId::random();
         let file = wrap_key(&self.key, passphrase, params)?;
         let json = serde_json::to_vec_pretty(&file).map_err(|e| Error::corrupt("key", e))?;
@@ -275,7 +364,10 @@ impl Repository {
         let mut out = Vec::new();
         for (name, _) in self.backend.list(FileKind::Key)? {
             let what = format!("key file keys/{name}");
-            let id = KeyId::from_hex(&name).map_err(|e| Error::corrupt(&what, e))?;
+            let Ok(id) = KeyId::from_hex(&name) else {
+                tracing::warn!(key = %name, "skipping a file in keys/ whose name is not a key id");
+                continue;
+            };
             let file: KeyFile = serde_json::from_slice(&self.backend.read(FileKind::Key, &name)?)
                 .map_err(|e| Error::corrupt(&what, e))?;
             out.push(KeyInfo {
@@ -338,26 +430,53 @@ impl Repository {
         Ok(id)
     }
 
-    /// Reads one manifest.
+    /// Reads one manifest, checking that its bytes hash to its name.
     pub fn load_snapshot(&self, id: &SnapshotId) -> Result<Manifest> {
         let what = format!("snapshot {}", id.short());
         let bytes = self.backend.read(FileKind::Snapshot, &id.to_hex())?;
+        if SnapshotId::hash_of(&bytes) != *id {
+            return Err(Error::corrupt(
+                what,
+                if bytes.is_empty() {
+                    "the file is empty (a power cut before it was made durable?)".to_string()
+                } else {
+                    "its content does not hash to its name".to_string()
+                },
+            ));
+        }
         let plain = sealed::open(&self.key, SealedKind::Snapshot, &bytes, &what)?;
         decode(&plain).map_err(|e| Error::corrupt(what, e))
     }
 
-    /// All snapshots, oldest first, from the manifests alone.
-    pub fn list_snapshots(&self) -> Result<Vec<(SnapshotId, Manifest)>> {
-        let mut out = Vec::new();
+    /// Every manifest that reads, oldest first, and the snapshot files that
+    /// do not (with the error), from the manifests alone.
+    pub fn scan_snapshots(&self) -> Result<SnapshotScan> {
+        let mut scan = SnapshotScan::default();
         for (name, _) in self.backend.list(FileKind::Snapshot)? {
             let Ok(id) = SnapshotId::from_hex(&name) else {
                 tracing::warn!(file = %name, "ignoring a file that is not a snapshot");
                 continue;
             };
-            out.push((id, self.load_snapshot(&id)?));
+            match self.load_snapshot(&id) {
+                Ok(m) => scan.snapshots.push((id, m)),
+                Err(e @ Error::UnsupportedFormat { .. }) => return Err(e),
+                Err(e) => scan.unreadable.push((id, e.to_string())),
+            }
         }
-        out.sort_by(|a, b| a.1.time_ns.cmp(&b.1.time_ns).then(a.0.cmp(&b.0)));
-        Ok(out)
+        scan.snapshots
+            .sort_by(|a, b| a.1.time_ns.cmp(&b.1.time_ns).then(a.0.cmp(&b.0)));
+        Ok(scan)
+    }
+
+    /// All snapshots that read, oldest first; an unreadable snapshot file is
+    /// skipped with a warning (`vouch verify` reports it as damage, and
+    /// prune refuses to run while one exists).
+    pub fn list_snapshots(&self) -> Result<Vec<(SnapshotId, Manifest)>> {
+        let scan = self.scan_snapshots()?;
+        for (id, e) in &scan.unreadable {
+            tracing::warn!(snapshot = %id.short(), "skipping an unreadable snapshot: {e}");
+        }
+        Ok(scan.snapshots)
     }
 
     /// Resolves `latest`, a full id, or a unique id prefix.
@@ -390,7 +509,9 @@ impl Repository {
         }
     }
 
-    /// Deletes a manifest (the data stays until prune).
+    /// Deletes a manifest (the data stays until prune). Call
+    /// [`Backend::sync_deletes`] for `FileKind::Snapshot` afterwards to make
+    /// the deletion durable before anything relies on it.
     pub fn delete_snapshot(&self, id: &SnapshotId) -> Result<()> {
         self.backend.delete(FileKind::Snapshot, &id.to_hex())
     }
@@ -406,22 +527,43 @@ impl Repository {
         Ok(id)
     }
 
-    /// Reads one index file.
+    /// Reads one index file, checking that its bytes hash to its name.
     pub fn load_index_file(&self, id: &IndexId) -> Result<IndexFile> {
         let what = format!("index file {}", id.short());
         let bytes = self.backend.read(FileKind::Index, &id.to_hex())?;
+        if IndexId::hash_of(&bytes) != *id {
+            return Err(Error::corrupt(
+                what,
+                if bytes.is_empty() {
+                    "the file is empty (a power cut before it was made durable?)".to_string()
+                } else {
+                    "its content does not hash to its name".to_string()
+                },
+            ));
+        }
         let plain = sealed::open(&self.key, SealedKind::Index, &bytes, &what)?;
         decode(&plain).map_err(|e| Error::corrupt(what, e))
     }
 
-    /// Merges every index file. Files superseded by another are skipped.
+    /// Merges every index file. Files superseded by another readable file are
+    /// skipped (and listed in [`MasterIndex::superseded`]); files that do not
+    /// read are listed in [`MasterIndex::unreadable`] with a warning, so one
+    /// damaged index file does not stop every command.
     pub fn load_index(&self) -> Result<MasterIndex> {
         let mut files = Vec::new();
+        let mut unreadable = Vec::new();
         for (name, _) in self.backend.list(FileKind::Index)? {
             let Ok(id) = IndexId::from_hex(&name) else {
                 continue;
             };
-            files.push((id, self.load_index_file(&id)?));
+            match self.load_index_file(&id) {
+                Ok(f) => files.push((id, f)),
+                Err(e @ Error::UnsupportedFormat { .. }) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(index = %id.short(), "skipping an unreadable index file: {e}");
+                    unreadable.push((id, e.to_string()));
+                }
+            }
         }
         let superseded: HashSet<IndexId> = files
             .iter()
@@ -429,10 +571,13 @@ impl Repository {
             .collect();
         let mut index = MasterIndex::default();
         for (id, file) in &files {
-            if !superseded.contains(id) {
+            if superseded.contains(id) {
+                index.superseded.push(*id);
+            } else {
                 index.add_file(*id, file);
             }
         }
+        index.unreadable = unreadable;
         Ok(index)
     }
 

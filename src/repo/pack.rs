@@ -51,7 +51,40 @@ impl PackBuilder {
         self.blobs.is_empty()
     }
 
+    /// Whether a blob of `stored_len` bytes still fits this pack: the format
+    /// stores offsets and lengths as u32.
+    pub fn fits(&self, stored_len: usize) -> bool {
+        let end = self.buf.len() as u64 + stored_len as u64 + crate::crypto::SEAL_OVERHEAD as u64;
+        end <= u64::from(u32::MAX)
+    }
+
+    /// Seals `stored` (the possibly compressed plaintext) into the pack;
+    /// fails (adding nothing) when the blob would not fit the format's u32
+    /// offsets: finish this pack and add it to a new one, and a blob that
+    /// does not fit an empty pack cannot be stored at all.
+    pub fn try_add(
+        &mut self,
+        id: BlobId,
+        kind: BlobType,
+        raw_length: usize,
+        compression: Compression,
+        stored: &[u8],
+    ) -> Result<()> {
+        let raw = u32::try_from(raw_length);
+        if !self.fits(stored.len()) || raw.is_err() {
+            return Err(Error::InvalidArgument(format!(
+                "a blob of {raw_length} bytes does not fit a pack at offset {} (the format limits packs to 4 GiB)",
+                self.buf.len()
+            )));
+        }
+        self.add(id, kind, raw_length, compression, stored);
+        Ok(())
+    }
+
     /// Seals `stored` (the possibly compressed plaintext) into the pack.
+    /// Callers keep packs below the repository's pack size (at most 1 GiB)
+    /// and blobs below 16 MiB, so offsets fit; [`PackBuilder::try_add`]
+    /// checks it.
     pub fn add(
         &mut self,
         id: BlobId,
@@ -128,6 +161,29 @@ pub fn open_header(
         .open(PACK_HEADER_AAD, sealed_header)
         .map_err(|_| Error::Damaged("pack header fails authentication".into()))?;
     decode(&plain).map_err(|e| Error::Damaged(format!("pack header does not parse: {e}")))
+}
+
+/// Reads only the trailer and header of a stored pack of `size` bytes.
+pub fn read_header(
+    backend: &dyn crate::backend::Backend,
+    key: &MasterKey,
+    name: &str,
+    size: u64,
+) -> Result<([u8; SALT_LEN], PackHeader)> {
+    use crate::backend::FileKind;
+    if size < PACK_TRAILER_LEN as u64 {
+        return Err(Error::Damaged(format!(
+            "pack {name} is too short ({size} bytes)"
+        )));
+    }
+    let trailer_at = size - PACK_TRAILER_LEN as u64;
+    let tail = backend.read_range(FileKind::Pack, name, trailer_at, PACK_TRAILER_LEN)?;
+    let (salt, header_len) = parse_trailer(&tail)?;
+    let header_at = trailer_at
+        .checked_sub(header_len as u64)
+        .ok_or_else(|| Error::Damaged("pack header length exceeds the pack".into()))?;
+    let sealed = backend.read_range(FileKind::Pack, name, header_at, header_len)?;
+    Ok((salt, open_header(key, &salt, &sealed)?))
 }
 
 /// Parses a whole pack held in memory into its index record.

@@ -29,7 +29,6 @@ use crate::error::Error;
 use crate::id::SnapshotId;
 use crate::progress::Progress;
 use crate::proof::{restore_test, verify_point, ReadBack};
-use crate::repo::lock;
 use crate::verify::{read_back_slices, SliceReadBack};
 
 /// Paths named in a restore-test evidence at most (the count is complete).
@@ -53,6 +52,8 @@ pub fn failure_of(e: &Error, cancelled: bool) -> JobFailure {
         Error::UnsupportedFormat { .. } => ("unsupported_format", false),
         Error::CorruptMetadata { .. } => ("corrupt_metadata", false),
         Error::Damaged(_) => ("damaged", false),
+        Error::RepairNeeded(_) => ("repair_needed", false),
+        Error::SnapshotUnreadable(_) => ("corrupt_metadata", false),
         Error::NotFound(_) => ("not_found", false),
         Error::InvalidArgument(_) => ("invalid", false),
         Error::TargetNotEmpty(_) | Error::NotEmpty(_) => ("target_not_empty", true),
@@ -371,7 +372,7 @@ fn retention(
     if keep.is_empty() {
         return Ok(Vec::new());
     }
-    let _guard = lock::acquire(repo.backend().clone(), false, "retention")?;
+    let _guard = repo.lock(false, "retention")?;
     let tag = plan_tag(plan);
     let snaps: Vec<_> = repo
         .list_snapshots()?
@@ -394,6 +395,10 @@ fn retention(
         }
         repo.delete_snapshot(&d.id)?;
         out.push((d.id, "not kept by the plan's keep rules".to_owned()));
+    }
+    if !out.is_empty() {
+        repo.backend()
+            .sync_deletes(crate::backend::FileKind::Snapshot)?;
     }
     Ok(out)
 }

@@ -64,6 +64,7 @@ impl Env {
     pub fn init(&self) {
         self.ok(&[
             "init",
+            "--insecure-kdf",
             "--kdf-memory-kib",
             "1024",
             "--kdf-iterations",

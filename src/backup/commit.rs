@@ -1,0 +1,108 @@
+//! The commit protocol of a backup: the session's index, everything made
+//! durable, the lock checked, the manifest (the commit marker) written, and
+//! the lock checked again (see `docs/format.md`, "Commit").
+
+use crate::backend::{FileKind, WriteSync};
+use crate::error::Result;
+use crate::format::{IndexFile, IndexPack, Manifest};
+use crate::id::{IndexId, SnapshotId};
+use crate::repo::lock::LockGuard;
+use crate::repo::Repository;
+
+use super::SyncLevel;
+
+/// Commits a backup whose packs are all written: returns the snapshot id.
+///
+/// Order, at levels `filesystem` and `file`:
+/// 1. packs are on storage (written by the pack writer; at level `file`
+///    each was fsynced);
+/// 2. one `sync_all` makes them durable (level `filesystem`);
+/// 3. the session's index file is written with an fsync *before* its
+///    rename, so a power cut never leaves an empty index file;
+/// 4. the lock is checked: a writer that lost it (judged stale while
+///    paused or stalled) stops here with nothing committed;
+/// 5. the manifest is written and made durable;
+/// 6. the lock is checked again: if it was lost while the manifest was
+///    being written (a storage stall long enough for a prune elsewhere to
+///    take over), the manifest and the session's index are removed again and
+///    the backup fails, so no snapshot ever names packs a prune removed.
+pub fn commit(
+    repo: &Repository,
+    guard: &LockGuard,
+    packs: Vec<IndexPack>,
+    manifest: &Manifest,
+    sync: SyncLevel,
+) -> Result<SnapshotId> {
+    let (data_sync, marker_sync) = match sync {
+        SyncLevel::None => (WriteSync::Deferred, WriteSync::Deferred),
+        SyncLevel::Filesystem | SyncLevel::File => (WriteSync::Now, WriteSync::Now),
+    };
+    if sync == SyncLevel::Filesystem {
+        repo.backend().sync_all()?;
+    }
+    let index: Option<IndexId> = if packs.is_empty() {
+        None
+    } else {
+        let file = IndexFile {
+            packs,
+            supersedes: Vec::new(),
+        };
+        Some(repo.save_index(&file, data_sync)?)
+    };
+    if let Err(e) = guard.check() {
+        undo(repo, None, index);
+        return Err(e);
+    }
+    let snapshot = repo.save_snapshot(manifest, marker_sync)?;
+    if let Err(e) = guard.check() {
+        tracing::error!(snapshot = %snapshot.short(), "the lock was lost while the snapshot was written; removing it again");
+        undo(repo, Some(snapshot), index);
+        return Err(e);
+    }
+    Ok(snapshot)
+}
+
+/// Removes what a session that lost its lock wrote of its commit: its
+/// manifest (which may name packs a prune removed) and its index file (which
+/// may describe them), durably. Failures are logged: the error that stopped
+/// the commit is what the caller reports.
+fn undo(repo: &Repository, snapshot: Option<SnapshotId>, index: Option<IndexId>) {
+    let backend = repo.backend();
+    if let Some(s) = snapshot {
+        let r = backend
+            .delete(FileKind::Snapshot, &s.to_hex())
+            .and_then(|()| backend.sync_deletes(FileKind::Snapshot));
+        if let Err(e) = r {
+            tracing::error!(snapshot = %s.short(), "could not remove the uncommitted snapshot: {e}; remove snapshots/{} by hand", s.to_hex());
+        }
+    }
+    if let Some(i) = index {
+        let r = backend
+            .delete(FileKind::Index, &i.to_hex())
+            .and_then(|()| backend.sync_deletes(FileKind::Index));
+        if let Err(e) = r {
+            tracing::warn!(index = %i.short(), "could not remove the session's index file: {e}; `vouch repair index` rebuilds the index");
+        }
+    }
+}
+
+/// Drops from `index` the packs that are not on storage with their indexed
+/// size, with a warning: their blobs are then stored again by this backup
+/// instead of being deduplicated against data that is gone.
+pub fn drop_missing_packs(repo: &Repository, index: &mut crate::repo::MasterIndex) -> Result<()> {
+    let listing = repo
+        .backend()
+        .list(FileKind::Pack)?
+        .into_iter()
+        .filter_map(|(n, size)| crate::id::PackId::from_hex(&n).ok().map(|id| (id, size)))
+        .collect();
+    let missing = index.drop_packs_not_in(&listing);
+    if !missing.is_empty() {
+        tracing::warn!(
+            packs = missing.len(),
+            first = %missing[0].short(),
+            "the index lists packs that are missing or damaged on storage; their blobs will be stored again (run `vouch repair index`, then `vouch verify`)"
+        );
+    }
+    Ok(())
+}
