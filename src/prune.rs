@@ -169,9 +169,23 @@ fn classify_leftovers(
             tracing::warn!(pack = %name, "a file in data/ that is not a pack is left alone");
             continue;
         }
+        if size == 0 {
+            // An empty pack (a power cut before its data reached the disk)
+            // holds nothing anyone could salvage.
+            out.push(Leftover::Garbage(name.clone(), 0));
+            continue;
+        }
         match crate::repo::pack::read_header(repo.backend().as_ref(), repo.key(), name, size) {
             Ok((_, header)) => {
-                if let Some(b) = header.blobs.iter().find(|b| used.contains(&b.id)) {
+                // `mark` already refused any used blob in no index; this
+                // stays as a second line of defence: a leftover may hold
+                // used blobs only if they are indexed elsewhere too (the
+                // old copy of a repacked pack whose deletion a crash undid).
+                if let Some(b) = header
+                    .blobs
+                    .iter()
+                    .find(|b| used.contains(&b.id) && !index.contains(&b.id))
+                {
                     return Err(Error::RepairNeeded(format!(
                         "pack {} is in no index but holds blob {}, which a snapshot needs",
                         &name[..8.min(name.len())],

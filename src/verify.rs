@@ -95,6 +95,13 @@ pub fn verify(
         ..Default::default()
     };
     let mut bad_blobs: HashSet<BlobId> = HashSet::new();
+    for (id, why) in &index.unreadable {
+        report.damage.push(Damage {
+            pack: None,
+            blob: None,
+            problem: format!("index file {} does not read: {why}", id.to_hex()),
+        });
+    }
 
     // Packs exist with their sizes.
     let on_disk: HashMap<String, u64> = repo.backend().list(FileKind::Pack)?.into_iter().collect();
@@ -168,7 +175,15 @@ pub fn verify(
     }
 
     // Snapshots: every tree loads, every blob is indexed; map damage to paths.
-    let snapshots = repo.list_snapshots()?;
+    let scanned = repo.scan_snapshots()?;
+    for (id, why) in &scanned.unreadable {
+        report.damage.push(Damage {
+            pack: None,
+            blob: None,
+            problem: format!("snapshot file {} does not read: {why}", id.to_hex()),
+        });
+    }
+    let snapshots = scanned.snapshots;
     report.snapshots = snapshots.len() as u64;
     let mut scan = Scan {
         repo,

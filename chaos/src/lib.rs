@@ -6,6 +6,8 @@
 //! Randomness comes from a seeded generator so that every failure can be
 //! replayed with the seed it prints.
 
+pub mod powercut;
+
 use std::fs::OpenOptions;
 use std::io;
 use std::os::unix::fs::FileExt;

@@ -23,6 +23,17 @@ fn prefix(kind: SealedKind, version: u8) -> [u8; SEALED_PREFIX_LEN] {
     p
 }
 
+/// Decompresses at most `limit` bytes; `Ok(None)` when there is more (the
+/// check runs while decompressing, so a bomb never gets allocated).
+fn decompress_bounded(compressed: &[u8], limit: usize) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    zstd::stream::read::Decoder::new(compressed)?
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)?;
+    Ok((out.len() <= limit).then_some(out))
+}
+
 /// Encrypts a metadata file.
 pub fn seal(key: &MasterKey, kind: SealedKind, plaintext: &[u8]) -> Vec<u8> {
     let prefix = prefix(kind, FORMAT_VERSION as u8);
@@ -67,20 +78,27 @@ pub fn open(key: &MasterKey, kind: SealedKind, bytes: &[u8], what: &str) -> Resu
         .file_cipher(&salt)
         .open(prefix, sealed)
         .map_err(|e| Error::corrupt(what, e))?;
-    zstd::stream::decode_all(&compressed[..])
-        .map_err(|e| Error::corrupt(what, format!("decompression failed: {e}")))
-        .and_then(|p| {
-            if p.len() > MAX_METADATA_PLAINTEXT {
-                Err(Error::corrupt(what, "implausibly large"))
-            } else {
-                Ok(p)
-            }
-        })
+    decompress_bounded(&compressed, MAX_METADATA_PLAINTEXT)
+        .map_err(|e| Error::corrupt(what, format!("decompression failed: {e}")))?
+        .ok_or_else(|| Error::corrupt(what, "implausibly large"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decompression_is_bounded_while_it_runs() {
+        // Regression (engine review finding 18): the size guard ran after
+        // the whole plaintext was decompressed.
+        let bomb = zstd::bulk::compress(&vec![0u8; 1 << 20], 3).unwrap();
+        assert!(bomb.len() < 1 << 12);
+        assert_eq!(decompress_bounded(&bomb, 1 << 16).unwrap(), None);
+        assert_eq!(
+            decompress_bounded(&bomb, 1 << 20).unwrap().map(|v| v.len()),
+            Some(1 << 20)
+        );
+    }
 
     #[test]
     fn round_trip_and_kind_binding() {
