@@ -4,16 +4,21 @@
 use std::io::IsTerminal;
 use std::process::Command;
 
+use zeroize::Zeroizing;
+
 use crate::error::{Error, Result};
 
-fn from_env(prefix: &str) -> Result<Option<Vec<u8>>> {
+/// A passphrase, wiped from memory when dropped.
+pub type Secret = Zeroizing<Vec<u8>>;
+
+fn from_env(prefix: &str) -> Result<Option<Secret>> {
     if let Ok(p) = std::env::var(prefix) {
-        return Ok(Some(p.into_bytes()));
+        return Ok(Some(Zeroizing::new(p.into_bytes())));
     }
     if let Ok(path) = std::env::var(format!("{prefix}_FILE")) {
         let text = std::fs::read(&path)
             .map_err(|e| Error::NoPassword(format!("cannot read {prefix}_FILE {path}: {e}")))?;
-        return Ok(Some(first_line(text)));
+        return Ok(Some(first_line(Zeroizing::new(text))));
     }
     if let Ok(cmd) = std::env::var(format!("{prefix}_COMMAND")) {
         let out = Command::new("sh")
@@ -28,12 +33,12 @@ fn from_env(prefix: &str) -> Result<Option<Vec<u8>>> {
                 out.status
             )));
         }
-        return Ok(Some(first_line(out.stdout)));
+        return Ok(Some(first_line(Zeroizing::new(out.stdout))));
     }
     Ok(None)
 }
 
-fn first_line(mut text: Vec<u8>) -> Vec<u8> {
+fn first_line(mut text: Secret) -> Secret {
     if let Some(pos) = text.iter().position(|&b| b == b'\n') {
         text.truncate(pos);
     }
@@ -43,19 +48,19 @@ fn first_line(mut text: Vec<u8>) -> Vec<u8> {
     text
 }
 
-fn prompt(label: &str) -> Result<Vec<u8>> {
+fn prompt(label: &str) -> Result<Secret> {
     if !std::io::stdin().is_terminal() {
         return Err(Error::NoPassword(
             "no VOUCH_PASSWORD* variable set and no terminal to ask on".into(),
         ));
     }
     rpassword::prompt_password(label)
-        .map(String::into_bytes)
+        .map(|p| Zeroizing::new(p.into_bytes()))
         .map_err(|e| Error::NoPassword(format!("cannot read from the terminal: {e}")))
 }
 
 /// The passphrase of an existing repository.
-pub fn existing() -> Result<Vec<u8>> {
+pub fn existing() -> Result<Secret> {
     match from_env("VOUCH_PASSWORD")? {
         Some(p) => Ok(p),
         None => prompt("repository passphrase: "),
@@ -64,7 +69,7 @@ pub fn existing() -> Result<Vec<u8>> {
 
 /// A new passphrase (init: `VOUCH_PASSWORD*`; key add/passwd:
 /// `VOUCH_NEW_PASSWORD*`), asked twice on a terminal.
-pub fn new(env_prefix: &str) -> Result<Vec<u8>> {
+pub fn new(env_prefix: &str) -> Result<Secret> {
     if let Some(p) = from_env(env_prefix)? {
         return Ok(p);
     }

@@ -283,7 +283,7 @@ fn default_repository(data_dir: &Path) -> anyhow::Result<RepoSpec> {
     }
     Ok(RepoSpec {
         id: RepositoryId::new("default"),
-        passphrase: read_secret(&pw_path)?,
+        passphrase: read_secret(&pw_path)?.into(),
         path,
     })
 }
@@ -474,7 +474,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         specs.push(RepoSpec {
             id: RepositoryId::new(r.id.as_str()),
             path: r.path.clone(),
-            passphrase: read_secret(&r.passphrase_file)?,
+            passphrase: read_secret(&r.passphrase_file)?.into(),
         });
     }
     ensure_admin_token(&data_dir)?;

@@ -18,8 +18,8 @@ pub struct RepoSpec {
     pub id: RepositoryId,
     /// Its directory.
     pub path: PathBuf,
-    /// Its passphrase (never logged).
-    pub passphrase: Vec<u8>,
+    /// Its passphrase (never logged; wiped from memory when dropped).
+    pub passphrase: zeroize::Zeroizing<Vec<u8>>,
 }
 
 impl std::fmt::Debug for RepoSpec {
