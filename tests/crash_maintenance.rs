@@ -75,11 +75,16 @@ fn kill_9_during_prune_forget_and_repair_never_loses_data() {
     eprintln!("seed {seed}");
     let mut rng = Rng::new(seed);
     let mut version: Version = (0..24)
-        .map(|i| (format!("f{i:02}"), (rng.next_u64(), 20_000 + rng.below(200_000) as usize)))
+        .map(|i| {
+            (
+                format!("f{i:02}"),
+                (rng.next_u64(), 20_000 + rng.below(200_000) as usize),
+            )
+        })
         .collect();
     let mut history: Vec<Version> = Vec::new();
     let mut expected: HashMap<String, Tree> = HashMap::new();
-    let mut backup = |env: &Env, v: &Version, expected: &mut HashMap<String, Tree>| {
+    let backup = |env: &Env, v: &Version, expected: &mut HashMap<String, Tree>| {
         write_version(&src, v);
         let id = env.backup(&[&src]);
         expected.insert(id, describe(&src));
@@ -87,7 +92,10 @@ fn kill_9_during_prune_forget_and_repair_never_loses_data() {
     for _ in 0..4 {
         for _ in 0..6 {
             let n = rng.below(24);
-            version.insert(format!("f{n:02}"), (rng.next_u64(), 20_000 + rng.below(200_000) as usize));
+            version.insert(
+                format!("f{n:02}"),
+                (rng.next_u64(), 20_000 + rng.below(200_000) as usize),
+            );
         }
         backup(&env, &version, &mut expected);
         history.push(version.clone());
@@ -102,7 +110,10 @@ fn kill_9_during_prune_forget_and_repair_never_loses_data() {
         // New data, so that forget and prune have work to do.
         for _ in 0..6 {
             let n = rng.below(24);
-            version.insert(format!("f{n:02}"), (rng.next_u64(), 20_000 + rng.below(200_000) as usize));
+            version.insert(
+                format!("f{n:02}"),
+                (rng.next_u64(), 20_000 + rng.below(200_000) as usize),
+            );
         }
         backup(&env, &version, &mut expected);
         history.push(version.clone());
@@ -111,12 +122,20 @@ fn kill_9_during_prune_forget_and_repair_never_loses_data() {
         let args: Vec<String> = match rng.below(4) {
             0 => vec!["prune".into(), "--repack-below".into(), "90".into()],
             1 => vec!["forget".into(), "--prune".into(), victim],
-            2 => vec!["forget".into(), "--keep-last".into(), "3".into(), "--prune".into()],
+            2 => vec![
+                "forget".into(),
+                "--keep-last".into(),
+                "3".into(),
+                "--prune".into(),
+            ],
             _ => vec!["repair".into(), "index".into()],
         };
         let delay = Duration::from_micros(rng.below(full.as_micros() as u64 * 2 + 1));
         let outcome = run_and_kill(
-            env.cmd().args(&args).stdout(Stdio::null()).stderr(Stdio::null()),
+            env.cmd()
+                .args(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
             delay,
         )
         .unwrap();
