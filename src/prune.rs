@@ -334,12 +334,21 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
     };
     guard.check()?;
     repo.save_index(&new_index, WriteSync::Now)?;
-    for old in &old_index_files {
+    crate::util::failpoint("prune-index-written");
+    for (i, old) in old_index_files.iter().enumerate() {
         repo.backend().delete(FileKind::Index, &old.to_hex())?;
+        if i == old_index_files.len() / 2 {
+            crate::util::failpoint("prune-index-half-deleted");
+        }
     }
     repo.backend().sync_deletes(FileKind::Index)?;
-    for id in delete.iter().chain(&repack) {
+    crate::util::failpoint("prune-index-deleted");
+    let doomed: Vec<&PackId> = delete.iter().chain(&repack).collect();
+    for (i, id) in doomed.iter().enumerate() {
         repo.backend().delete(FileKind::Pack, &id.to_hex())?;
+        if i == doomed.len() / 2 {
+            crate::util::failpoint("prune-packs-half-deleted");
+        }
     }
     for (name, _) in &garbage {
         repo.backend().delete(FileKind::Pack, name)?;

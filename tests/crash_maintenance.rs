@@ -20,6 +20,16 @@ use vouch_chaos::{run_and_kill, KillOutcome, Rng};
 
 type Tree = BTreeMap<String, String>;
 
+/// The crash points of prune, forget and repair (`vouch::util::failpoint`).
+const FAILPOINTS: [&str; 6] = [
+    "prune-index-written",
+    "prune-index-half-deleted",
+    "prune-index-deleted",
+    "prune-packs-half-deleted",
+    "forget-one-deleted",
+    "repair-index-written",
+];
+
 fn rounds() -> usize {
     std::env::var("VOUCH_STRESS_ROUNDS")
         .ok()
@@ -130,9 +140,21 @@ fn kill_9_during_prune_forget_and_repair_never_loses_data() {
             ],
             _ => vec!["repair".into(), "index".into()],
         };
-        let delay = Duration::from_micros(rng.below(full.as_micros() as u64 * 2 + 1));
+        // Half the rounds kill at a random moment, half at a named step of
+        // the commit (windows too short for a random kill to hit).
+        let failpoint = if rng.below(2) == 0 {
+            Some(FAILPOINTS[rng.below(FAILPOINTS.len() as u64) as usize])
+        } else {
+            None
+        };
+        let delay = if failpoint.is_some() {
+            Duration::from_secs(120)
+        } else {
+            Duration::from_micros(rng.below(full.as_micros() as u64 * 2 + 1))
+        };
         let outcome = run_and_kill(
             env.cmd()
+                .env("VOUCH_FAILPOINT", failpoint.unwrap_or(""))
                 .args(&args)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null()),
@@ -141,12 +163,16 @@ fn kill_9_during_prune_forget_and_repair_never_loses_data() {
         .unwrap();
         match outcome {
             KillOutcome::Killed => killed += 1,
+            // Killed by its own failpoint (no exit code: a signal).
+            KillOutcome::Finished(-1) if failpoint.is_some() => killed += 1,
             KillOutcome::Finished(code) => {
                 assert_eq!(code, 0, "round {round} {args:?} (seed {seed})");
                 finished += 1;
             }
         }
-        let what = format!("round {round} {args:?} killed after {delay:?} (seed {seed})");
+        let what = format!(
+            "round {round} {args:?} killed after {delay:?} or at {failpoint:?} (seed {seed})"
+        );
         check(&env, &src, &expected, &what);
         // A revert to an older version (maybe forgotten and pruned): every
         // byte must be stored again or still be really there.
