@@ -172,6 +172,7 @@ impl Saver {
                     if abort.is_set() {
                         continue;
                     }
+                    super::failpoint::hit("writer", backend.location().as_bytes());
                     match backend.write(FileKind::Pack, &pack.id.to_hex(), &pack.bytes, sync) {
                         Ok(()) => {
                             Progress::add(&progress.bytes_stored, pack.bytes.len() as u64);
@@ -190,13 +191,25 @@ impl Saver {
         }
     }
 
-    /// Flushes every partial pack and returns the records of all packs written.
-    pub fn finish(self) -> Vec<IndexPack> {
+    /// Flushes every partial pack and returns the records of all packs
+    /// written; an error if a worker or the writer panicked (blobs it had
+    /// claimed may be missing, so nothing may be committed).
+    pub fn finish(self) -> crate::error::Result<Vec<IndexPack>> {
         drop(self.tx);
+        let mut panicked = None;
         for w in self.workers {
-            let _ = w.join();
+            if let Err(p) = w.join() {
+                panicked.get_or_insert_with(|| super::thread_panicked("saver", p.as_ref()));
+            }
         }
-        self.writer.join().unwrap_or_default()
+        let written = self
+            .writer
+            .join()
+            .map_err(|p| super::thread_panicked("pack writer", p.as_ref()));
+        match panicked {
+            Some(e) => Err(e),
+            None => written,
+        }
     }
 }
 
@@ -211,6 +224,7 @@ fn save_worker(
     let mut compressor = Compressor::new(level);
     let mut pack: Option<PackBuilder> = None;
     for job in rx {
+        super::failpoint::hit("saver", &job.data);
         let id = match job.naming {
             Naming::Known(id) => id,
             Naming::Unnamed { dedup, reply } => {

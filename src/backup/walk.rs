@@ -175,6 +175,19 @@ pub struct Walker {
     pub groups: HashMap<u32, Option<String>>,
 }
 
+/// `seconds * 10^9 + nanoseconds` as the format's `i64`, computed in
+/// `i128` so that it never overflows. Times the format cannot hold (before
+/// 1677-09-21 or after 2262-04-11) are clamped to the nearest one it can;
+/// the second value tells whether that happened.
+pub fn stat_time_ns(sec: i64, nsec: i64) -> (i64, bool) {
+    let ns = i128::from(sec) * 1_000_000_000 + i128::from(nsec);
+    match i64::try_from(ns) {
+        Ok(v) => (v, false),
+        Err(_) if ns < 0 => (i64::MIN, true),
+        Err(_) => (i64::MAX, true),
+    }
+}
+
 fn find<'a>(tree: Option<&'a Tree>, name: &[u8]) -> Option<&'a Node> {
     let tree = tree?;
     tree.nodes
@@ -225,7 +238,7 @@ impl Walker {
         self.warnings.push(msg);
     }
 
-    fn node(&mut self, name: &[u8], meta: &Metadata) -> Node {
+    fn node(&mut self, path: &Path, name: &[u8], meta: &Metadata) -> Node {
         let uid = meta.uid();
         let gid = meta.gid();
         let user = self
@@ -239,6 +252,18 @@ impl Walker {
             .or_insert_with(|| users::group_name(gid))
             .clone();
         let kind = kind_of(meta);
+        let (mtime_ns, clamped_m) = stat_time_ns(meta.mtime(), meta.mtime_nsec());
+        let (ctime_ns, clamped_c) = stat_time_ns(meta.ctime(), meta.ctime_nsec());
+        if clamped_m || clamped_c {
+            self.warn(format!(
+                "{}: timestamp outside 1677-09-21..2262-04-11 (mtime {}.{:09}, ctime {}.{:09} s since 1970), stored as the nearest time the format holds",
+                path.display(),
+                meta.mtime(),
+                meta.mtime_nsec(),
+                meta.ctime(),
+                meta.ctime_nsec()
+            ));
+        }
         Node {
             name: name.to_vec(),
             kind,
@@ -247,8 +272,8 @@ impl Walker {
             gid,
             user,
             group,
-            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
-            ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+            mtime_ns,
+            ctime_ns,
             size: if kind == NodeKind::File {
                 meta.len()
             } else {
@@ -298,7 +323,7 @@ impl Walker {
                 self.walk_entry(&path, name.as_bytes(), &meta, pnode, meta.dev())?;
             } else {
                 Progress::add(&self.progress.entries, 1);
-                let node = self.node(name.as_bytes(), &meta);
+                let node = self.node(&path, name.as_bytes(), &meta);
                 self.send(WalkItem::DirStart)?;
                 let sub = self.parent_subtree(pnode);
                 self.walk_virtual(&path, child, sub.as_ref())?;
@@ -323,8 +348,9 @@ impl Walker {
         if self.excludes.excluded(path) {
             return Ok(());
         }
+        super::failpoint::hit("walker", path.as_os_str().as_bytes());
         Progress::add(&self.progress.entries, 1);
-        let mut node = self.node(name, meta);
+        let mut node = self.node(path, name, meta);
         match node.kind {
             NodeKind::Dir => {
                 self.send(WalkItem::DirStart)?;
@@ -436,5 +462,26 @@ impl Walker {
             self.walk_entry(&path, name.as_bytes(), &meta, pnode, root_dev)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn review_finding_15_times_never_overflow() {
+        assert_eq!(stat_time_ns(1, 5), (1_000_000_005, false));
+        assert_eq!(stat_time_ns(-2, 500_000_000), (-1_500_000_000, false));
+        // 2300-01-01 and 1600-01-01.
+        assert_eq!(stat_time_ns(10_413_792_000, 0), (i64::MAX, true));
+        assert_eq!(stat_time_ns(-11_676_096_000, 0), (i64::MIN, true));
+        assert_eq!(stat_time_ns(i64::MAX, 999_999_999), (i64::MAX, true));
+        assert_eq!(stat_time_ns(i64::MIN, 0), (i64::MIN, true));
+        // The last representable instant is kept exactly.
+        assert_eq!(
+            stat_time_ns(i64::MAX / 1_000_000_000, i64::MAX % 1_000_000_000),
+            (i64::MAX, false)
+        );
     }
 }
