@@ -304,6 +304,9 @@ pub fn backup(
         warnings: warnings.clone(),
         users: Default::default(),
         groups: Default::default(),
+        reuse_before_ns: parent
+            .as_ref()
+            .map_or(i64::MIN, |(_, m)| walk::racy_cutoff_ns(m.time_ns)),
     };
     let trie = SourceTrie::new(&paths);
     let walk_abort = abort.clone();

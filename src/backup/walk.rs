@@ -173,6 +173,44 @@ pub struct Walker {
     pub users: HashMap<u32, Option<String>>,
     /// Name caches.
     pub groups: HashMap<u32, Option<String>>,
+    /// A parent node is reused only for a file whose mtime and ctime are
+    /// both older than this (see [`racy_cutoff_ns`]); `i64::MIN` without a
+    /// parent.
+    pub reuse_before_ns: i64,
+}
+
+/// The largest timestamp granularity change detection allows for: 2 s (FAT's
+/// mtime; 1 s on ext4 with 128-byte inodes, ext3, HFS+; a jiffy on ext4,
+/// xfs and tmpfs without multigrain timestamps).
+pub const RACY_MARGIN_NS: i64 = 2_000_000_000;
+
+/// The time before which a file's stat must lie for its parent node to be
+/// trusted: the parent backup's start minus [`RACY_MARGIN_NS`].
+///
+/// Why (git's "racily clean" rule, adapted): the parent recorded a file's
+/// `(size, mtime, ctime, inode)` at its `lstat`, at or after the parent's
+/// start `T` (`Manifest::time_ns` is taken before the walk), and read the
+/// content after that. A write that lands after the read but within the
+/// same timestamp tick as the recorded stat leaves all four fields equal,
+/// so comparing them cannot see it, in this backup or any later one. Such a
+/// write happens at a time `W > T`, and the kernel stamps it with `W`
+/// truncated to the tick, which is greater than `W - g` for a granularity
+/// `g`: so the stamp it shares with the recorded stat is greater than
+/// `T - g`. Conversely a recorded stamp `<= T - g` lies in a tick that ended
+/// by `T`, before anything was read, and no later write can carry it. Hence:
+/// a file whose recorded mtime or ctime is not strictly older than
+/// `T - RACY_MARGIN_NS` is read again (its content deduplicates, so this
+/// costs reading, not storage); older files are still skipped. A node the
+/// parent itself reused passed the same test against an older `T`, so it
+/// passes against the parent's `T` too. ctime alone would do on local file
+/// systems (every write or `utimensat` sets it to the current time); mtime
+/// is checked too for file systems that report a made-up ctime. The rule
+/// assumes the file system's clock and this host's agree within the margin
+/// (a network file system with a skewed server clock, or a wall clock stepped
+/// back between the parent's start and a write, defeats it); a file stamped
+/// in the future is read every time.
+pub fn racy_cutoff_ns(parent_time_ns: i64) -> i64 {
+    parent_time_ns.saturating_sub(RACY_MARGIN_NS)
 }
 
 /// `seconds * 10^9 + nanoseconds` as the format's `i64`, computed in
@@ -374,7 +412,10 @@ impl Walker {
             }
             NodeKind::File => {
                 let unchanged = pnode.filter(|p| {
-                    p.kind == NodeKind::File
+                    // Not racily clean: see `racy_cutoff_ns`.
+                    node.mtime_ns < self.reuse_before_ns
+                        && node.ctime_ns < self.reuse_before_ns
+                        && p.kind == NodeKind::File
                         && p.size == node.size
                         && p.mtime_ns == node.mtime_ns
                         && p.ctime_ns == node.ctime_ns
@@ -483,5 +524,11 @@ mod tests {
             stat_time_ns(i64::MAX / 1_000_000_000, i64::MAX % 1_000_000_000),
             (i64::MAX, false)
         );
+    }
+
+    #[test]
+    fn racy_cutoff_is_the_parent_start_minus_the_margin() {
+        assert_eq!(racy_cutoff_ns(10 * RACY_MARGIN_NS), 9 * RACY_MARGIN_NS);
+        assert_eq!(racy_cutoff_ns(i64::MIN + 1), i64::MIN);
     }
 }
