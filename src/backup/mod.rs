@@ -208,12 +208,13 @@ pub fn backup(
     let time_ns = now_ns();
     let paths = resolve_paths(&opts.paths)?;
     let host = opts.host.clone().unwrap_or_else(host_name);
-    let excludes = Excludes::new(
+    let mut excludes = Excludes::new(
         &opts.excludes,
         &opts.exclude_files,
         opts.exclude_caches,
         opts.exclude_paths.clone(),
     )?;
+    excludes.anchor(&paths);
     let guard = lock::acquire(repo.backend().clone(), false, "backup")?;
     let index = Arc::new(repo.load_index()?);
 

@@ -383,7 +383,7 @@ impl Walker {
         if self.abort.is_set() {
             return Err(self.abort.error_or_interrupted());
         }
-        if self.excludes.excluded(path) {
+        if self.excludes.excluded(path) || self.excludes.excluded_identity(meta) {
             return Ok(());
         }
         super::failpoint::hit("walker", path.as_os_str().as_bytes());
