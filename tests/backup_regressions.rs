@@ -37,7 +37,13 @@ fn set_mtime(path: &Path, sec: i64, nsec: i64) {
     ];
     // SAFETY: a valid C string and two timespecs.
     let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
-    assert_eq!(r, 0, "utimensat {}: {}", path.display(), std::io::Error::last_os_error());
+    assert_eq!(
+        r,
+        0,
+        "utimensat {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
 }
 
 /// Where a restore into `target` puts the source path `p`.
@@ -70,7 +76,10 @@ impl CoarseExt4 {
         run(Command::new("mkfs.ext4")
             .args(["-q", "-F", "-I", "128"])
             .arg(&img))?;
-        run(Command::new("mount").args(["-o", "loop"]).arg(&img).arg(&mnt))?;
+        run(Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&img)
+            .arg(&mnt))?;
         Ok(Self { mnt })
     }
 }

@@ -214,9 +214,21 @@ mod tests {
             let mut e = Excludes::new(&[], &[], false, vec![given.clone()]).unwrap();
             e.anchor(&[src.clone(), base.join("src-link/sub")]);
             assert!(e.excluded(&src.join("sub/repo")), "{}", given.display());
-            assert!(e.excluded(&src.join("sub/repo/data/x")), "{}", given.display());
-            assert!(e.excluded(&base.join("src-link/sub/repo")), "{}", given.display());
-            assert!(!e.excluded(&src.join("sub/repository")), "{}", given.display());
+            assert!(
+                e.excluded(&src.join("sub/repo/data/x")),
+                "{}",
+                given.display()
+            );
+            assert!(
+                e.excluded(&base.join("src-link/sub/repo")),
+                "{}",
+                given.display()
+            );
+            assert!(
+                !e.excluded(&src.join("sub/repository")),
+                "{}",
+                given.display()
+            );
             assert!(!e.excluded(&src.join("sub")), "{}", given.display());
             let m = std::fs::symlink_metadata(src.join("sub/repo")).unwrap();
             assert!(e.excluded_identity(&m));

@@ -5,39 +5,35 @@
 //! each other. Outside `cfg(test)` every hit compiles to nothing.
 
 #[cfg(test)]
-mod imp {
-    use std::sync::Mutex;
+static ARMED: std::sync::Mutex<Vec<(&'static str, Vec<u8>)>> = std::sync::Mutex::new(Vec::new());
 
-    static ARMED: Mutex<Vec<(&'static str, Vec<u8>)>> = Mutex::new(Vec::new());
-
-    /// Makes `stage` panic on keys containing `marker`.
-    pub fn arm(stage: &'static str, marker: &[u8]) {
-        if let Ok(mut a) = ARMED.lock() {
-            a.push((stage, marker.to_vec()));
-        }
-    }
-
-    /// Removes every failpoint with `marker`.
-    pub fn disarm(marker: &[u8]) {
-        if let Ok(mut a) = ARMED.lock() {
-            a.retain(|(_, m)| m != marker);
-        }
-    }
-
-    /// Panics if `stage` is armed with a marker that `key` contains.
-    pub fn hit(stage: &str, key: &[u8]) {
-        let armed = ARMED.lock().is_ok_and(|a| {
-            a.iter()
-                .any(|(s, m)| *s == stage && key.windows(m.len()).any(|w| w == m.as_slice()))
-        });
-        if armed {
-            panic!("failpoint {stage} hit");
-        }
+/// Makes `stage` panic on keys containing `marker`.
+#[cfg(test)]
+pub fn arm(stage: &'static str, marker: &[u8]) {
+    if let Ok(mut a) = ARMED.lock() {
+        a.push((stage, marker.to_vec()));
     }
 }
 
+/// Removes every failpoint with `marker`.
 #[cfg(test)]
-pub use imp::{arm, disarm, hit};
+pub fn disarm(marker: &[u8]) {
+    if let Ok(mut a) = ARMED.lock() {
+        a.retain(|(_, m)| m != marker);
+    }
+}
+
+/// Panics if `stage` is armed with a marker that `key` contains.
+#[cfg(test)]
+pub fn hit(stage: &str, key: &[u8]) {
+    let armed = ARMED.lock().is_ok_and(|a| {
+        a.iter()
+            .any(|(s, m)| *s == stage && key.windows(m.len()).any(|w| w == m.as_slice()))
+    });
+    if armed {
+        panic!("failpoint {stage} hit");
+    }
+}
 
 /// Nothing outside tests.
 #[cfg(not(test))]

@@ -485,7 +485,10 @@ mod tests {
     fn panicking_stage_commits_nothing(stage: &'static str) {
         let dir = tempfile::tempdir().unwrap();
         let repo = repo(dir.path());
-        let marker = format!("vouch-failpoint-{stage}-{}", hex::encode(crate::crypto::random_array::<8>()));
+        let marker = format!(
+            "vouch-failpoint-{stage}-{}",
+            hex::encode(crate::crypto::random_array::<8>())
+        );
         // The saver sees blobs: the marker only in the file's content, so
         // that one saver panics and the others go on.
         let name = if stage == "saver" { "f" } else { &marker };
@@ -509,7 +512,10 @@ mod tests {
                 assert!(msg.contains(&format!("failpoint {stage} hit")), "{msg}");
             }
             Err(e) => panic!("{stage}: wrong error {e:?}"),
-            Ok(o) => panic!("{stage}: a snapshot was committed: {:?}", o.manifest.summary),
+            Ok(o) => panic!(
+                "{stage}: a snapshot was committed: {:?}",
+                o.manifest.summary
+            ),
         }
         assert!(repo.list_snapshots().unwrap().is_empty());
     }

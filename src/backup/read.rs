@@ -3,8 +3,8 @@
 //! so that a cold disk sees parallel reads.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::fs::Metadata;
+use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -216,8 +216,15 @@ fn read_file(ctx: &ReaderContext, job: &FileJob) -> Result<FileResult> {
         bytes_read = n;
         size = n;
     }
+    // One byte past the size read: content the size did not announce (a
+    // file that grew, or one whose st_size understates it, as on some
+    // pseudo and FUSE file systems) is flagged, never read without bound.
+    // This is the read that would have seen end-of-file anyway.
+    let mut probe = [0u8; 1];
+    let grew = std::os::unix::fs::FileExt::read_at(&file, &mut probe, len).is_ok_and(|n| n > 0);
     let after = file.metadata().map_err(io("stat"))?;
-    let changed = after.len() != before.len()
+    let changed = grew
+        || after.len() != before.len()
         || after.mtime() != before.mtime()
         || after.mtime_nsec() != before.mtime_nsec()
         || after.ctime() != before.ctime()
@@ -234,11 +241,7 @@ fn read_file(ctx: &ReaderContext, job: &FileJob) -> Result<FileResult> {
 /// Streams a large file (or a region of one) to the savers; returns the
 /// bytes read. Hashing moves to the workers so that it runs on every core
 /// while this thread keeps reading and cutting.
-fn read_streamed(
-    ctx: &ReaderContext,
-    source: impl Read,
-    extents: &mut Vec<Extent>,
-) -> Result<u64> {
+fn read_streamed(ctx: &ReaderContext, source: impl Read, extents: &mut Vec<Extent>) -> Result<u64> {
     let mut pending = Vec::new();
     let n = ctx.chunker.stream(source, |chunk| {
         crate::util::check_interrupted()?;
@@ -515,6 +518,36 @@ mod tests {
             FileResult::Unreadable(m) => panic!("{m}"),
         }
         assert_eq!(stored(&blobs), vec![b"content".to_vec()]);
+    }
+
+    /// Content beyond the size the open file reports is not read, and the
+    /// file is flagged as changed (finding 6: "read at most the fstat size").
+    /// A procfs file reports size 0 and yet has content: the same as a file
+    /// that grows after the `fstat`.
+    #[test]
+    fn review_finding_6_content_beyond_the_fstat_size_is_not_read() {
+        let f = Path::new("/proc/self/status");
+        if !f.exists() {
+            eprintln!("SKIPPED: no /proc");
+            return;
+        }
+        let (ctx, blobs) = context();
+        let node = walked(f);
+        assert_eq!(node.size, 0);
+        let (job, _rx) = job(f, node);
+        match read_file(&ctx, &job).unwrap() {
+            FileResult::Done {
+                size,
+                bytes_read,
+                changed,
+                ..
+            } => {
+                assert_eq!((size, bytes_read), (0, 0));
+                assert!(changed, "unannounced content must be flagged");
+            }
+            FileResult::Unreadable(m) => panic!("{m}"),
+        }
+        assert!(stored(&blobs).iter().all(|b| b.is_empty()));
     }
 
     /// Finding 17: only ENXIO means "no more data".
