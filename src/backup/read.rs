@@ -129,9 +129,9 @@ fn open_checked(path: &Path, node: &Node) -> std::result::Result<(File, Metadata
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | extra)
             .open(path)
     };
-    let file = match open(true) {
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(false),
-        other => other,
+    let (file, noatime) = match open(true) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => (open(false), 0),
+        other => (other, libc::O_NOATIME),
     };
     let file = match file {
         Ok(f) => f,
@@ -160,12 +160,10 @@ fn open_checked(path: &Path, node: &Node) -> std::result::Result<(File, Metadata
     }
     // Blocking reads from here on (a regular file ignores O_NONBLOCK on
     // most file systems, but not on all: some FUSE servers honour it).
+    // F_SETFL sets the status flags it handles at once, so one call keeps
+    // O_NOATIME and drops O_NONBLOCK.
     // SAFETY: fcntl on our own open descriptor.
-    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
-    if flags < 0
-        // SAFETY: as above.
-        || unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0
-    {
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, noatime) } < 0 {
         let e = std::io::Error::last_os_error();
         return Err(format!("{}: fcntl: {e}", path.display()));
     }
@@ -518,6 +516,13 @@ mod tests {
             FileResult::Unreadable(m) => panic!("{m}"),
         }
         assert_eq!(stored(&blobs), vec![b"content".to_vec()]);
+        // Opened non-blocking, read blocking; O_NOATIME kept where allowed
+        // (the owner of the file may always ask for it).
+        let (file, _) = open_checked(&f, &job.node).unwrap();
+        // SAFETY: fcntl on an open descriptor.
+        let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+        assert_eq!(flags & libc::O_NONBLOCK, 0);
+        assert_ne!(flags & libc::O_NOATIME, 0);
     }
 
     /// Content beyond the size the open file reports is not read, and the
