@@ -104,6 +104,9 @@ impl Excludes {
             for p in &self.paths {
                 if let Ok(rest) = p.strip_prefix(&resolved) {
                     extra.push(source.join(rest));
+                } else if resolved.starts_with(p) {
+                    // The source lies inside an excluded path.
+                    extra.push(source.clone());
                 }
             }
         }
@@ -232,6 +235,14 @@ mod tests {
             assert!(!e.excluded(&src.join("sub")), "{}", given.display());
             let m = std::fs::symlink_metadata(src.join("sub/repo")).unwrap();
             assert!(e.excluded_identity(&m));
+            // A source inside the repository, named through the symlink.
+            let mut e = Excludes::new(&[], &[], false, vec![given.clone()]).unwrap();
+            e.anchor(&[base.join("repo-link/data")]);
+            assert!(
+                e.excluded(&base.join("repo-link/data")),
+                "{}",
+                given.display()
+            );
         }
     }
 }
