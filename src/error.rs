@@ -102,6 +102,10 @@ pub enum Error {
     /// Stopped by a signal.
     #[error("interrupted")]
     Interrupted,
+    /// A bug: an internal invariant failed or a worker thread panicked. The
+    /// operation stopped without committing anything.
+    #[error("{0}")]
+    Internal(String),
     /// An I/O error, with what we were doing.
     #[error("{context}: {source}")]
     Io {
@@ -151,7 +155,7 @@ impl Error {
             Error::NotFound(_) => NOT_FOUND,
             Error::InvalidArgument(_) => USAGE,
             Error::Interrupted => INTERRUPTED,
-            Error::NotEmpty(_) | Error::Io { .. } => FAILURE,
+            Error::NotEmpty(_) | Error::Io { .. } | Error::Internal(_) => FAILURE,
         }
     }
 
@@ -175,6 +179,7 @@ impl Error {
             Error::InvalidArgument(_) => "see `vouch help` for the accepted values",
             Error::Interrupted => "run the same command again; completed work is kept (an interrupted restore resumes)",
             Error::Io { .. } => "check permissions and the health of the disk, then retry",
+            Error::Internal(_) => "this is a bug in vouch; nothing was committed, so retrying is safe; please report it with the log",
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Exclusion rules of a backup: glob patterns, cache directories and paths.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
@@ -14,7 +15,13 @@ pub const CACHEDIR_SIGNATURE: &[u8] = b"Signature: 8a477f597d28d172789f06886806b
 pub struct Excludes {
     by_name: Option<GlobSet>,
     by_path: Option<GlobSet>,
+    /// Excluded paths, resolved (`realpath`), plus after [`Excludes::anchor`]
+    /// the same paths as the walk spells them below each source. Everything
+    /// at or below one of them is excluded.
     paths: Vec<PathBuf>,
+    /// `(st_dev, st_ino)` of the excluded paths that exist: catches the
+    /// same directory reached by another name (a bind mount, say).
+    identities: Vec<(u64, u64)>,
     /// Skip the contents of directories tagged with `CACHEDIR.TAG`.
     pub caches: bool,
 }
@@ -64,17 +71,55 @@ impl Excludes {
                 .map(Some)
                 .map_err(|e| Error::InvalidArgument(format!("bad exclude patterns: {e}")))
         };
+        let paths: Vec<PathBuf> = paths.iter().map(|p| resolve(p)).collect();
+        let identities = paths
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| (m.dev(), m.ino()))
+            .collect();
         Ok(Self {
             by_name: build(names, n_names)?,
             by_path: build(full, n_full)?,
             paths,
+            identities,
             caches,
         })
     }
 
+    /// Makes the excluded paths match the walk of `sources` (absolute,
+    /// normalised, as the walker spells them): a source reached through a
+    /// symlinked parent directory, or a repository given as `../r` or
+    /// through a symlink, is compared by its resolved path, and each
+    /// excluded path below a source is added as that source spells it. The
+    /// walker follows no symlink below a source, so this covers the walk.
+    pub fn anchor(&mut self, sources: &[PathBuf]) {
+        let mut extra = Vec::new();
+        for source in sources {
+            // The source itself is not followed (a symlink stays a symlink),
+            // only its parent directories are resolved.
+            let resolved = match (source.parent(), source.file_name()) {
+                (Some(parent), Some(name)) => resolve(parent).join(name),
+                _ => source.clone(),
+            };
+            for p in &self.paths {
+                if let Ok(rest) = p.strip_prefix(&resolved) {
+                    extra.push(source.join(rest));
+                } else if resolved.starts_with(p) {
+                    // The source lies inside an excluded path.
+                    extra.push(source.clone());
+                }
+            }
+        }
+        for p in extra {
+            if !self.paths.contains(&p) {
+                self.paths.push(p);
+            }
+        }
+    }
+
     /// Whether `path` (absolute) is excluded.
     pub fn excluded(&self, path: &Path) -> bool {
-        if self.paths.iter().any(|p| p == path) {
+        if self.paths.iter().any(|p| path.starts_with(p)) {
             return true;
         }
         if let (Some(set), Some(name)) = (&self.by_name, path.file_name()) {
@@ -83,6 +128,12 @@ impl Excludes {
             }
         }
         matches!(&self.by_path, Some(set) if set.is_match(path))
+    }
+
+    /// Whether the entry with this `lstat` is one of the excluded paths
+    /// under another name.
+    pub fn excluded_identity(&self, meta: &std::fs::Metadata) -> bool {
+        !self.identities.is_empty() && self.identities.contains(&(meta.dev(), meta.ino()))
     }
 
     /// Whether the directory is a tagged cache directory.
@@ -95,6 +146,31 @@ impl Excludes {
             .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
             .map(|_| buf == CACHEDIR_SIGNATURE)
             .unwrap_or(false)
+    }
+}
+
+/// `realpath` of `p`, or, if it does not exist (yet), its absolute form
+/// without `.` and `..` (resolving the longest existing prefix).
+fn resolve(p: &Path) -> PathBuf {
+    if let Ok(r) = std::fs::canonicalize(p) {
+        return r;
+    }
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) if parent != abs => resolve(parent).join(name),
+        _ => {
+            let mut norm = PathBuf::new();
+            for c in abs.components() {
+                match c {
+                    std::path::Component::ParentDir => {
+                        norm.pop();
+                    }
+                    std::path::Component::CurDir => {}
+                    other => norm.push(other),
+                }
+            }
+            norm
+        }
     }
 }
 
@@ -121,5 +197,52 @@ mod tests {
         assert!(e.excluded(Path::new("/a/b/c/deep")));
         assert!(e.excluded(Path::new("/repo")));
         assert!(Excludes::new(&["[".into()], &[], false, vec![]).is_err());
+    }
+
+    /// Engine review finding 18: the repository given as `../r` or through
+    /// a symlink, and a source reached through a symlinked parent.
+    #[test]
+    fn review_finding_18_excluded_paths_are_compared_resolved() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let src = base.join("src");
+        std::fs::create_dir_all(src.join("sub/repo")).unwrap();
+        std::os::unix::fs::symlink(src.join("sub/repo"), base.join("repo-link")).unwrap();
+        std::os::unix::fs::symlink(&src, base.join("src-link")).unwrap();
+        for given in [
+            src.join("sub/other/../repo"),
+            base.join("repo-link"),
+            src.join("sub/repo"),
+        ] {
+            let mut e = Excludes::new(&[], &[], false, vec![given.clone()]).unwrap();
+            e.anchor(&[src.clone(), base.join("src-link/sub")]);
+            assert!(e.excluded(&src.join("sub/repo")), "{}", given.display());
+            assert!(
+                e.excluded(&src.join("sub/repo/data/x")),
+                "{}",
+                given.display()
+            );
+            assert!(
+                e.excluded(&base.join("src-link/sub/repo")),
+                "{}",
+                given.display()
+            );
+            assert!(
+                !e.excluded(&src.join("sub/repository")),
+                "{}",
+                given.display()
+            );
+            assert!(!e.excluded(&src.join("sub")), "{}", given.display());
+            let m = std::fs::symlink_metadata(src.join("sub/repo")).unwrap();
+            assert!(e.excluded_identity(&m));
+            // A source inside the repository, named through the symlink.
+            let mut e = Excludes::new(&[], &[], false, vec![given.clone()]).unwrap();
+            e.anchor(&[base.join("repo-link/data")]);
+            assert!(
+                e.excluded(&base.join("repo-link/data")),
+                "{}",
+                given.display()
+            );
+        }
     }
 }

@@ -6,6 +6,7 @@
 mod assemble;
 mod commit;
 mod exclude;
+mod failpoint;
 mod pseudo_fs;
 mod read;
 mod save;
@@ -208,12 +209,13 @@ pub fn backup(
     let time_ns = now_ns();
     let paths = resolve_paths(&opts.paths)?;
     let host = opts.host.clone().unwrap_or_else(host_name);
-    let excludes = Excludes::new(
+    let mut excludes = Excludes::new(
         &opts.excludes,
         &opts.exclude_files,
         opts.exclude_caches,
         opts.exclude_paths.clone(),
     )?;
+    excludes.anchor(&paths);
     let guard = repo.lock(false, "backup")?;
     let mut index = repo.load_index()?;
     commit::drop_missing_packs(repo, &mut index)?;
@@ -306,6 +308,9 @@ pub fn backup(
         warnings: warnings.clone(),
         users: Default::default(),
         groups: Default::default(),
+        reuse_before_ns: parent
+            .as_ref()
+            .map_or(i64::MIN, |(_, m)| walk::racy_cutoff_ns(m.time_ns)),
     };
     let trie = SourceTrie::new(&paths);
     let walk_abort = abort.clone();
@@ -333,11 +338,33 @@ pub fn backup(
     if let Err(e) = &assembled {
         abort.set(clone_error(e));
     }
-    let _ = walk_thread.join();
+    // A panicked stage fails the backup (finding 15): a walker that unwinds
+    // closes the item channel as if the walk were complete, a saver or the
+    // pack writer loses blobs already claimed. Its panic is the error
+    // reported, before the stand-in errors of the stages it stopped.
+    let mut panicked: Option<Error> = None;
+    let mut joined = |what: &str, r: std::thread::Result<()>| {
+        if let Err(payload) = r {
+            let e = thread_panicked(what, payload.as_ref());
+            abort.set(Error::Internal(e.to_string()));
+            panicked.get_or_insert(e);
+        }
+    };
+    joined("walker", walk_thread.join());
     for r in readers {
-        let _ = r.join();
+        joined("reader", r.join());
     }
-    let packs = saver.finish();
+    let packs = match saver.finish() {
+        Ok(packs) => packs,
+        Err(e) => {
+            abort.set(Error::Internal(e.to_string()));
+            panicked.get_or_insert(e);
+            Vec::new()
+        }
+    };
+    if let Some(e) = panicked {
+        return Err(e);
+    }
     if let Some(e) = abort.take() {
         return Err(e);
     }
@@ -376,6 +403,18 @@ pub fn backup(
     Ok(BackupOutcome { snapshot, manifest })
 }
 
+/// The error for a pipeline thread that panicked.
+pub(crate) fn thread_panicked(what: &str, payload: &(dyn std::any::Any + Send)) -> Error {
+    let msg = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into());
+    Error::Internal(format!(
+        "a backup thread panicked ({what}): {msg}; nothing was committed"
+    ))
+}
+
 /// Errors are not `Clone` (they hold `io::Error`); keep the message and kind.
 fn clone_error(e: &Error) -> Error {
     match e {
@@ -392,4 +431,98 @@ fn clone_error(e: &Error) -> Error {
 /// Whether `child` is `parent` or below it.
 pub fn is_within(child: &Path, parent: &Path) -> bool {
     child.starts_with(parent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::LocalBackend;
+    use crate::crypto::KdfParams;
+    use crate::repo::InitOptions;
+
+    fn repo(dir: &Path) -> Repository {
+        let opts = InitOptions {
+            kdf: KdfParams {
+                memory_kib: 1024,
+                iterations: 1,
+                parallelism: 1,
+            },
+            ..Default::default()
+        };
+        Repository::init(Arc::new(LocalBackend::new(dir.join("repo"))), b"pw", &opts).unwrap()
+    }
+
+    /// Two directories of files; `b/` holds the file named `name` filled
+    /// with `marker`, so a walker that stops there has already done `a/`.
+    fn source(dir: &Path, name: &str, marker: &str) -> PathBuf {
+        let src = dir.join("src");
+        for d in ["a", "b"] {
+            std::fs::create_dir_all(src.join(d)).unwrap();
+            for i in 0..5 {
+                std::fs::write(src.join(d).join(format!("f{i}")), format!("{d}{i}")).unwrap();
+            }
+        }
+        std::fs::write(src.join("b").join(name), marker).unwrap();
+        src
+    }
+
+    /// Engine review finding 15: a panic in any pipeline thread fails the
+    /// backup with a clear error and commits nothing.
+    fn panicking_stage_commits_nothing(stage: &'static str) {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = repo(dir.path());
+        let marker = format!(
+            "vouch-failpoint-{stage}-{}",
+            hex::encode(crate::crypto::random_array::<8>())
+        );
+        // The saver sees blobs: the marker only in the file's content, so
+        // that one saver panics and the others go on.
+        let name = if stage == "saver" { "f" } else { &marker };
+        let src = source(dir.path(), name, &marker);
+        let key = if stage == "writer" {
+            repo.backend().location()
+        } else {
+            marker.clone()
+        };
+        failpoint::arm(stage, key.as_bytes());
+        let opts = BackupOptions {
+            paths: vec![src],
+            cpu_threads: 2,
+            ..Default::default()
+        };
+        let r = backup(&repo, &opts, Arc::default());
+        failpoint::disarm(key.as_bytes());
+        match r {
+            Err(Error::Internal(msg)) => {
+                assert!(msg.contains("a backup thread panicked"), "{msg}");
+                assert!(msg.contains(&format!("failpoint {stage} hit")), "{msg}");
+            }
+            Err(e) => panic!("{stage}: wrong error {e:?}"),
+            Ok(o) => panic!(
+                "{stage}: a snapshot was committed: {:?}",
+                o.manifest.summary
+            ),
+        }
+        assert!(repo.list_snapshots().unwrap().is_empty());
+    }
+
+    #[test]
+    fn review_finding_15_walker_panic_commits_nothing() {
+        panicking_stage_commits_nothing("walker");
+    }
+
+    #[test]
+    fn review_finding_15_reader_panic_commits_nothing() {
+        panicking_stage_commits_nothing("reader");
+    }
+
+    #[test]
+    fn review_finding_15_saver_panic_commits_nothing() {
+        panicking_stage_commits_nothing("saver");
+    }
+
+    #[test]
+    fn review_finding_15_pack_writer_panic_commits_nothing() {
+        panicking_stage_commits_nothing("writer");
+    }
 }

@@ -3,9 +3,11 @@
 //! so that a cold disk sees parallel reads.
 
 use std::fs::File;
+use std::fs::Metadata;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -22,7 +24,9 @@ use crate::progress::Progress;
 pub struct FileJob {
     /// Where it is.
     pub path: PathBuf,
-    /// Its metadata as the walker saw it.
+    /// Its metadata as the walker saw it. `node.device` and `node.inode`
+    /// are the identity from the walker's `lstat`: the reader reads the file
+    /// only if the descriptor it opens has the same.
     pub node: Node,
     /// Whether it has holes worth preserving.
     pub sparse: bool,
@@ -105,26 +109,94 @@ fn store_chunk(ctx: &ReaderContext, data: Vec<u8>) -> Result<Extent> {
     })
 }
 
+/// Opens the file the walker `lstat`ed, and only that file.
+///
+/// The path may have been swapped between the walker's `lstat` and this open
+/// (finding 6 of the engine review): for a symlink (`O_NOFOLLOW` fails with
+/// `ELOOP`), a FIFO or device (`O_NONBLOCK` keeps the open from blocking, the
+/// `fstat` shows it is not a regular file) or another regular file (its
+/// `(st_dev, st_ino)` differs from the walker's). In each case the result is
+/// `Err(message)`: the file is skipped with a warning naming it. `O_NOATIME`
+/// is asked for, and dropped when the kernel refuses it (`EPERM`: not the
+/// file's owner and no `CAP_FOWNER`).
+fn open_checked(path: &Path, node: &Node) -> std::result::Result<(File, Metadata), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = |noatime: bool| {
+        let extra = if noatime { libc::O_NOATIME } else { 0 };
+        // std adds O_CLOEXEC itself.
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | extra)
+            .open(path)
+    };
+    let (file, noatime) = match open(true) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => (open(false), 0),
+        other => (other, libc::O_NOATIME),
+    };
+    let file = match file {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(format!(
+                "{}: replaced by a symlink after it was listed; skipped",
+                path.display()
+            ))
+        }
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("{}: stat: {e}", path.display()))?;
+    if !meta.file_type().is_file() {
+        return Err(format!(
+            "{}: no longer a regular file (replaced after it was listed); skipped",
+            path.display()
+        ));
+    }
+    if (meta.dev(), meta.ino()) != (node.device, node.inode) {
+        return Err(format!(
+            "{}: replaced by another file after it was listed; skipped",
+            path.display()
+        ));
+    }
+    // Blocking reads from here on (a regular file ignores O_NONBLOCK on
+    // most file systems, but not on all: some FUSE servers honour it).
+    // F_SETFL sets the status flags it handles at once, so one call keeps
+    // O_NOATIME and drops O_NONBLOCK.
+    // SAFETY: fcntl on our own open descriptor.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, noatime) } < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!("{}: fcntl: {e}", path.display()));
+    }
+    Ok((file, meta))
+}
+
 fn read_file(ctx: &ReaderContext, job: &FileJob) -> Result<FileResult> {
     let path = &job.path;
+    super::failpoint::hit("reader", path.as_os_str().as_encoded_bytes());
     let io = |what: &str| {
         let what = what.to_string();
         move |e: std::io::Error| Error::io(format!("{what} {}", path.display()), e)
     };
-    let mut file = match File::open(path) {
+    let (mut file, before) = match open_checked(path, &job.node) {
         Ok(f) => f,
-        Err(e) => return Ok(FileResult::Unreadable(format!("{}: {e}", path.display()))),
+        Err(msg) => return Ok(FileResult::Unreadable(msg)),
     };
-    let before = file.metadata().map_err(io("stat"))?;
+    // Never more than the size the open file had: a file that grows while
+    // it is read (a log, or a device someone managed to put in its place)
+    // is cut there and flagged as changed.
+    let len = before.len();
     let mut extents = Vec::new();
     let mut bytes_read = 0u64;
     let size;
     if job.sparse {
-        size = read_sparse(ctx, &mut file, before.len(), &mut extents, &mut bytes_read)?;
-    } else if before.len() <= ctx.chunker.max_size() as u64 {
+        size = read_sparse(ctx, &mut file, len, &mut extents, &mut bytes_read)?;
+    } else if len <= ctx.chunker.max_size() as u64 {
         // Whole file in one buffer sized to the file, never to the maximum.
-        let mut buf = Vec::with_capacity(before.len() as usize + 1);
-        file.read_to_end(&mut buf).map_err(io("reading"))?;
+        let mut buf = Vec::with_capacity(len as usize);
+        (&mut file)
+            .take(len)
+            .read_to_end(&mut buf)
+            .map_err(io("reading"))?;
         bytes_read = buf.len() as u64;
         size = bytes_read;
         let cuts = ctx.chunker.cut_all(&buf);
@@ -138,43 +210,23 @@ fn read_file(ctx: &ReaderContext, job: &FileJob) -> Result<FileResult> {
             }
         }
     } else {
-        // A large file: hashing moves to the workers so that it runs on
-        // every core while this thread keeps reading and cutting.
-        let mut pending = Vec::new();
-        let n = ctx.chunker.stream(&mut file, |chunk| {
-            crate::util::check_interrupted()?;
-            if ctx.abort.is_set() {
-                return Err(ctx.abort.error_or_interrupted());
-            }
-            let (reply, id) = crossbeam_channel::bounded(1);
-            Progress::add(&ctx.progress.bytes_done, chunk.len() as u64);
-            pending.push((id, chunk.len() as u64));
-            let naming = Naming::Unnamed {
-                dedup: ctx.dedup.clone(),
-                reply,
-            };
-            ctx.blobs
-                .send(BlobJob {
-                    naming,
-                    kind: BlobType::Data,
-                    data: chunk.to_vec(),
-                })
-                .map_err(|_| ctx.abort.error_or_interrupted())
-        })?;
-        for (id, length) in pending {
-            let id = id.recv().map_err(|_| ctx.abort.error_or_interrupted())?;
-            extents.push(Extent {
-                blob: Some(id),
-                length,
-            });
-        }
+        let n = read_streamed(ctx, (&mut file).take(len), &mut extents)?;
         bytes_read = n;
         size = n;
     }
+    // One byte past the size read: content the size did not announce (a
+    // file that grew, or one whose st_size understates it, as on some
+    // pseudo and FUSE file systems) is flagged, never read without bound.
+    // This is the read that would have seen end-of-file anyway.
+    let mut probe = [0u8; 1];
+    let grew = std::os::unix::fs::FileExt::read_at(&file, &mut probe, len).is_ok_and(|n| n > 0);
     let after = file.metadata().map_err(io("stat"))?;
-    let changed = after.len() != before.len()
+    let changed = grew
+        || after.len() != before.len()
         || after.mtime() != before.mtime()
         || after.mtime_nsec() != before.mtime_nsec()
+        || after.ctime() != before.ctime()
+        || after.ctime_nsec() != before.ctime_nsec()
         || size != job.node.size;
     Ok(FileResult::Done {
         extents,
@@ -182,6 +234,59 @@ fn read_file(ctx: &ReaderContext, job: &FileJob) -> Result<FileResult> {
         bytes_read,
         changed,
     })
+}
+
+/// Streams a large file (or a region of one) to the savers; returns the
+/// bytes read. Hashing moves to the workers so that it runs on every core
+/// while this thread keeps reading and cutting.
+fn read_streamed(ctx: &ReaderContext, source: impl Read, extents: &mut Vec<Extent>) -> Result<u64> {
+    let mut pending = Vec::new();
+    let n = ctx.chunker.stream(source, |chunk| {
+        crate::util::check_interrupted()?;
+        if ctx.abort.is_set() {
+            return Err(ctx.abort.error_or_interrupted());
+        }
+        let (reply, id) = crossbeam_channel::bounded(1);
+        Progress::add(&ctx.progress.bytes_done, chunk.len() as u64);
+        pending.push((id, chunk.len() as u64));
+        let naming = Naming::Unnamed {
+            dedup: ctx.dedup.clone(),
+            reply,
+        };
+        ctx.blobs
+            .send(BlobJob {
+                naming,
+                kind: BlobType::Data,
+                data: chunk.to_vec(),
+            })
+            .map_err(|_| ctx.abort.error_or_interrupted())
+    })?;
+    for (id, length) in pending {
+        let id = id.recv().map_err(|_| ctx.abort.error_or_interrupted())?;
+        extents.push(Extent {
+            blob: Some(id),
+            length,
+        });
+    }
+    Ok(n)
+}
+
+/// What a failed `lseek(SEEK_DATA)` means for the rest of a sparse file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SeekDataFailure {
+    /// `ENXIO`: no data at or after the offset; the rest is a hole.
+    RestIsHole,
+    /// Anything else (`EINVAL`/`EOPNOTSUPP`: the file system has no
+    /// `SEEK_DATA`; `EIO` or a FUSE server's odd answer): read the rest
+    /// densely, so that no data is ever taken for a hole (finding 17).
+    ReadDensely,
+}
+
+fn seek_data_failure(errno: Option<i32>) -> SeekDataFailure {
+    match errno {
+        Some(libc::ENXIO) => SeekDataFailure::RestIsHole,
+        _ => SeekDataFailure::ReadDensely,
+    }
 }
 
 /// Reads a sparse file region by region (SEEK_DATA / SEEK_HOLE); holes become
@@ -193,13 +298,26 @@ fn read_sparse(
     extents: &mut Vec<Extent>,
     bytes_read: &mut u64,
 ) -> Result<u64> {
-    use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
     let mut pos: u64 = 0;
     while pos < len {
         // SAFETY: lseek on our own descriptor.
         let data = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
-        let data = if data < 0 { len } else { data as u64 };
+        let data = if data >= 0 {
+            data as u64
+        } else {
+            let errno = std::io::Error::last_os_error().raw_os_error();
+            match seek_data_failure(errno) {
+                SeekDataFailure::RestIsHole => len,
+                SeekDataFailure::ReadDensely => {
+                    file.seek(SeekFrom::Start(pos))
+                        .map_err(|e| Error::io("seeking in a sparse file", e))?;
+                    let n = read_streamed(ctx, (&mut *file).take(len - pos), extents)?;
+                    *bytes_read += n;
+                    break;
+                }
+            }
+        };
         if data > pos {
             extents.push(Extent {
                 blob: None,
@@ -232,4 +350,219 @@ fn read_sparse(
         pos += n;
     }
     Ok(extents.iter().map(|e| e.length).sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::format::{ChunkerParams, NodeKind};
+    use crate::repo::MasterIndex;
+
+    fn context() -> (ReaderContext, Receiver<BlobJob>) {
+        let key = MasterKey::generate();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let ctx = ReaderContext {
+            chunker: Chunker::new(ChunkerParams::default(), key.gear_table()),
+            key: Arc::new(key),
+            dedup: Arc::new(Dedup::new(Arc::new(MasterIndex::default()))),
+            blobs: tx,
+            progress: Arc::default(),
+            abort: Arc::default(),
+        };
+        (ctx, rx)
+    }
+
+    /// What the walker records from its `lstat`.
+    fn walked(path: &Path) -> Node {
+        let m = std::fs::symlink_metadata(path).unwrap();
+        Node {
+            name: b"f".to_vec(),
+            kind: NodeKind::File,
+            mode: m.mode(),
+            uid: m.uid(),
+            gid: m.gid(),
+            user: None,
+            group: None,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            size: m.len(),
+            inode: m.ino(),
+            device: m.dev(),
+            links: m.nlink(),
+            rdev: 0,
+            target: None,
+            content: Vec::new(),
+            subtree: None,
+        }
+    }
+
+    fn job(path: &Path, node: Node) -> (FileJob, Receiver<FileResult>) {
+        let (reply, rx) = crossbeam_channel::bounded(1);
+        let job = FileJob {
+            path: path.to_path_buf(),
+            node,
+            sparse: false,
+            reply,
+        };
+        (job, rx)
+    }
+
+    fn stored(blobs: &Receiver<BlobJob>) -> Vec<Vec<u8>> {
+        blobs.try_iter().map(|b| b.data).collect()
+    }
+
+    /// Engine review finding 6: the path is swapped for a symlink to a
+    /// secret between the walker's `lstat` and the reader's open.
+    #[test]
+    fn review_finding_6_symlink_swapped_in_after_the_walk_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, b"TOP SECRET: root's eyes only").unwrap();
+        let f = dir.path().join("f");
+        std::fs::write(&f, b"harmless").unwrap();
+        let node = walked(&f);
+        std::fs::remove_file(&f).unwrap();
+        std::os::unix::fs::symlink(&secret, &f).unwrap();
+
+        let (ctx, blobs) = context();
+        let (job, _rx) = job(&f, node);
+        match read_file(&ctx, &job).unwrap() {
+            FileResult::Unreadable(msg) => {
+                assert!(msg.contains(&f.display().to_string()), "{msg}")
+            }
+            FileResult::Done { .. } => panic!("read through a symlink swapped in"),
+        }
+        assert!(
+            stored(&blobs).iter().all(|b| !b.starts_with(b"TOP SECRET")),
+            "the secret's content reached the savers"
+        );
+    }
+
+    /// The same with another regular file (a hard link to the secret) in
+    /// its place: the identity differs from the walker's.
+    #[test]
+    fn review_finding_6_other_file_swapped_in_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, b"TOP SECRET: root's eyes only").unwrap();
+        let f = dir.path().join("f");
+        std::fs::write(&f, b"harmless").unwrap();
+        let node = walked(&f);
+        std::fs::remove_file(&f).unwrap();
+        std::fs::hard_link(&secret, &f).unwrap();
+
+        let (ctx, blobs) = context();
+        let (job, _rx) = job(&f, node);
+        assert!(matches!(
+            read_file(&ctx, &job).unwrap(),
+            FileResult::Unreadable(m) if m.contains("replaced")
+        ));
+        assert!(stored(&blobs).is_empty());
+    }
+
+    /// A FIFO swapped in must neither hang the backup nor be read.
+    #[test]
+    fn review_finding_6_fifo_swapped_in_does_not_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        std::fs::write(&f, b"harmless").unwrap();
+        let node = walked(&f);
+        std::fs::remove_file(&f).unwrap();
+        let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+
+        let (ctx, _blobs) = context();
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let path = f.clone();
+        std::thread::spawn(move || {
+            let (job, _rx) = job(&path, node);
+            let r = read_file(&ctx, &job).map(|r| match r {
+                FileResult::Unreadable(m) => Some(m),
+                FileResult::Done { .. } => None,
+            });
+            let _ = done_tx.send(r);
+        });
+        let outcome = done_rx.recv_timeout(Duration::from_secs(10));
+        if outcome.is_err() {
+            // Unblock the reader stuck in open(2) before failing.
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&f);
+        }
+        let msg = outcome
+            .expect("the reader hung on a FIFO")
+            .unwrap()
+            .expect("a FIFO was read as the file");
+        assert!(msg.contains("no longer a regular file"), "{msg}");
+    }
+
+    #[test]
+    fn unchanged_file_is_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        std::fs::write(&f, b"content").unwrap();
+        let (ctx, blobs) = context();
+        let (job, _rx) = job(&f, walked(&f));
+        match read_file(&ctx, &job).unwrap() {
+            FileResult::Done { size, changed, .. } => {
+                assert_eq!(size, 7);
+                assert!(!changed);
+            }
+            FileResult::Unreadable(m) => panic!("{m}"),
+        }
+        assert_eq!(stored(&blobs), vec![b"content".to_vec()]);
+        // Opened non-blocking, read blocking; O_NOATIME kept where allowed
+        // (the owner of the file may always ask for it).
+        let (file, _) = open_checked(&f, &job.node).unwrap();
+        // SAFETY: fcntl on an open descriptor.
+        let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+        assert_eq!(flags & libc::O_NONBLOCK, 0);
+        assert_ne!(flags & libc::O_NOATIME, 0);
+    }
+
+    /// Content beyond the size the open file reports is not read, and the
+    /// file is flagged as changed (finding 6: "read at most the fstat size").
+    /// A procfs file reports size 0 and yet has content: the same as a file
+    /// that grows after the `fstat`.
+    #[test]
+    fn review_finding_6_content_beyond_the_fstat_size_is_not_read() {
+        let f = Path::new("/proc/self/status");
+        if !f.exists() {
+            eprintln!("SKIPPED: no /proc");
+            return;
+        }
+        let (ctx, blobs) = context();
+        let node = walked(f);
+        assert_eq!(node.size, 0);
+        let (job, _rx) = job(f, node);
+        match read_file(&ctx, &job).unwrap() {
+            FileResult::Done {
+                size,
+                bytes_read,
+                changed,
+                ..
+            } => {
+                assert_eq!((size, bytes_read), (0, 0));
+                assert!(changed, "unannounced content must be flagged");
+            }
+            FileResult::Unreadable(m) => panic!("{m}"),
+        }
+        assert!(stored(&blobs).iter().all(|b| b.is_empty()));
+    }
+
+    /// Finding 17: only ENXIO means "no more data".
+    #[test]
+    fn review_finding_17_only_enxio_ends_the_data() {
+        use SeekDataFailure::*;
+        assert_eq!(seek_data_failure(Some(libc::ENXIO)), RestIsHole);
+        for errno in [libc::EINVAL, libc::EOPNOTSUPP, libc::EIO, libc::EBADF] {
+            assert_eq!(seek_data_failure(Some(errno)), ReadDensely, "{errno}");
+        }
+        assert_eq!(seek_data_failure(None), ReadDensely);
+    }
 }

@@ -157,9 +157,14 @@ impl Saver {
                 let pack_tx = pack_tx.clone();
                 let key = repo.key().clone();
                 let progress = progress.clone();
+                let abort = abort.clone();
                 std::thread::Builder::new()
                     .name(format!("saver-{i}"))
-                    .spawn(move || save_worker(rx, pack_tx, key, pack_size, level, progress))
+                    .spawn(move || {
+                        if let Err(e) = save_worker(rx, pack_tx, key, pack_size, level, progress) {
+                            abort.set(e);
+                        }
+                    })
                     .expect("spawning a saver thread")
             })
             .collect();
@@ -172,6 +177,7 @@ impl Saver {
                     if abort.is_set() {
                         continue;
                     }
+                    super::failpoint::hit("writer", backend.location().as_bytes());
                     match backend.write(FileKind::Pack, &pack.id.to_hex(), &pack.bytes, sync) {
                         Ok(()) => {
                             Progress::add(&progress.bytes_stored, pack.bytes.len() as u64);
@@ -190,13 +196,25 @@ impl Saver {
         }
     }
 
-    /// Flushes every partial pack and returns the records of all packs written.
-    pub fn finish(self) -> Vec<IndexPack> {
+    /// Flushes every partial pack and returns the records of all packs
+    /// written; an error if a worker or the writer panicked (blobs it had
+    /// claimed may be missing, so nothing may be committed).
+    pub fn finish(self) -> crate::error::Result<Vec<IndexPack>> {
         drop(self.tx);
+        let mut panicked = None;
         for w in self.workers {
-            let _ = w.join();
+            if let Err(p) = w.join() {
+                panicked.get_or_insert_with(|| super::thread_panicked("saver", p.as_ref()));
+            }
         }
-        self.writer.join().unwrap_or_default()
+        let written = self
+            .writer
+            .join()
+            .map_err(|p| super::thread_panicked("pack writer", p.as_ref()));
+        match panicked {
+            Some(e) => Err(e),
+            None => written,
+        }
     }
 }
 
@@ -207,10 +225,12 @@ fn save_worker(
     pack_size: usize,
     level: i32,
     progress: Arc<Progress>,
-) {
+) -> crate::error::Result<()> {
     let mut compressor = Compressor::new(level);
     let mut pack: Option<PackBuilder> = None;
+    let new_pack = || PackBuilder::new(&key, pack_size + pack_size / 8);
     for job in rx {
+        super::failpoint::hit("saver", &job.data);
         let id = match job.naming {
             Naming::Known(id) => id,
             Naming::Unnamed { dedup, reply } => {
@@ -223,13 +243,21 @@ fn save_worker(
             }
         };
         let (compression, stored) = compressor.compress(&job.data);
-        let builder = pack.get_or_insert_with(|| PackBuilder::new(&key, pack_size + pack_size / 8));
-        builder.add(id, job.kind, job.data.len(), compression, stored);
+        // A blob that would overflow the format's u32 pack offsets (a huge
+        // tree) starts a pack of its own; one that does not fit an empty
+        // pack fails the backup (try_add says why).
+        if let Some(full) = pack.take_if(|b| !b.is_empty() && !b.fits(stored.len())) {
+            if pack_tx.send(full.finish()).is_err() {
+                return Ok(());
+            }
+        }
+        let builder = pack.get_or_insert_with(new_pack);
+        builder.try_add(id, job.kind, job.data.len(), compression, stored)?;
         Progress::add(&progress.bytes_added, job.data.len() as u64);
         if builder.len() >= pack_size {
             if let Some(full) = pack.take() {
                 if pack_tx.send(full.finish()).is_err() {
-                    return;
+                    return Ok(());
                 }
             }
         }
@@ -237,6 +265,7 @@ fn save_worker(
     if let Some(p) = pack.take().filter(|p| !p.is_empty()) {
         let _ = pack_tx.send(p.finish());
     }
+    Ok(())
 }
 
 #[cfg(test)]

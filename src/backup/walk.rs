@@ -173,6 +173,57 @@ pub struct Walker {
     pub users: HashMap<u32, Option<String>>,
     /// Name caches.
     pub groups: HashMap<u32, Option<String>>,
+    /// A parent node is reused only for a file whose mtime and ctime are
+    /// both older than this (see [`racy_cutoff_ns`]); `i64::MIN` without a
+    /// parent.
+    pub reuse_before_ns: i64,
+}
+
+/// The largest timestamp granularity change detection allows for: 2 s (FAT's
+/// mtime; 1 s on ext4 with 128-byte inodes, ext3, HFS+; a jiffy on ext4,
+/// xfs and tmpfs without multigrain timestamps).
+pub const RACY_MARGIN_NS: i64 = 2_000_000_000;
+
+/// The time before which a file's stat must lie for its parent node to be
+/// trusted: the parent backup's start minus [`RACY_MARGIN_NS`].
+///
+/// Why (git's "racily clean" rule, adapted): the parent recorded a file's
+/// `(size, mtime, ctime, inode)` at its `lstat`, at or after the parent's
+/// start `T` (`Manifest::time_ns` is taken before the walk), and read the
+/// content after that. A write that lands after the read but within the
+/// same timestamp tick as the recorded stat leaves all four fields equal,
+/// so comparing them cannot see it, in this backup or any later one. Such a
+/// write happens at a time `W > T`, and the kernel stamps it with `W`
+/// truncated to the tick, which is greater than `W - g` for a granularity
+/// `g`: so the stamp it shares with the recorded stat is greater than
+/// `T - g`. Conversely a recorded stamp `<= T - g` lies in a tick that ended
+/// by `T`, before anything was read, and no later write can carry it. Hence:
+/// a file whose recorded mtime or ctime is not strictly older than
+/// `T - RACY_MARGIN_NS` is read again (its content deduplicates, so this
+/// costs reading, not storage); older files are still skipped. A node the
+/// parent itself reused passed the same test against an older `T`, so it
+/// passes against the parent's `T` too. ctime alone would do on local file
+/// systems (every write or `utimensat` sets it to the current time); mtime
+/// is checked too for file systems that report a made-up ctime. The rule
+/// assumes the file system's clock and this host's agree within the margin
+/// (a network file system with a skewed server clock, or a wall clock stepped
+/// back between the parent's start and a write, defeats it); a file stamped
+/// in the future is read every time.
+pub fn racy_cutoff_ns(parent_time_ns: i64) -> i64 {
+    parent_time_ns.saturating_sub(RACY_MARGIN_NS)
+}
+
+/// `seconds * 10^9 + nanoseconds` as the format's `i64`, computed in
+/// `i128` so that it never overflows. Times the format cannot hold (before
+/// 1677-09-21 or after 2262-04-11) are clamped to the nearest one it can;
+/// the second value tells whether that happened.
+pub fn stat_time_ns(sec: i64, nsec: i64) -> (i64, bool) {
+    let ns = i128::from(sec) * 1_000_000_000 + i128::from(nsec);
+    match i64::try_from(ns) {
+        Ok(v) => (v, false),
+        Err(_) if ns < 0 => (i64::MIN, true),
+        Err(_) => (i64::MAX, true),
+    }
 }
 
 fn find<'a>(tree: Option<&'a Tree>, name: &[u8]) -> Option<&'a Node> {
@@ -225,7 +276,7 @@ impl Walker {
         self.warnings.push(msg);
     }
 
-    fn node(&mut self, name: &[u8], meta: &Metadata) -> Node {
+    fn node(&mut self, path: &Path, name: &[u8], meta: &Metadata) -> Node {
         let uid = meta.uid();
         let gid = meta.gid();
         let user = self
@@ -239,6 +290,18 @@ impl Walker {
             .or_insert_with(|| users::group_name(gid))
             .clone();
         let kind = kind_of(meta);
+        let (mtime_ns, clamped_m) = stat_time_ns(meta.mtime(), meta.mtime_nsec());
+        let (ctime_ns, clamped_c) = stat_time_ns(meta.ctime(), meta.ctime_nsec());
+        if clamped_m || clamped_c {
+            self.warn(format!(
+                "{}: timestamp outside 1677-09-21..2262-04-11 (mtime {}.{:09}, ctime {}.{:09} s since 1970), stored as the nearest time the format holds",
+                path.display(),
+                meta.mtime(),
+                meta.mtime_nsec(),
+                meta.ctime(),
+                meta.ctime_nsec()
+            ));
+        }
         Node {
             name: name.to_vec(),
             kind,
@@ -247,8 +310,8 @@ impl Walker {
             gid,
             user,
             group,
-            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
-            ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+            mtime_ns,
+            ctime_ns,
             size: if kind == NodeKind::File {
                 meta.len()
             } else {
@@ -298,7 +361,7 @@ impl Walker {
                 self.walk_entry(&path, name.as_bytes(), &meta, pnode, meta.dev())?;
             } else {
                 Progress::add(&self.progress.entries, 1);
-                let node = self.node(name.as_bytes(), &meta);
+                let node = self.node(&path, name.as_bytes(), &meta);
                 self.send(WalkItem::DirStart)?;
                 let sub = self.parent_subtree(pnode);
                 self.walk_virtual(&path, child, sub.as_ref())?;
@@ -320,11 +383,12 @@ impl Walker {
         if self.abort.is_set() {
             return Err(self.abort.error_or_interrupted());
         }
-        if self.excludes.excluded(path) {
+        if self.excludes.excluded(path) || self.excludes.excluded_identity(meta) {
             return Ok(());
         }
+        super::failpoint::hit("walker", path.as_os_str().as_bytes());
         Progress::add(&self.progress.entries, 1);
-        let mut node = self.node(name, meta);
+        let mut node = self.node(path, name, meta);
         match node.kind {
             NodeKind::Dir => {
                 self.send(WalkItem::DirStart)?;
@@ -348,7 +412,10 @@ impl Walker {
             }
             NodeKind::File => {
                 let unchanged = pnode.filter(|p| {
-                    p.kind == NodeKind::File
+                    // Not racily clean: see `racy_cutoff_ns`.
+                    node.mtime_ns < self.reuse_before_ns
+                        && node.ctime_ns < self.reuse_before_ns
+                        && p.kind == NodeKind::File
                         && p.size == node.size
                         && p.mtime_ns == node.mtime_ns
                         && p.ctime_ns == node.ctime_ns
@@ -436,5 +503,32 @@ impl Walker {
             self.walk_entry(&path, name.as_bytes(), &meta, pnode, root_dev)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn review_finding_15_times_never_overflow() {
+        assert_eq!(stat_time_ns(1, 5), (1_000_000_005, false));
+        assert_eq!(stat_time_ns(-2, 500_000_000), (-1_500_000_000, false));
+        // 2300-01-01 and 1600-01-01.
+        assert_eq!(stat_time_ns(10_413_792_000, 0), (i64::MAX, true));
+        assert_eq!(stat_time_ns(-11_676_096_000, 0), (i64::MIN, true));
+        assert_eq!(stat_time_ns(i64::MAX, 999_999_999), (i64::MAX, true));
+        assert_eq!(stat_time_ns(i64::MIN, 0), (i64::MIN, true));
+        // The last representable instant is kept exactly.
+        assert_eq!(
+            stat_time_ns(i64::MAX / 1_000_000_000, i64::MAX % 1_000_000_000),
+            (i64::MAX, false)
+        );
+    }
+
+    #[test]
+    fn racy_cutoff_is_the_parent_start_minus_the_margin() {
+        assert_eq!(racy_cutoff_ns(10 * RACY_MARGIN_NS), 9 * RACY_MARGIN_NS);
+        assert_eq!(racy_cutoff_ns(i64::MIN + 1), i64::MIN);
     }
 }

@@ -53,7 +53,12 @@ pub struct BackupArgs {
 /// Runs a backup.
 pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
     let repo = ctx.open()?;
-    let repo_dir = std::path::absolute(ctx.repo_path()?).ok();
+    // Resolved (symlinks, `..`), so that the walk never enters the
+    // repository however it is named; `Excludes` resolves it again.
+    let repo_path = ctx.repo_path()?;
+    let repo_dir = std::fs::canonicalize(&repo_path)
+        .or_else(|_| std::path::absolute(&repo_path))
+        .ok();
     let opts = BackupOptions {
         paths: a.paths,
         excludes: a.exclude,

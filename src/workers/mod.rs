@@ -58,6 +58,8 @@ pub fn failure_of(e: &Error, cancelled: bool) -> JobFailure {
         Error::InvalidArgument(_) => ("invalid", false),
         Error::TargetNotEmpty(_) | Error::NotEmpty(_) => ("target_not_empty", true),
         Error::Io { .. } => ("io", true),
+        // A bug (a panicked engine thread): retrying is safe but likely fails alike.
+        Error::Internal(_) => ("internal", false),
     };
     let message = if cancelled {
         "cancelled by request".to_owned()
