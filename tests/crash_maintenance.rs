@@ -34,7 +34,7 @@ fn rounds() -> usize {
     std::env::var("VOUCH_STRESS_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(6)
+        .unwrap_or(12)
 }
 
 /// One version of the source: file name -> seed and length of its content.
@@ -129,7 +129,16 @@ fn kill_9_during_prune_forget_and_repair_never_loses_data() {
         history.push(version.clone());
         let ids = snapshots(&env);
         let victim = ids[rng.below(ids.len() as u64 - 1) as usize].clone();
-        let args: Vec<String> = match rng.below(4) {
+        // Even rounds kill at a random moment of a random command; odd
+        // rounds kill at each named commit step in turn (windows too short
+        // for a random kill to hit), with a command that reaches it.
+        let failpoint = (round % 2 == 1).then(|| FAILPOINTS[(round / 2) % FAILPOINTS.len()]);
+        let choice = match failpoint {
+            Some("repair-index-written") => 3,
+            Some(_) => 1,
+            None => rng.below(4),
+        };
+        let args: Vec<String> = match choice {
             0 => vec!["prune".into(), "--repack-below".into(), "90".into()],
             1 => vec!["forget".into(), "--prune".into(), victim],
             2 => vec![
@@ -139,13 +148,6 @@ fn kill_9_during_prune_forget_and_repair_never_loses_data() {
                 "--prune".into(),
             ],
             _ => vec!["repair".into(), "index".into()],
-        };
-        // Half the rounds kill at a random moment, half at a named step of
-        // the commit (windows too short for a random kill to hit).
-        let failpoint = if rng.below(2) == 0 {
-            Some(FAILPOINTS[rng.below(FAILPOINTS.len() as u64) as usize])
-        } else {
-            None
         };
         let delay = if failpoint.is_some() {
             Duration::from_secs(120)

@@ -441,6 +441,8 @@ mod tests {
     use crate::repo::InitOptions;
 
     fn repo(dir: &Path) -> Repository {
+        // Cheap key derivation for tests.
+        crate::crypto::allow_weak_kdf();
         let opts = InitOptions {
             kdf: KdfParams {
                 memory_kib: 1024,
