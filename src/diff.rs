@@ -24,7 +24,7 @@ fn changed(a: &Node, b: &Node) -> Option<char> {
     if a.content != b.content || a.target != b.target || a.size != b.size {
         return Some('M');
     }
-    if a.mode != b.mode || a.uid != b.uid || a.gid != b.gid || a.mtime_ns != b.mtime_ns {
+    if a.mode != b.mode || a.uid != b.uid || a.gid != b.gid || a.mtime() != b.mtime() {
         return Some('U');
     }
     None

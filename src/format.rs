@@ -306,9 +306,68 @@ pub struct Node {
     /// Tree of a directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subtree: Option<BlobId>,
+    /// The exact modification time when `mtime_ns` cannot hold it (before
+    /// 1677-09-21 or after 2262-04-11); `mtime_ns` then holds the nearest
+    /// time it can. Absent otherwise. A compatible addition to v1: trees
+    /// without it read as before, and a reader that predates it ignores it
+    /// (and applies the nearest time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtime_exact: Option<ExactTime>,
+    /// The exact status change time, as `mtime_exact`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ctime_exact: Option<ExactTime>,
+}
+
+/// A time as seconds and nanoseconds since the epoch (UTC), for the times
+/// that i64 nanoseconds cannot hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ExactTime {
+    /// Seconds since the epoch (negative before 1970).
+    pub sec: i64,
+    /// Nanoseconds, 0..1e9.
+    pub nsec: u32,
+}
+
+impl ExactTime {
+    /// The time `ns` nanoseconds after the epoch.
+    pub fn from_ns(ns: i64) -> Self {
+        ExactTime {
+            sec: ns.div_euclid(1_000_000_000),
+            nsec: ns.rem_euclid(1_000_000_000) as u32,
+        }
+    }
+
+    /// From a `stat` time: the value for a `*_ns` field (computed in i128,
+    /// never overflowing; the nearest value it holds when out of range),
+    /// and the exact time when that value is not exact.
+    pub fn from_stat(sec: i64, nsec: i64) -> (i64, Option<ExactTime>) {
+        let ns = i128::from(sec) * 1_000_000_000 + i128::from(nsec);
+        match i64::try_from(ns) {
+            Ok(v) => (v, None),
+            Err(_) => {
+                let exact = ExactTime {
+                    sec: sec.saturating_add(nsec.div_euclid(1_000_000_000)),
+                    nsec: nsec.rem_euclid(1_000_000_000) as u32,
+                };
+                (if ns < 0 { i64::MIN } else { i64::MAX }, Some(exact))
+            }
+        }
+    }
 }
 
 impl Node {
+    /// The modification time, exactly.
+    pub fn mtime(&self) -> ExactTime {
+        self.mtime_exact
+            .unwrap_or_else(|| ExactTime::from_ns(self.mtime_ns))
+    }
+
+    /// The status change time, exactly.
+    pub fn ctime(&self) -> ExactTime {
+        self.ctime_exact
+            .unwrap_or_else(|| ExactTime::from_ns(self.ctime_ns))
+    }
+
     /// The name for display (lossy for non-UTF-8).
     pub fn display_name(&self) -> String {
         String::from_utf8_lossy(&self.name).into_owned()
@@ -365,7 +424,52 @@ mod tests {
                 },
             ],
             subtree: None,
+            mtime_exact: None,
+            ctime_exact: None,
         }
+    }
+
+    /// Golden bytes of a node with times outside what i64 ns holds: the
+    /// compatible extension of v1 (`mtime_exact`, `ctime_exact`).
+    #[test]
+    fn exact_times_extend_v1_compatibly() {
+        let (mtime_ns, mtime_exact) = ExactTime::from_stat(10_413_792_000, 5);
+        let (ctime_ns, ctime_exact) = ExactTime::from_stat(-11_676_096_000, 0);
+        assert_eq!((mtime_ns, ctime_ns), (i64::MAX, i64::MIN));
+        let node = Node {
+            mtime_ns,
+            ctime_ns,
+            mtime_exact,
+            ctime_exact,
+            ..sample_node()
+        };
+        assert_eq!(node.mtime(), ExactTime { sec: 10_413_792_000, nsec: 5 });
+        assert_eq!(node.ctime(), ExactTime { sec: -11_676_096_000, nsec: 0 });
+        let bytes = encode(&Tree { nodes: vec![node.clone()] });
+        assert_eq!(hex::encode(&bytes), GOLDEN_TREE_EXACT, "tree encoding changed");
+        assert_eq!(decode::<Tree>(&bytes).unwrap().nodes[0], node);
+        // A reader that predates the fields (modelled by a struct without
+        // them) reads the nearest times and ignores the rest.
+        #[derive(Deserialize)]
+        struct OldNode {
+            mtime_ns: i64,
+            ctime_ns: i64,
+            size: u64,
+        }
+        #[derive(Deserialize)]
+        struct OldTree {
+            nodes: Vec<OldNode>,
+        }
+        let old: OldTree = decode(&bytes).unwrap();
+        assert_eq!(
+            (old.nodes[0].mtime_ns, old.nodes[0].ctime_ns, old.nodes[0].size),
+            (i64::MAX, i64::MIN, 3)
+        );
+        // In range, nothing is added and the bytes are those of v1.
+        assert_eq!(ExactTime::from_stat(1, 5), (1_000_000_005, None));
+        assert_eq!(ExactTime::from_stat(-2, 500_000_000), (-1_500_000_000, None));
+        assert_eq!(ExactTime::from_ns(-1_500_000_000), ExactTime { sec: -2, nsec: 500_000_000 });
+        assert_eq!(ExactTime::from_stat(i64::MAX, 999_999_999).1, Some(ExactTime { sec: i64::MAX, nsec: 999_999_999 }));
     }
 
     /// Golden bytes: if this test fails, the tree format changed. Do not
@@ -380,6 +484,15 @@ mod tests {
         let back: Tree = decode(&bytes).unwrap();
         assert_eq!(back, tree);
     }
+
+    const GOLDEN_TREE_EXACT: &str = concat!(
+        "81a56e6f64657391de0011a46e616d65c40266ffa46b696e64a446696c65a46d6f6465cd81a4a3756964cd03e8a36769",
+        "64cd03e8a475736572a175a567726f7570c0a86d74696d655f6e73cf7fffffffffffffffa86374696d655f6e73d38000",
+        "000000000000a473697a6503a5696e6f646504a664657669636505a56c696e6b7301a47264657600a7636f6e74656e74",
+        "9282a4626c6f62c4200101010101010101010101010101010101010101010101010101010101010101a66c656e677468",
+        "0381a66c656e677468cd1000ab6d74696d655f657861637482a3736563cf000000026cb5db00a46e73656305ab637469",
+        "6d655f657861637482a3736563d3fffffffd480cea00a46e73656300",
+    );
 
     const GOLDEN_TREE: &str = concat!(
         "81a56e6f646573918fa46e616d65c40266ffa46b696e64a446696c65a46d6f6465cd81a4a3756964cd03e8a3676964",

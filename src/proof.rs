@@ -230,8 +230,11 @@ fn compare_file(
             node.mode & 0o7777
         ));
     }
-    let mtime_ns = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
-    if mtime_ns != node.mtime_ns {
+    let restored = crate::format::ExactTime {
+        sec: meta.mtime(),
+        nsec: meta.mtime_nsec().clamp(0, 999_999_999) as u32,
+    };
+    if restored != node.mtime() {
         mismatch(format!(
             "{}: modification time differs from the manifest",
             path.display()
@@ -371,6 +374,8 @@ mod tests {
             target: None,
             content: Vec::new(),
             subtree: None,
+            mtime_exact: None,
+            ctime_exact: None,
         };
         let files: Vec<(String, Node)> = (0..100).map(|i| (format!("f{i:03}"), node(10))).collect();
         let (all, sampled) = choose(files.clone(), None, u64::MAX);

@@ -234,7 +234,14 @@ fn review_finding_18_repository_never_backed_up_into_itself() {
         let out = env
             .cmd()
             .env("VOUCH_REPOSITORY", repo)
-            .args(["init", "--kdf-memory-kib", "1024", "--kdf-iterations", "1"])
+            .args([
+                "init",
+                "--insecure-kdf",
+                "--kdf-memory-kib",
+                "1024",
+                "--kdf-iterations",
+                "1",
+            ])
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");

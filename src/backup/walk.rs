@@ -18,7 +18,7 @@ use super::exclude::Excludes;
 use super::read::{FileJob, FileResult};
 use super::Abort;
 use crate::error::{Error, Result};
-use crate::format::{Node, NodeKind, Tree};
+use crate::format::{ExactTime, Node, NodeKind, Tree};
 use crate::progress::Progress;
 use crate::repo::{MasterIndex, Repository};
 use crate::util::users;
@@ -213,19 +213,6 @@ pub fn racy_cutoff_ns(parent_time_ns: i64) -> i64 {
     parent_time_ns.saturating_sub(RACY_MARGIN_NS)
 }
 
-/// `seconds * 10^9 + nanoseconds` as the format's `i64`, computed in
-/// `i128` so that it never overflows. Times the format cannot hold (before
-/// 1677-09-21 or after 2262-04-11) are clamped to the nearest one it can;
-/// the second value tells whether that happened.
-pub fn stat_time_ns(sec: i64, nsec: i64) -> (i64, bool) {
-    let ns = i128::from(sec) * 1_000_000_000 + i128::from(nsec);
-    match i64::try_from(ns) {
-        Ok(v) => (v, false),
-        Err(_) if ns < 0 => (i64::MIN, true),
-        Err(_) => (i64::MAX, true),
-    }
-}
-
 fn find<'a>(tree: Option<&'a Tree>, name: &[u8]) -> Option<&'a Node> {
     let tree = tree?;
     tree.nodes
@@ -276,7 +263,7 @@ impl Walker {
         self.warnings.push(msg);
     }
 
-    fn node(&mut self, path: &Path, name: &[u8], meta: &Metadata) -> Node {
+    fn node(&mut self, name: &[u8], meta: &Metadata) -> Node {
         let uid = meta.uid();
         let gid = meta.gid();
         let user = self
@@ -290,18 +277,10 @@ impl Walker {
             .or_insert_with(|| users::group_name(gid))
             .clone();
         let kind = kind_of(meta);
-        let (mtime_ns, clamped_m) = stat_time_ns(meta.mtime(), meta.mtime_nsec());
-        let (ctime_ns, clamped_c) = stat_time_ns(meta.ctime(), meta.ctime_nsec());
-        if clamped_m || clamped_c {
-            self.warn(format!(
-                "{}: timestamp outside 1677-09-21..2262-04-11 (mtime {}.{:09}, ctime {}.{:09} s since 1970), stored as the nearest time the format holds",
-                path.display(),
-                meta.mtime(),
-                meta.mtime_nsec(),
-                meta.ctime(),
-                meta.ctime_nsec()
-            ));
-        }
+        // Times that i64 ns cannot hold are kept exactly beside the
+        // nearest value it can (finding 15).
+        let (mtime_ns, mtime_exact) = ExactTime::from_stat(meta.mtime(), meta.mtime_nsec());
+        let (ctime_ns, ctime_exact) = ExactTime::from_stat(meta.ctime(), meta.ctime_nsec());
         Node {
             name: name.to_vec(),
             kind,
@@ -324,6 +303,8 @@ impl Walker {
             target: None,
             content: Vec::new(),
             subtree: None,
+            mtime_exact,
+            ctime_exact,
         }
     }
 
@@ -361,7 +342,7 @@ impl Walker {
                 self.walk_entry(&path, name.as_bytes(), &meta, pnode, meta.dev())?;
             } else {
                 Progress::add(&self.progress.entries, 1);
-                let node = self.node(&path, name.as_bytes(), &meta);
+                let node = self.node(name.as_bytes(), &meta);
                 self.send(WalkItem::DirStart)?;
                 let sub = self.parent_subtree(pnode);
                 self.walk_virtual(&path, child, sub.as_ref())?;
@@ -388,7 +369,7 @@ impl Walker {
         }
         super::failpoint::hit("walker", path.as_os_str().as_bytes());
         Progress::add(&self.progress.entries, 1);
-        let mut node = self.node(path, name, meta);
+        let mut node = self.node(name, meta);
         match node.kind {
             NodeKind::Dir => {
                 self.send(WalkItem::DirStart)?;
@@ -417,8 +398,8 @@ impl Walker {
                         && node.ctime_ns < self.reuse_before_ns
                         && p.kind == NodeKind::File
                         && p.size == node.size
-                        && p.mtime_ns == node.mtime_ns
-                        && p.ctime_ns == node.ctime_ns
+                        && p.mtime() == node.mtime()
+                        && p.ctime() == node.ctime()
                         && p.inode == node.inode
                         && p.content
                             .iter()
@@ -512,17 +493,21 @@ mod tests {
 
     #[test]
     fn review_finding_15_times_never_overflow() {
-        assert_eq!(stat_time_ns(1, 5), (1_000_000_005, false));
-        assert_eq!(stat_time_ns(-2, 500_000_000), (-1_500_000_000, false));
-        // 2300-01-01 and 1600-01-01.
-        assert_eq!(stat_time_ns(10_413_792_000, 0), (i64::MAX, true));
-        assert_eq!(stat_time_ns(-11_676_096_000, 0), (i64::MIN, true));
-        assert_eq!(stat_time_ns(i64::MAX, 999_999_999), (i64::MAX, true));
-        assert_eq!(stat_time_ns(i64::MIN, 0), (i64::MIN, true));
-        // The last representable instant is kept exactly.
+        use crate::format::ExactTime;
+        // 2300-01-01 and 1600-01-01 are kept exactly beside the nearest ns.
         assert_eq!(
-            stat_time_ns(i64::MAX / 1_000_000_000, i64::MAX % 1_000_000_000),
-            (i64::MAX, false)
+            ExactTime::from_stat(10_413_792_000, 0),
+            (i64::MAX, Some(ExactTime { sec: 10_413_792_000, nsec: 0 }))
+        );
+        assert_eq!(
+            ExactTime::from_stat(-11_676_096_000, 0),
+            (i64::MIN, Some(ExactTime { sec: -11_676_096_000, nsec: 0 }))
+        );
+        assert_eq!(ExactTime::from_stat(i64::MIN, 0).0, i64::MIN);
+        // The last representable instant needs nothing more.
+        assert_eq!(
+            ExactTime::from_stat(i64::MAX / 1_000_000_000, i64::MAX % 1_000_000_000),
+            (i64::MAX, None)
         );
     }
 
