@@ -26,10 +26,11 @@ use crate::repo::{MasterIndex, Repository};
 /// 2048 components, so no snapshot written by vouch is deeper.
 pub const MAX_DEPTH: usize = 2048;
 
-/// Most entries a walk visits before it calls the snapshot damaged (a
-/// crafted tree DAG). A restore keeps every entry in memory, so a snapshot
-/// this large could not be restored on any ordinary machine anyway.
-pub const MAX_ENTRIES: u64 = 1 << 30;
+/// Most entries a snapshot may expand to before a walk calls it damaged (a
+/// crafted tree DAG). A restore keeps every entry in memory (a few hundred
+/// bytes each), so a snapshot this large could not be restored on an
+/// ordinary machine anyway.
+pub const MAX_ENTRIES: u64 = 1 << 28;
 
 /// Why a name cannot be a node name, or `None` if it is a valid one.
 pub fn bad_name(name: &[u8]) -> Option<&'static str> {
@@ -96,9 +97,16 @@ pub fn walk(
         nodes: std::vec::IntoIter<Node>,
         prefix_len: usize,
     }
+    // First count what the walk would visit, each distinct tree once, and
+    // refuse a DAG that expands beyond the cap before visiting anything.
+    let mut trees = count(repo, index, root)?;
+    let mut take = |id: &BlobId| match trees.remove(id) {
+        Some(t) => Ok(t),
+        None => load(repo, index, id),
+    };
     let mut prefix: Vec<u8> = Vec::new();
     let mut stack = vec![Frame {
-        nodes: load(repo, index, root)?.nodes.into_iter(),
+        nodes: take(root)?.nodes.into_iter(),
         prefix_len: 0,
     }];
     let mut visited = 0u64;
@@ -129,7 +137,7 @@ pub fn walk(
                         "the trees of {root} nest deeper than {MAX_DEPTH} directories"
                     )));
                 }
-                let nodes = load(repo, index, sub)?.nodes.into_iter();
+                let nodes = take(sub)?.nodes.into_iter();
                 stack.push(Frame {
                     nodes,
                     prefix_len: dir_len,
@@ -139,6 +147,64 @@ pub fn walk(
         }
     }
     Ok(())
+}
+
+/// Loads (and checks) every distinct tree under `root`, iteratively, and
+/// counts the entries a walk of `root` visits, memoized per tree. Fails as
+/// damage beyond [`MAX_ENTRIES`] or [`MAX_DEPTH`]. Returns the trees, so
+/// the walk does not load them again.
+fn count(
+    repo: &Repository,
+    index: &MasterIndex,
+    root: &BlobId,
+) -> Result<std::collections::HashMap<BlobId, Tree>> {
+    use std::collections::HashMap;
+    let mut trees: HashMap<BlobId, Tree> = HashMap::new();
+    let mut counts: HashMap<BlobId, u64> = HashMap::new();
+    // (tree, depth, whether its subtrees are counted already)
+    let mut stack = vec![(*root, 0usize, false)];
+    while let Some((id, depth, children_done)) = stack.pop() {
+        if counts.contains_key(&id) {
+            continue;
+        }
+        if !children_done {
+            if depth >= MAX_DEPTH {
+                return Err(Error::Damaged(format!(
+                    "the trees of {root} nest deeper than {MAX_DEPTH} directories"
+                )));
+            }
+            if !trees.contains_key(&id) {
+                trees.insert(id, load(repo, index, &id)?);
+            }
+            stack.push((id, depth, true));
+            for sub in trees[&id].nodes.iter().filter_map(subtree_of) {
+                if !counts.contains_key(&sub) {
+                    stack.push((sub, depth + 1, false));
+                }
+            }
+            continue;
+        }
+        let mut n = 0u64;
+        for node in &trees[&id].nodes {
+            let below = subtree_of(node).and_then(|s| counts.get(&s).copied());
+            n = n.saturating_add(1).saturating_add(below.unwrap_or(0));
+        }
+        if n > MAX_ENTRIES {
+            return Err(Error::Damaged(format!(
+                "the trees of {root} expand to more than {MAX_ENTRIES} entries \
+                 (a tree that names the same subtree many times over)"
+            )));
+        }
+        counts.insert(id, n);
+    }
+    Ok(trees)
+}
+
+fn subtree_of(node: &Node) -> Option<BlobId> {
+    match node.kind {
+        NodeKind::Dir => node.subtree,
+        _ => None,
+    }
 }
 
 /// Finds the node at `path` (`/a/b` or `a/b`); `None` for the root.
