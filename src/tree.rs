@@ -173,8 +173,8 @@ fn count(
                     "the trees of {root} nest deeper than {MAX_DEPTH} directories"
                 )));
             }
-            if !trees.contains_key(&id) {
-                trees.insert(id, load(repo, index, &id)?);
+            if let std::collections::hash_map::Entry::Vacant(e) = trees.entry(id) {
+                e.insert(load(repo, index, &id)?);
             }
             stack.push((id, depth, true));
             for sub in trees[&id].nodes.iter().filter_map(subtree_of) {

@@ -148,7 +148,10 @@ fn symlink_node(name: &[u8], to: &Path) -> Node {
 /// Everything under `dir`: path -> kind, mode, owner, content.
 fn listing(dir: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    for p in vouch_chaos::files_below(dir).into_iter().chain(dirs_below(dir)) {
+    for p in vouch_chaos::files_below(dir)
+        .into_iter()
+        .chain(dirs_below(dir))
+    {
         let m = fs::symlink_metadata(&p).unwrap();
         let content = if m.is_file() {
             blake3::hash(&fs::read(&p).unwrap()).to_hex().to_string()
@@ -189,7 +192,11 @@ fn dirs_below(dir: &Path) -> Vec<PathBuf> {
         }
         i += 1;
     }
-    out.retain(|p| fs::symlink_metadata(p).map(|m| !m.is_file()).unwrap_or(false));
+    out.retain(|p| {
+        fs::symlink_metadata(p)
+            .map(|m| !m.is_file())
+            .unwrap_or(false)
+    });
     out
 }
 
@@ -227,12 +234,9 @@ impl Scene {
     /// then that verify reports damage too.
     fn assert_refused(&self, snap: &str, expect: &str) {
         let before = listing(&self.outside);
-        let out = self.env.run(&[
-            "restore",
-            snap,
-            "--target",
-            self.target.to_str().unwrap(),
-        ]);
+        let out = self
+            .env
+            .run(&["restore", snap, "--target", self.target.to_str().unwrap()]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         let after = listing(&self.outside);
         assert_eq!(before, after, "the outside changed; restore said: {stderr}");
@@ -447,7 +451,9 @@ fn verify_reports_extents_that_do_not_match_sizes_or_blobs() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("the size is 4"), "{text}");
     assert!(text.contains("names blob"), "{text}");
-    let out = s.env.run(&["restore", &snap, "--target", s.target.to_str().unwrap()]);
+    let out = s
+        .env
+        .run(&["restore", &snap, "--target", s.target.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(vouch::exit_code::DAMAGED));
 }
 
@@ -531,7 +537,9 @@ fn a_crafted_dag_is_refused_not_expanded() {
     }
     let snap = f.commit(level);
     let started = std::time::Instant::now();
-    let out = s.env.run(&["restore", &snap, "--target", s.target.to_str().unwrap()]);
+    let out = s
+        .env
+        .run(&["restore", &snap, "--target", s.target.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(vouch::exit_code::DAMAGED));
     assert!(String::from_utf8_lossy(&out.stderr).contains("expand"));
     assert!(started.elapsed().as_secs() < 60);

@@ -19,7 +19,8 @@ use crate::error::{Error, Result};
 const MAX_CACHED: usize = 256;
 
 /// Flags of every directory open.
-const DIR_FLAGS: libc::c_int = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+const DIR_FLAGS: libc::c_int =
+    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
 
 /// The last OS error, with what was being done to which path.
 pub fn os_err(what: &str, path: &Path) -> Error {

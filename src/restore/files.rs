@@ -114,8 +114,14 @@ pub fn prepare_file(
     let tmp_path = path.with_file_name(tmp.to_string_lossy().as_ref());
     let file = create_new(dir, &tmp, &tmp_path)?;
     // SAFETY: valid descriptors and NUL-terminated names.
-    if unsafe { libc::renameat(dir.as_raw_fd(), tmp.as_ptr(), dir.as_raw_fd(), name.as_ptr()) }
-        != 0
+    if unsafe {
+        libc::renameat(
+            dir.as_raw_fd(),
+            tmp.as_ptr(),
+            dir.as_raw_fd(),
+            name.as_ptr(),
+        )
+    } != 0
     {
         let err = os_err("replacing", path);
         // SAFETY: as above.

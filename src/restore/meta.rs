@@ -97,15 +97,26 @@ pub fn apply_at(dir: &OwnedFd, name: &CStr, node: &Node, path: &Path) -> Result<
     let fd = dir.as_raw_fd();
     // SAFETY (all): valid descriptor, NUL-terminated name, two timespecs.
     if is_root()
-        && unsafe { libc::fchownat(fd, name.as_ptr(), node.uid, node.gid, libc::AT_SYMLINK_NOFOLLOW) }
-            != 0
+        && unsafe {
+            libc::fchownat(
+                fd,
+                name.as_ptr(),
+                node.uid,
+                node.gid,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        } != 0
     {
         return Err(os_err("setting the owner of", path));
     }
     if node.kind != NodeKind::Symlink {
         // Linux has no fchmodat that refuses symlinks: check, then change.
-        let st = stat_at(dir, name, path)?
-            .ok_or_else(|| Error::io(format!("{} vanished", path.display()), std::io::ErrorKind::NotFound.into()))?;
+        let st = stat_at(dir, name, path)?.ok_or_else(|| {
+            Error::io(
+                format!("{} vanished", path.display()),
+                std::io::ErrorKind::NotFound.into(),
+            )
+        })?;
         if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
             return Err(Error::Damaged(format!(
                 "{} became a symlink during the restore",

@@ -292,8 +292,7 @@ pub fn restore(
         target_node
     };
 
-    let (resumed, by_marker) =
-        target_state(&opts.target, snapshot, &opts.subpath, opts.overwrite)?;
+    let (resumed, by_marker) = target_state(&opts.target, snapshot, &opts.subpath, opts.overwrite)?;
     fs::create_dir_all(&opts.target).ctx(|| format!("creating {}", opts.target.display()))?;
     let dirs = Dirs::open(&opts.target)?;
     write_marker(&dirs, snapshot, &opts.subpath)?;
@@ -461,7 +460,8 @@ pub fn restore(
                 let Some((pack_pos, blobs)) = next else {
                     return;
                 };
-                if let Err(e) = restore_pack(repo, &index, pack_pos, blobs, &out, &written, &progress)
+                if let Err(e) =
+                    restore_pack(repo, &index, pack_pos, blobs, &out, &written, &progress)
                 {
                     if let Ok(mut f) = failure.lock() {
                         f.get_or_insert(e);
