@@ -39,7 +39,7 @@ pub fn diff(repo: &Repository, index: &MasterIndex, a: &BlobId, b: &BlobId) -> R
 
 fn load(repo: &Repository, index: &MasterIndex, id: Option<BlobId>) -> Result<Tree> {
     match id {
-        Some(id) => repo.load_tree(index, &id),
+        Some(id) => crate::tree::load(repo, index, &id),
         None => Ok(Tree::default()),
     }
 }

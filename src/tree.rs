@@ -1,46 +1,210 @@
-//! Walking the trees of a snapshot.
+//! Walking the trees of a snapshot, and the rules a tree must follow before
+//! anything trusts its names.
+//!
+//! Every tree loaded through this module is checked with [`check_tree`]: a
+//! node name is one path component (not empty, not `.` or `..`, no `/` or
+//! NUL byte) and the nodes are strictly sorted by name bytes, which is how
+//! the backup writes them (`backup::assemble` sorts with `Vec<u8>`'s byte
+//! order, and names within one directory are unique). A tree that breaks
+//! these rules was not written by vouch's backup: it is damage.
+//!
+//! Walks are iterative (no recursion, so deep nesting cannot overflow the
+//! stack), refuse trees nested deeper than [`MAX_DEPTH`], and refuse a
+//! snapshot whose trees expand to more than [`MAX_ENTRIES`] entries. Shared
+//! subtrees are legitimate (two identical directories have one tree), so a
+//! walk cannot simply skip a subtree seen before; the cap is what stops a
+//! crafted DAG (a tree naming the same subtree twice, sixty levels deep)
+//! from expanding exponentially.
 
 use crate::error::{Error, Result};
 use crate::format::{Node, NodeKind, Tree};
 use crate::id::BlobId;
 use crate::repo::{MasterIndex, Repository};
 
+/// Deepest nesting of directories a walk accepts. A backup reads its
+/// sources by path, and a path of `PATH_MAX` (4096) bytes holds at most
+/// 2048 components, so no snapshot written by vouch is deeper.
+pub const MAX_DEPTH: usize = 2048;
+
+/// Most entries a snapshot may expand to before a walk calls it damaged (a
+/// crafted tree DAG). A restore keeps every entry in memory (a few hundred
+/// bytes each), so a snapshot this large could not be restored on an
+/// ordinary machine anyway.
+pub const MAX_ENTRIES: u64 = 1 << 28;
+
+/// Why a name cannot be a node name, or `None` if it is a valid one.
+pub fn bad_name(name: &[u8]) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("an empty name")
+    } else if name == b"." || name == b".." {
+        Some("a name that is . or ..")
+    } else if name.contains(&b'/') {
+        Some("a name with a /")
+    } else if name.contains(&0) {
+        Some("a name with a NUL byte")
+    } else {
+        None
+    }
+}
+
+/// Checks the names of a tree: each is one path component, and the nodes
+/// are strictly sorted by name bytes (no duplicates). Returns
+/// [`Error::Damaged`] naming the tree and the bad name.
+pub fn check_tree(id: &BlobId, tree: &Tree) -> Result<()> {
+    for (i, node) in tree.nodes.iter().enumerate() {
+        if let Some(why) = bad_name(&node.name) {
+            return Err(Error::Damaged(format!(
+                "tree {id} holds {why}: {:?}",
+                node.display_name()
+            )));
+        }
+        if i > 0 && tree.nodes[i - 1].name >= node.name {
+            let what = if tree.nodes[i - 1].name == node.name {
+                "twice"
+            } else {
+                "out of order"
+            };
+            return Err(Error::Damaged(format!(
+                "tree {id} lists the name {:?} {what}",
+                node.display_name()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Loads a tree and checks its names ([`check_tree`]).
+pub fn load(repo: &Repository, index: &MasterIndex, id: &BlobId) -> Result<Tree> {
+    let tree = repo.load_tree(index, id)?;
+    check_tree(id, &tree)?;
+    Ok(tree)
+}
+
 /// Visits every node under `root` depth-first, in name order. `visit` gets
 /// the path (components joined with `/`, no leading slash) and the node, and
-/// returns whether to descend into a directory.
+/// returns whether to descend into a directory. Every tree is checked
+/// ([`check_tree`]); nesting and expansion are capped ([`MAX_DEPTH`],
+/// [`MAX_ENTRIES`]).
 pub fn walk(
     repo: &Repository,
     index: &MasterIndex,
     root: &BlobId,
     visit: &mut dyn FnMut(&[u8], &Node) -> Result<bool>,
 ) -> Result<()> {
-    let tree = repo.load_tree(index, root)?;
-    walk_tree(repo, index, &tree, &mut Vec::new(), visit)
-}
-
-fn walk_tree(
-    repo: &Repository,
-    index: &MasterIndex,
-    tree: &Tree,
-    prefix: &mut Vec<u8>,
-    visit: &mut dyn FnMut(&[u8], &Node) -> Result<bool>,
-) -> Result<()> {
-    for node in &tree.nodes {
-        let len = prefix.len();
+    // One frame per open directory: its nodes, the next one to visit, and
+    // the length of the path prefix of its parent.
+    struct Frame {
+        nodes: std::vec::IntoIter<Node>,
+        prefix_len: usize,
+    }
+    // First count what the walk would visit, each distinct tree once, and
+    // refuse a DAG that expands beyond the cap before visiting anything.
+    let mut trees = count(repo, index, root)?;
+    let mut take = |id: &BlobId| match trees.remove(id) {
+        Some(t) => Ok(t),
+        None => load(repo, index, id),
+    };
+    let mut prefix: Vec<u8> = Vec::new();
+    let mut stack = vec![Frame {
+        nodes: take(root)?.nodes.into_iter(),
+        prefix_len: 0,
+    }];
+    let mut visited = 0u64;
+    while let Some(frame) = stack.last_mut() {
+        let Some(node) = frame.nodes.next() else {
+            prefix.truncate(frame.prefix_len);
+            stack.pop();
+            continue;
+        };
+        visited += 1;
+        if visited > MAX_ENTRIES {
+            return Err(Error::Damaged(format!(
+                "the trees of {root} expand to more than {MAX_ENTRIES} entries \
+                 (a tree that names the same subtree many times over)"
+            )));
+        }
+        // The directory's own path is `prefix`; the node's is prefix/name.
+        let dir_len = prefix.len();
         if !prefix.is_empty() {
             prefix.push(b'/');
         }
         prefix.extend_from_slice(&node.name);
-        let descend = visit(prefix, node)?;
-        if descend && node.kind == NodeKind::Dir {
-            if let Some(sub) = &node.subtree {
-                let subtree = repo.load_tree(index, sub)?;
-                walk_tree(repo, index, &subtree, prefix, visit)?;
+        let descend = visit(&prefix, &node)?;
+        match (&node.subtree, node.kind) {
+            (Some(sub), NodeKind::Dir) if descend => {
+                if stack.len() >= MAX_DEPTH {
+                    return Err(Error::Damaged(format!(
+                        "the trees of {root} nest deeper than {MAX_DEPTH} directories"
+                    )));
+                }
+                let nodes = take(sub)?.nodes.into_iter();
+                stack.push(Frame {
+                    nodes,
+                    prefix_len: dir_len,
+                });
             }
+            _ => prefix.truncate(dir_len),
         }
-        prefix.truncate(len);
     }
     Ok(())
+}
+
+/// Loads (and checks) every distinct tree under `root`, iteratively, and
+/// counts the entries a walk of `root` visits, memoized per tree. Fails as
+/// damage beyond [`MAX_ENTRIES`] or [`MAX_DEPTH`]. Returns the trees, so
+/// the walk does not load them again.
+fn count(
+    repo: &Repository,
+    index: &MasterIndex,
+    root: &BlobId,
+) -> Result<std::collections::HashMap<BlobId, Tree>> {
+    use std::collections::HashMap;
+    let mut trees: HashMap<BlobId, Tree> = HashMap::new();
+    let mut counts: HashMap<BlobId, u64> = HashMap::new();
+    // (tree, depth, whether its subtrees are counted already)
+    let mut stack = vec![(*root, 0usize, false)];
+    while let Some((id, depth, children_done)) = stack.pop() {
+        if counts.contains_key(&id) {
+            continue;
+        }
+        if !children_done {
+            if depth >= MAX_DEPTH {
+                return Err(Error::Damaged(format!(
+                    "the trees of {root} nest deeper than {MAX_DEPTH} directories"
+                )));
+            }
+            if let std::collections::hash_map::Entry::Vacant(e) = trees.entry(id) {
+                e.insert(load(repo, index, &id)?);
+            }
+            stack.push((id, depth, true));
+            for sub in trees[&id].nodes.iter().filter_map(subtree_of) {
+                if !counts.contains_key(&sub) {
+                    stack.push((sub, depth + 1, false));
+                }
+            }
+            continue;
+        }
+        let mut n = 0u64;
+        for node in &trees[&id].nodes {
+            let below = subtree_of(node).and_then(|s| counts.get(&s).copied());
+            n = n.saturating_add(1).saturating_add(below.unwrap_or(0));
+        }
+        if n > MAX_ENTRIES {
+            return Err(Error::Damaged(format!(
+                "the trees of {root} expand to more than {MAX_ENTRIES} entries \
+                 (a tree that names the same subtree many times over)"
+            )));
+        }
+        counts.insert(id, n);
+    }
+    Ok(trees)
+}
+
+fn subtree_of(node: &Node) -> Option<BlobId> {
+    match node.kind {
+        NodeKind::Dir => node.subtree,
+        _ => None,
+    }
 }
 
 /// Finds the node at `path` (`/a/b` or `a/b`); `None` for the root.
@@ -50,7 +214,7 @@ pub fn find_node(
     root: &BlobId,
     path: &str,
 ) -> Result<Option<Node>> {
-    let mut tree = repo.load_tree(index, root)?;
+    let mut tree = load(repo, index, root)?;
     let comps: Vec<&str> = path
         .split('/')
         .filter(|c| !c.is_empty() && *c != ".")
@@ -67,9 +231,63 @@ pub fn find_node(
             let sub = node
                 .subtree
                 .ok_or_else(|| Error::NotFound(format!("{path:?}: {comp:?} is not a directory")))?;
-            tree = repo.load_tree(index, &sub)?;
+            tree = load(repo, index, &sub)?;
         }
         found = Some(node);
     }
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::NodeKind;
+
+    fn node(name: &[u8]) -> Node {
+        Node {
+            name: name.to_vec(),
+            kind: NodeKind::File,
+            mode: 0o100644,
+            uid: 0,
+            gid: 0,
+            user: None,
+            group: None,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            size: 0,
+            inode: 0,
+            device: 0,
+            links: 1,
+            rdev: 0,
+            target: None,
+            content: Vec::new(),
+            subtree: None,
+        }
+    }
+
+    fn check(names: &[&[u8]]) -> Result<()> {
+        let tree = Tree {
+            nodes: names.iter().map(|n| node(n)).collect(),
+        };
+        check_tree(&BlobId([7; 32]), &tree)
+    }
+
+    #[test]
+    fn names_that_are_not_one_component_are_damage() {
+        for bad in [&b""[..], b".", b"..", b"a/b", b"/abs", b"../x", b"n\0ul"] {
+            assert!(
+                matches!(check(&[bad]), Err(Error::Damaged(_))),
+                "{bad:?} accepted"
+            );
+        }
+        check(&[b"...", b".a", b"a..b", b"\xe9t\xe9"]).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn duplicate_and_unsorted_names_are_damage() {
+        assert!(matches!(check(&[b"x", b"x"]), Err(Error::Damaged(_))));
+        assert!(matches!(check(&[b"b", b"a"]), Err(Error::Damaged(_))));
+        // Byte order, as the backup sorts: "B" (0x42) < "a" (0x61) < "\xe9".
+        check(&[b"B", b"a", b"a.txt", b"ab", b"\xe9"]).unwrap_or_else(|e| panic!("{e}"));
+    }
 }

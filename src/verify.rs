@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::backend::FileKind;
 use crate::error::Result;
-use crate::format::{BlobEntry, NodeKind, PACK_TRAILER_LEN};
+use crate::format::{BlobEntry, Node, NodeKind, Tree, PACK_TRAILER_LEN};
 use crate::id::{BlobId, PackId, SnapshotId};
 use crate::progress::Progress;
 use crate::repo::{lock, pack, MasterIndex, Repository};
@@ -432,27 +432,95 @@ impl Scan<'_> {
         !self.index.contains(id) || self.bad.contains(id)
     }
 
-    /// Whether anything at or below this tree is missing, unreadable or damaged.
+    /// Whether anything at or below this tree is missing, unreadable or
+    /// damaged (including a tree that breaks the rules of [`tree_problems`]).
     fn is_dirty(&mut self, id: &BlobId) -> bool {
+        self.is_dirty_at(id, 0)
+    }
+
+    fn is_dirty_at(&mut self, id: &BlobId, depth: usize) -> bool {
         if let Some(&d) = self.dirty.get(id) {
             return d;
         }
-        let d = self.blob_bad(id)
+        // Too deep is damage (and the recursion stays bounded).
+        let d = depth >= crate::tree::MAX_DEPTH
+            || self.blob_bad(id)
             || match self.repo.load_tree(self.index, id) {
                 Err(_) => true,
-                Ok(tree) => tree.nodes.iter().any(|n| match n.kind {
-                    NodeKind::Dir => n.subtree.is_some_and(|s| self.is_dirty(&s)),
-                    NodeKind::File => n
-                        .content
-                        .iter()
-                        .filter_map(|e| e.blob)
-                        .any(|b| self.blob_bad(&b)),
-                    _ => false,
-                }),
+                Ok(tree) => {
+                    !tree_problems(self.index, id, &tree).is_empty()
+                        || tree.nodes.iter().any(|n| match n.kind {
+                            NodeKind::Dir => {
+                                n.subtree.is_some_and(|s| self.is_dirty_at(&s, depth + 1))
+                            }
+                            NodeKind::File => n
+                                .content
+                                .iter()
+                                .filter_map(|e| e.blob)
+                                .any(|b| self.blob_bad(&b)),
+                            _ => false,
+                        })
+                }
             };
         self.dirty.insert(*id, d);
         d
     }
+}
+
+/// What is wrong with one tree on its own, as (node name, problem): names
+/// that are not one path component, duplicate or unsorted names
+/// ([`crate::tree::check_tree`]), files whose extents do not add up to
+/// their size or whose extent lengths differ from their blob's length in the
+/// index, and hard-link group members in the tree whose content differs.
+fn tree_problems(index: &MasterIndex, id: &BlobId, tree: &Tree) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Err(e) = crate::tree::check_tree(id, tree) {
+        out.push((String::new(), e.to_string()));
+    }
+    let mut groups: HashMap<(u64, u64), &Node> = HashMap::new();
+    for n in tree.nodes.iter().filter(|n| n.kind == NodeKind::File) {
+        let name = n.display_name();
+        let sum: u64 = n.content.iter().map(|e| e.length).sum();
+        if sum != n.size {
+            out.push((
+                name.clone(),
+                format!("extents hold {sum} bytes, the size is {}", n.size),
+            ));
+        }
+        for e in &n.content {
+            if let Some(entry) = e.blob.and_then(|b| index.location(&b)).map(|l| l.entry) {
+                if u64::from(entry.raw_length) != e.length {
+                    out.push((
+                        name.clone(),
+                        format!(
+                            "an extent of {} bytes names blob {} of {} bytes",
+                            e.length, entry.id, entry.raw_length
+                        ),
+                    ));
+                }
+            }
+        }
+        if n.links > 1 {
+            match groups.get(&(n.device, n.inode)) {
+                Some(first) if first.size != n.size || first.content != n.content => {
+                    out.push((
+                        name.clone(),
+                        format!(
+                            "is hard-linked (device {}, inode {}) to {:?} but its content differs",
+                            n.device,
+                            n.inode,
+                            first.display_name()
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    groups.insert((n.device, n.inode), n);
+                }
+            }
+        }
+    }
+    out
 }
 
 fn affected_paths(
@@ -464,8 +532,11 @@ fn affected_paths(
     let mut paths = BTreeSet::new();
     let mut count = 0u64;
     let mut problems = Vec::new();
-    let mut stack: Vec<(String, BlobId)> = vec![(String::new(), *root)];
-    while let Some((prefix, tree_id)) = stack.pop() {
+    // Iterative; each entry carries its depth. A crafted DAG is cut off
+    // after MAX_ENTRIES visits rather than expanded exponentially.
+    let mut visited = 0u64;
+    let mut stack: Vec<(String, BlobId, usize)> = vec![(String::new(), *root, 0)];
+    while let Some((prefix, tree_id, depth)) = stack.pop() {
         let here = if prefix.is_empty() {
             "/".to_string()
         } else {
@@ -484,6 +555,22 @@ fn affected_paths(
             paths.insert(here);
             continue;
         }
+        visited += 1;
+        if visited > crate::tree::MAX_ENTRIES || depth >= crate::tree::MAX_DEPTH {
+            problems.push(Damage {
+                pack: None,
+                blob: Some(tree_id.to_hex()),
+                problem: format!(
+                    "the trees of snapshot {} nest deeper than {} or expand to more than {} entries",
+                    sid.short(),
+                    crate::tree::MAX_DEPTH,
+                    crate::tree::MAX_ENTRIES
+                ),
+            });
+            count += 1;
+            paths.insert(here);
+            break;
+        }
         let tree = match repo.load_tree(index, &tree_id) {
             Ok(t) => t,
             Err(e) => {
@@ -497,12 +584,34 @@ fn affected_paths(
                 continue;
             }
         };
+        let structural = tree_problems(index, &tree_id, &tree);
+        for (name, problem) in &structural {
+            let path = if name.is_empty() {
+                here.clone()
+            } else {
+                format!("{prefix}/{name}")
+            };
+            problems.push(Damage {
+                pack: None,
+                blob: Some(tree_id.to_hex()),
+                problem: format!("{path} in snapshot {}: {problem}", sid.short()),
+            });
+            count += 1;
+            if paths.len() < 100 {
+                paths.insert(path);
+            }
+        }
+        if structural.iter().any(|(name, _)| name.is_empty()) {
+            // Names that cannot be trusted: do not build paths from them.
+            continue;
+        }
+        visited += tree.nodes.len() as u64;
         for node in &tree.nodes {
             let path = format!("{prefix}/{}", node.display_name());
             match node.kind {
                 NodeKind::Dir => {
                     if let Some(s) = node.subtree.filter(|s| scan.is_dirty(s)) {
-                        stack.push((path, s));
+                        stack.push((path, s, depth + 1));
                     }
                 }
                 NodeKind::File => {

@@ -46,6 +46,19 @@ fn special_tree(root: &std::path::Path) {
     drop(f);
     fs::set_permissions(root.join("small.txt"), fs::Permissions::from_mode(0o640)).unwrap();
     fs::set_permissions(root.join("dir/sub"), fs::Permissions::from_mode(0o750)).unwrap();
+    // Setuid and setgid files keep those bits (they are set after the owner).
+    fs::write(root.join("setuid-tool"), b"#!/bin/true\n").unwrap();
+    fs::set_permissions(root.join("setuid-tool"), fs::Permissions::from_mode(0o4755)).unwrap();
+    fs::write(root.join("setgid-tool"), b"#!/bin/false\n").unwrap();
+    fs::set_permissions(root.join("setgid-tool"), fs::Permissions::from_mode(0o2750)).unwrap();
+    // Deep nesting: restore opens each level relative to its parent.
+    let mut deep = root.join("deep");
+    for i in 0..60 {
+        deep = deep.join(format!("level-{i}"));
+    }
+    fs::create_dir_all(&deep).unwrap();
+    fs::write(deep.join("bottom.txt"), b"the bottom").unwrap();
+    symlink("../../..", deep.join("up-link")).unwrap();
     let c = std::ffi::CString::new(root.join("fifo").as_os_str().as_bytes()).unwrap();
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     if common::is_root() {

@@ -1,110 +1,134 @@
-//! Recreating special files and applying metadata (mode, owner, times).
+//! Recreating special files and applying metadata (owner, mode, times),
+//! always through a descriptor: the entry's own (files, directories) or its
+//! parent directory's with the entry's name (symlinks, fifos, devices).
+//! The owner is set before the mode, so setuid and setgid bits never sit on
+//! a file that still has the restoring user's owner (and `chown` would clear
+//! them anyway).
 
-use std::ffi::CString;
-use std::fs;
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
-use crate::error::{Error, IoContext, Result};
+use super::dirfd::{os_err, remove_at, stat_at};
+use crate::error::{Error, Result};
 use crate::format::{Node, NodeKind};
 use crate::util::is_root;
 
-fn cpath(path: &Path) -> Result<CString> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| Error::InvalidArgument(format!("path with a NUL byte: {}", path.display())))
-}
-
-fn os_err(what: &str, path: &Path) -> Error {
-    Error::io(
-        format!("{what} {}", path.display()),
-        std::io::Error::last_os_error(),
-    )
-}
-
-/// Creates a symlink, fifo or device. Returns a warning instead when it
-/// cannot be recreated here (devices as non-root, sockets).
-pub fn create_special(path: &Path, node: &Node) -> Result<Option<String>> {
-    if fs::symlink_metadata(path).is_ok() {
-        if fs::symlink_metadata(path)
-            .map(|m| m.is_dir())
-            .unwrap_or(false)
-        {
-            fs::remove_dir_all(path).ctx(|| format!("replacing {}", path.display()))?;
-        } else {
-            fs::remove_file(path).ctx(|| format!("replacing {}", path.display()))?;
-        }
-    }
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).ctx(|| format!("creating {}", parent.display()))?;
-    }
-    let c = cpath(path)?;
-    match node.kind {
-        NodeKind::Symlink => {
-            let target = node.target.clone().unwrap_or_default();
-            std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), path)
-                .ctx(|| format!("creating symlink {}", path.display()))?;
-        }
-        NodeKind::Fifo => {
-            // SAFETY: c is a valid NUL-terminated path.
-            if unsafe { libc::mkfifo(c.as_ptr(), (node.mode & 0o7777) as libc::mode_t) } != 0 {
-                return Err(os_err("creating fifo", path));
-            }
-        }
-        NodeKind::CharDevice | NodeKind::BlockDevice => {
-            if !is_root() {
-                return Ok(Some(format!(
-                    "{}: device not recreated (needs root)",
-                    path.display()
-                )));
-            }
-            // SAFETY: as above; mode carries the file type bits.
-            if unsafe {
-                libc::mknod(
-                    c.as_ptr(),
-                    node.mode as libc::mode_t,
-                    node.rdev as libc::dev_t,
-                )
-            } != 0
-            {
-                return Err(os_err("creating device", path));
-            }
-        }
-        NodeKind::Socket => return Ok(Some(format!("{}: socket not recreated", path.display()))),
-        NodeKind::File | NodeKind::Dir => {}
-    }
-    Ok(None)
-}
-
-/// Applies owner (as root), mode (not for symlinks) and mtime.
-pub fn apply(path: &Path, node: &Node) -> Result<()> {
-    let c = cpath(path)?;
-    if is_root() {
-        // SAFETY: valid path; lchown does not follow symlinks.
-        if unsafe { libc::lchown(c.as_ptr(), node.uid, node.gid) } != 0 {
-            return Err(os_err("setting the owner of", path));
-        }
-    }
-    if node.kind != NodeKind::Symlink {
-        // SAFETY: valid path.
-        if unsafe { libc::chmod(c.as_ptr(), (node.mode & 0o7777) as libc::mode_t) } != 0 {
-            return Err(os_err("setting the mode of", path));
-        }
-    }
+fn times(node: &Node) -> [libc::timespec; 2] {
     let ts = libc::timespec {
         tv_sec: node.mtime_ns.div_euclid(1_000_000_000) as libc::time_t,
         tv_nsec: node.mtime_ns.rem_euclid(1_000_000_000) as _,
     };
-    let times = [ts, ts];
-    // SAFETY: valid path and a two-element timespec array.
-    if unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            times.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    } != 0
+    [ts, ts]
+}
+
+fn mode(node: &Node) -> libc::mode_t {
+    (node.mode & 0o7777) as libc::mode_t
+}
+
+/// Creates a symlink, fifo or device named `name` in `dir`, replacing what
+/// is there. Returns a warning instead when it cannot be recreated here
+/// (devices as non-root, sockets).
+pub fn create_special(
+    dir: &OwnedFd,
+    name: &CStr,
+    path: &Path,
+    node: &Node,
+) -> Result<Option<String>> {
+    match node.kind {
+        NodeKind::CharDevice | NodeKind::BlockDevice if !is_root() => {
+            return Ok(Some(format!(
+                "{}: device not recreated (needs root)",
+                path.display()
+            )))
+        }
+        NodeKind::Socket => return Ok(Some(format!("{}: socket not recreated", path.display()))),
+        NodeKind::File | NodeKind::Dir => return Ok(None),
+        _ => {}
+    }
+    remove_at(dir, name, path)?;
+    let fd = dir.as_raw_fd();
+    // SAFETY (all three): valid descriptor and NUL-terminated strings.
+    let rc = match node.kind {
+        NodeKind::Symlink => {
+            let target = super::dirfd::cname(node.target.as_deref().unwrap_or_default())?;
+            unsafe { libc::symlinkat(target.as_ptr(), fd, name.as_ptr()) }
+        }
+        NodeKind::Fifo => unsafe { libc::mkfifoat(fd, name.as_ptr(), mode(node) & 0o777) },
+        // Only the file type and permission bits: no setuid device appears
+        // before its owner is set.
+        _ => unsafe {
+            libc::mknodat(
+                fd,
+                name.as_ptr(),
+                (node.mode as libc::mode_t & libc::S_IFMT) | (mode(node) & 0o777),
+                node.rdev as libc::dev_t,
+            )
+        },
+    };
+    if rc != 0 {
+        return Err(os_err("creating", path));
+    }
+    Ok(None)
+}
+
+/// Applies owner (as root), mode and mtime to an open file or directory.
+pub fn apply_fd(fd: &impl AsRawFd, node: &Node, path: &Path) -> Result<()> {
+    let fd = fd.as_raw_fd();
+    // SAFETY (all three): a valid open descriptor.
+    if is_root() && unsafe { libc::fchown(fd, node.uid, node.gid) } != 0 {
+        return Err(os_err("setting the owner of", path));
+    }
+    if unsafe { libc::fchmod(fd, mode(node)) } != 0 {
+        return Err(os_err("setting the mode of", path));
+    }
+    let t = times(node);
+    if unsafe { libc::futimens(fd, t.as_ptr()) } != 0 {
+        return Err(os_err("setting the times of", path));
+    }
+    Ok(())
+}
+
+/// Applies owner (as root), mode (not for symlinks) and mtime to `name` in
+/// `dir` without following a symlink. Used for the entries that cannot be
+/// opened (symlinks, fifos, devices); the restore created them a moment ago
+/// in a directory that only the restoring user can write to.
+pub fn apply_at(dir: &OwnedFd, name: &CStr, node: &Node, path: &Path) -> Result<()> {
+    let fd = dir.as_raw_fd();
+    // SAFETY (all): valid descriptor, NUL-terminated name, two timespecs.
+    if is_root()
+        && unsafe {
+            libc::fchownat(
+                fd,
+                name.as_ptr(),
+                node.uid,
+                node.gid,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        } != 0
     {
+        return Err(os_err("setting the owner of", path));
+    }
+    if node.kind != NodeKind::Symlink {
+        // Linux has no fchmodat that refuses symlinks: check, then change.
+        let st = stat_at(dir, name, path)?.ok_or_else(|| {
+            Error::io(
+                format!("{} vanished", path.display()),
+                std::io::ErrorKind::NotFound.into(),
+            )
+        })?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(Error::Damaged(format!(
+                "{} became a symlink during the restore",
+                path.display()
+            )));
+        }
+        if unsafe { libc::fchmodat(fd, name.as_ptr(), mode(node), 0) } != 0 {
+            return Err(os_err("setting the mode of", path));
+        }
+    }
+    let t = times(node);
+    if unsafe { libc::utimensat(fd, name.as_ptr(), t.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) } != 0 {
         return Err(os_err("setting the times of", path));
     }
     Ok(())

@@ -5,14 +5,17 @@
 //! restored, and on the next run every existing file is checked extent by
 //! extent against its content ids, so only what is missing is fetched.
 
+mod dirfd;
+mod files;
 mod meta;
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::OsStr;
-use std::fs::{self, File, OpenOptions};
+use std::ffi::{CString, OsStr};
+use std::fs::{self, File};
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,6 +30,7 @@ use crate::format::{BlobEntry, Node, NodeKind};
 use crate::id::{BlobId, SnapshotId};
 use crate::progress::Progress;
 use crate::repo::{lock, MasterIndex, Repository};
+use dirfd::Dirs;
 
 /// Name of the marker of an unfinished restore, in the target directory.
 pub const MARKER: &str = ".vouch-restore-in-progress";
@@ -86,9 +90,38 @@ struct Marker {
 
 /// One entry to recreate.
 struct Item {
+    /// Path relative to the target, names joined with `/`.
+    rel: Vec<u8>,
+    /// Where its own name starts in `rel`.
+    name_at: usize,
+    /// Its own name.
+    name: CString,
+    /// Its path in the target, for messages and filters.
     path: PathBuf,
-    /// Snapshot path, for filters and messages.
     node: Node,
+}
+
+impl Item {
+    fn new(target: &Path, rel: &[u8], node: Node) -> Result<Item> {
+        let name_at = rel.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
+        Ok(Item {
+            rel: rel.to_vec(),
+            name_at,
+            name: dirfd::cname(&rel[name_at..])?,
+            path: target.join(OsStr::from_bytes(rel)),
+            node,
+        })
+    }
+
+    /// The parent directory, relative to the target.
+    fn dir(&self) -> &[u8] {
+        &self.rel[..self.name_at.saturating_sub(1)]
+    }
+
+    /// How many directories deep it is.
+    fn depth(&self) -> usize {
+        self.rel.iter().filter(|&&b| b == b'/').count()
+    }
 }
 
 struct Filter {
@@ -135,35 +168,47 @@ impl Filter {
     }
 }
 
+/// Whether the target may hold earlier content (resume or `--overwrite`),
+/// and whether the marker says it is this restore's own.
 fn target_state(
     target: &Path,
     snapshot: &SnapshotId,
     subpath: &Option<String>,
     overwrite: bool,
-) -> Result<bool> {
+) -> Result<(bool, bool)> {
     let mut entries = match fs::read_dir(target) {
         Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((false, false)),
         Err(e) => return Err(Error::io(format!("reading {}", target.display()), e)),
     };
     if entries.next().is_none() {
-        return Ok(false);
+        return Ok((false, false));
     }
-    if let Ok(bytes) = fs::read(target.join(MARKER)) {
+    let marker = fs::symlink_metadata(target.join(MARKER))
+        .ok()
+        .filter(|m| m.is_file())
+        .and_then(|_| fs::read(target.join(MARKER)).ok());
+    if let Some(bytes) = marker {
         if let Ok(m) = serde_json::from_slice::<Marker>(&bytes) {
             if m.snapshot == *snapshot && m.subpath == *subpath {
-                return Ok(true);
+                return Ok((true, true));
             }
         }
     }
     if overwrite {
-        Ok(true)
+        Ok((true, false))
     } else {
         Err(Error::TargetNotEmpty(target.to_path_buf()))
     }
 }
 
 /// Restores `snapshot` into `opts.target`.
+///
+/// Every tree is checked before its names are used ([`crate::tree`]): a
+/// name that is not one path component, or a tree with duplicate or
+/// unsorted names, is damage and nothing of the snapshot is written. All
+/// work below the target goes through directory descriptors ([`dirfd`]),
+/// so no symlink is ever followed, whoever made it.
 #[tracing::instrument(skip_all, fields(snapshot = %snapshot.short(), target = %opts.target.display()))]
 pub fn restore(
     repo: &Repository,
@@ -205,48 +250,56 @@ pub fn restore(
         }
     };
 
-    let resumed = target_state(&opts.target, snapshot, &opts.subpath, opts.overwrite)?;
-    fs::create_dir_all(&opts.target).ctx(|| format!("creating {}", opts.target.display()))?;
-    let marker = serde_json::to_vec(&Marker {
-        snapshot: *snapshot,
-        subpath: opts.subpath.clone(),
-    })
-    .map_err(|e| Error::corrupt("restore marker", e))?;
-    fs::write(opts.target.join(MARKER), marker)
-        .ctx(|| format!("writing the restore marker in {}", opts.target.display()))?;
-
-    // Plan.
+    // Plan (before anything is written: a damaged tree stops the restore
+    // with the target untouched).
+    let mut warnings = Vec::new();
     let mut items: Vec<Item> = Vec::new();
     let mut visit = |rel: &[u8], node: &Node| -> Result<bool> {
         let snap_path = PathBuf::from(format!("{base}/{}", String::from_utf8_lossy(rel)));
+        if rel == MARKER.as_bytes() {
+            // The marker's name is taken at the target's top: such an entry
+            // would be overwritten by the marker and removed at the end.
+            warnings.push(format!(
+                "{}: not restored, its name is reserved for the restore marker",
+                snap_path.display()
+            ));
+            return Ok(false);
+        }
         if filter.excluded(&snap_path) {
             return Ok(false);
         }
         let included = filter.included(&snap_path);
         if included || node.kind == NodeKind::Dir {
-            items.push(Item {
-                path: opts.target.join(OsStr::from_bytes(rel)),
-                node: node.clone(),
-            });
+            items.push(Item::new(&opts.target, rel, node.clone())?);
         }
         Ok(true)
     };
     if let Some(node) = &single {
+        if let Some(why) = crate::tree::bad_name(&node.name) {
+            return Err(Error::Damaged(format!(
+                "the snapshot holds {why}: {:?}",
+                node.display_name()
+            )));
+        }
         visit(&node.name, node)?;
     } else if let Some(root) = &root_tree {
         crate::tree::walk(repo, &index, root, &mut visit)?;
     }
-    if filter.include.is_some() {
+    let target_node = if filter.include.is_some() {
         prune_empty_dirs(&mut items);
-    } else if let Some(node) = target_node {
-        items.push(Item {
-            path: opts.target.clone(),
-            node,
-        });
-    }
+        None
+    } else {
+        target_node
+    };
+
+    let (resumed, by_marker) = target_state(&opts.target, snapshot, &opts.subpath, opts.overwrite)?;
+    fs::create_dir_all(&opts.target).ctx(|| format!("creating {}", opts.target.display()))?;
+    let dirs = Dirs::open(&opts.target)?;
+    write_marker(&dirs, snapshot, &opts.subpath)?;
 
     let mut summary = RestoreSummary {
         resumed,
+        warnings,
         ..Default::default()
     };
     for item in &items {
@@ -263,9 +316,10 @@ pub fn restore(
             .count() as u64,
     );
 
-    // Directories first (owner-writable until their metadata is applied).
+    // Directories first (owner-only until their metadata is applied), in
+    // walk order: parents before children.
     for item in items.iter().filter(|i| i.node.kind == NodeKind::Dir) {
-        prepare_path(&item.path, true)?;
+        files::make_dir(&*dirs.get(item.dir())?, &item.name, &item.path)?;
         summary.dirs += 1;
     }
 
@@ -274,6 +328,8 @@ pub fn restore(
     let mut by_blob: HashMap<BlobId, (u32, usize)> = HashMap::new();
     let mut hardlinks: HashMap<(u64, u64), usize> = HashMap::new();
     let mut link_items: Vec<(usize, usize)> = Vec::new();
+    // The (dev, ino) of each file written, by item.
+    let mut ids: HashMap<usize, (u64, u64)> = HashMap::new();
     let key = repo.key().clone();
     let mut file_items: Vec<usize> = Vec::new();
     for (i, item) in items.iter().enumerate() {
@@ -281,64 +337,103 @@ pub fn restore(
             continue;
         }
         crate::util::check_interrupted()?;
+        let sum: u64 = item.node.content.iter().map(|e| e.length).sum();
+        if sum != item.node.size {
+            return Err(Error::Damaged(format!(
+                "{}: the snapshot's extents hold {sum} bytes, its size is {}",
+                item.path.display(),
+                item.node.size
+            )));
+        }
         if item.node.links > 1 {
-            if let Some(&first) = hardlinks.get(&(item.node.device, item.node.inode)) {
-                link_items.push((i, first));
-                continue;
+            let group = (item.node.device, item.node.inode);
+            match hardlinks.get(&group) {
+                // A link only if it has the first's content: inode reuse
+                // or a change between visits make look-alike groups.
+                Some(&first) if same_content(&items[first].node, &item.node) => {
+                    link_items.push((i, first));
+                    continue;
+                }
+                Some(_) => {}
+                None => {
+                    hardlinks.insert(group, i);
+                }
             }
-            hardlinks.insert((item.node.device, item.node.inode), i);
         }
         file_items.push(i);
-        prepare_path(&item.path, false)?;
-        let existing = resumed && item.path.is_file();
-        let file = OpenOptions::new()
-            .write(true)
-            .read(true)
-            .create(true)
-            .truncate(false)
-            .open(&item.path)
-            .ctx(|| format!("creating {}", item.path.display()))?;
-        let old_len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let parent = dirs.get(item.dir())?;
+        let p = files::prepare_file(&parent, &item.name, &item.path, by_marker, resumed)?;
+        ids.insert(i, p.id);
+        // Where old data may be found: the file itself, or the one it replaces.
+        let (check, copy_from) = match (&p.old, p.in_place) {
+            (_, true) => (Some(&p.file), None),
+            (Some(old), false) => (Some(old), Some(old)),
+            (None, false) => (None, None),
+        };
+        let old_len = match check {
+            Some(f) => f.metadata().map(|m| m.len()).unwrap_or(0),
+            None => 0,
+        };
         let mut offset = 0u64;
         for ext in &item.node.content {
-            let in_place = existing
-                && offset + ext.length <= old_len
-                && extent_in_place(&file, offset, ext.length, ext.blob.as_ref(), &key)?;
+            let entry = match ext.blob {
+                Some(blob) => {
+                    let loc = index.location(&blob).ok_or_else(|| {
+                        Error::Damaged(format!(
+                            "blob {blob} of {} is not in the index",
+                            item.path.display()
+                        ))
+                    })?;
+                    if u64::from(loc.entry.raw_length) != ext.length {
+                        return Err(Error::Damaged(format!(
+                            "{}: an extent of {} bytes names blob {blob} of {} bytes",
+                            item.path.display(),
+                            ext.length,
+                            loc.entry.raw_length
+                        )));
+                    }
+                    Some((loc.pack, loc.entry))
+                }
+                None => None,
+            };
+            let in_place = match check {
+                Some(f) if offset + ext.length <= old_len => {
+                    extent_in_place(f, offset, ext.length, ext.blob.as_ref(), &key)?
+                }
+                _ => false,
+            };
             if in_place {
+                if let (Some(from), Some(_)) = (copy_from, ext.blob) {
+                    files::copy_range(from, &p.file, offset, ext.length, &item.path)?;
+                }
                 summary.bytes_reused += ext.length;
                 Progress::add(&progress.bytes_done, ext.length);
             } else {
-                match ext.blob {
-                    Some(blob) => {
-                        let loc = index.location(&blob).ok_or_else(|| {
-                            Error::Damaged(format!(
-                                "blob {blob} of {} is not in the index",
-                                item.path.display()
-                            ))
-                        })?;
-                        let (pack_pos, entry) = (loc.pack, &loc.entry);
+                match (entry, ext.blob) {
+                    (Some((pack_pos, entry)), Some(blob)) => {
                         let slot = by_blob.entry(blob).or_insert_with(|| {
                             let list = plan.entry(pack_pos).or_default();
-                            list.push((*entry, Vec::new()));
+                            list.push((entry, Vec::new()));
                             (pack_pos, list.len() - 1)
                         });
                         if let Some(list) = plan.get_mut(&slot.0) {
                             list[slot.1].1.push((i, offset));
                         }
                     }
-                    None if existing && offset < old_len => {
+                    _ if p.in_place && offset < p.len => {
                         // A hole over old data: write zeros.
-                        let end = (offset + ext.length).min(old_len);
-                        zero_range(&file, offset, end - offset)
+                        let end = (offset + ext.length).min(p.len);
+                        zero_range(&p.file, offset, end - offset)
                             .ctx(|| format!("clearing {}", item.path.display()))?;
                     }
-                    None => {}
+                    _ => {}
                 }
             }
             offset += ext.length;
         }
-        if old_len != item.node.size {
-            file.set_len(item.node.size)
+        if p.len != item.node.size {
+            p.file
+                .set_len(item.node.size)
                 .ctx(|| format!("sizing {}", item.path.display()))?;
         }
     }
@@ -346,11 +441,15 @@ pub fn restore(
     // Read packs in parallel, each once, and write blobs where they belong.
     let threads = crate::util::io_threads(opts.threads);
     let written = AtomicU64::new(0);
-    let paths: Vec<&Path> = items.iter().map(|i| i.path.as_path()).collect();
     let mut packs: Vec<(u32, PackWork)> = plan.into_iter().collect();
     packs.sort_by_key(|(p, _)| *p);
     let queue = Mutex::new(packs.into_iter());
     let failure: Mutex<Option<Error>> = Mutex::new(None);
+    let out = Out {
+        dirs: &dirs,
+        items: &items,
+        ids: &ids,
+    };
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| loop {
@@ -362,7 +461,7 @@ pub fn restore(
                     return;
                 };
                 if let Err(e) =
-                    restore_pack(repo, &index, pack_pos, blobs, &paths, &written, &progress)
+                    restore_pack(repo, &index, pack_pos, blobs, &out, &written, &progress)
                 {
                     if let Ok(mut f) = failure.lock() {
                         f.get_or_insert(e);
@@ -377,52 +476,57 @@ pub fn restore(
     }
     summary.bytes_written = written.load(Ordering::Relaxed);
 
-    // Links and special files, then metadata: files, then directories deepest first.
+    // Special files, then metadata: files, links, then directories deepest first.
     for item in items
         .iter()
         .filter(|i| !matches!(i.node.kind, NodeKind::Dir | NodeKind::File))
     {
         crate::util::check_interrupted()?;
-        if let Some(w) = meta::create_special(&item.path, &item.node)? {
+        let parent = dirs.get(item.dir())?;
+        if let Some(w) = meta::create_special(&parent, &item.name, &item.path, &item.node)? {
             summary.warnings.push(w);
             continue;
         }
         summary.others += 1;
-        meta::apply(&item.path, &item.node)?;
+        meta::apply_at(&parent, &item.name, &item.node, &item.path)?;
     }
     for &i in &file_items {
-        meta::apply(&items[i].path, &items[i].node)?;
+        let f = out.open(i, i, libc::O_RDONLY)?;
+        meta::apply_fd(&f, &items[i].node, &items[i].path)?;
         summary.files += 1;
         Progress::add(&progress.files_done, 1);
     }
     for &(i, first) in &link_items {
-        let (path, target) = (&items[i].path, &items[first].path);
-        let same = match (fs::symlink_metadata(path), fs::symlink_metadata(target)) {
-            (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
-            _ => false,
-        };
-        if !same {
-            prepare_path(path, false)?;
-            let _ = fs::remove_file(path);
-            fs::hard_link(target, path)
-                .ctx(|| format!("linking {} to {}", path.display(), target.display()))?;
-        }
+        let (item, to) = (&items[i], &items[first]);
+        let id = out.id(first)?;
+        files::link(
+            &*dirs.get(to.dir())?,
+            &to.name,
+            &*dirs.get(item.dir())?,
+            &item.name,
+            id,
+            &item.path,
+        )?;
         summary.others += 1;
     }
-    let mut dirs: Vec<&Item> = items
+    let mut dir_items: Vec<&Item> = items
         .iter()
-        .filter(|i| i.node.kind == NodeKind::Dir && i.path != opts.target)
+        .filter(|i| i.node.kind == NodeKind::Dir)
         .collect();
-    dirs.sort_by_key(|i| std::cmp::Reverse(i.path.components().count()));
-    for d in dirs {
-        meta::apply(&d.path, &d.node)?;
+    dir_items.sort_by_key(|i| std::cmp::Reverse(i.depth()));
+    for d in dir_items {
+        meta::apply_fd(&*dirs.get(&d.rel)?, &d.node, &d.path)?;
     }
 
     if opts.verify {
-        for &i in &file_items {
+        let checks = file_items
+            .iter()
+            .map(|&i| (i, i))
+            .chain(link_items.iter().copied());
+        for (i, first) in checks {
             crate::util::check_interrupted()?;
+            let f = out.open(i, first, libc::O_RDONLY)?;
             let item = &items[i];
-            let f = File::open(&item.path).ctx(|| format!("opening {}", item.path.display()))?;
             let mut offset = 0;
             for ext in &item.node.content {
                 if !extent_in_place(&f, offset, ext.length, ext.blob.as_ref(), &key)? {
@@ -436,13 +540,40 @@ pub fn restore(
             summary.files_verified += 1;
         }
     }
-    fs::remove_file(opts.target.join(MARKER)).ctx(|| "removing the restore marker".to_string())?;
+    // Durable before the marker goes: one sync of the target's file system
+    // (a per-file fsync would cost far more).
+    // SAFETY: a valid descriptor.
+    if unsafe { libc::syncfs(dirs.root().as_raw_fd()) } != 0 {
+        return Err(dirfd::os_err("syncing the file system of", &opts.target));
+    }
+    let marker = dirfd::cname(MARKER.as_bytes())?;
+    dirfd::unlink_at(dirs.root(), &marker, 0, &opts.target.join(MARKER))?;
     // The target's own metadata last: removing the marker changed its mtime.
-    if let Some(t) = items.iter().find(|i| i.path == opts.target) {
-        meta::apply(&t.path, &t.node)?;
+    if let Some(node) = &target_node {
+        meta::apply_fd(dirs.root(), node, &opts.target)?;
     }
     summary.duration_ms = started.elapsed().as_millis() as u64;
     Ok(summary)
+}
+
+/// Whether a hard-link group member has the same content as the first.
+fn same_content(first: &Node, other: &Node) -> bool {
+    first.size == other.size && first.content == other.content
+}
+
+/// Writes the resume marker at the target's top (never through a symlink).
+fn write_marker(dirs: &Dirs, snapshot: &SnapshotId, subpath: &Option<String>) -> Result<()> {
+    let bytes = serde_json::to_vec(&Marker {
+        snapshot: *snapshot,
+        subpath: subpath.clone(),
+    })
+    .map_err(|e| Error::corrupt("restore marker", e))?;
+    let path = dirs.path(MARKER.as_bytes());
+    let name = dirfd::cname(MARKER.as_bytes())?;
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
+    let f = File::from(dirfd::open_at(dirs.root(), &name, flags, 0o600, &path)?);
+    std::io::Write::write_all(&mut &f, &bytes)
+        .ctx(|| format!("writing the restore marker {}", path.display()))
 }
 
 /// Drops directories that hold nothing included (after include filtering).
@@ -461,25 +592,27 @@ fn prune_empty_dirs(items: &mut Vec<Item>) {
     items.retain(|i| i.node.kind != NodeKind::Dir || needed.contains(&i.path));
 }
 
-/// Makes sure `path` can be created: parents exist, and a wrong kind of
-/// entry in its place is removed.
-fn prepare_path(path: &Path, dir: bool) -> Result<()> {
-    match fs::symlink_metadata(path) {
-        Ok(m) if dir && m.is_dir() => return Ok(()),
-        Ok(m) if !dir && m.is_file() => return Ok(()),
-        Ok(m) if m.is_dir() => {
-            fs::remove_dir_all(path).ctx(|| format!("replacing {}", path.display()))?
-        }
-        Ok(_) => fs::remove_file(path).ctx(|| format!("replacing {}", path.display()))?,
-        Err(_) => {}
+/// Where the writer threads put blobs: each file by its parent's
+/// descriptor, its name, and the inode the plan created.
+struct Out<'a> {
+    dirs: &'a Dirs,
+    items: &'a [Item],
+    ids: &'a HashMap<usize, (u64, u64)>,
+}
+
+impl Out<'_> {
+    fn id(&self, i: usize) -> Result<(u64, u64)> {
+        self.ids.get(&i).copied().ok_or_else(|| {
+            Error::Damaged(format!("{} was not planned", self.items[i].path.display()))
+        })
     }
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).ctx(|| format!("creating {}", parent.display()))?;
+
+    /// Opens item `i`, which must be the inode written for item `as_of`.
+    fn open(&self, i: usize, as_of: usize, flags: libc::c_int) -> Result<File> {
+        let item = &self.items[i];
+        let parent = self.dirs.get(item.dir())?;
+        dirfd::open_file_at(&parent, &item.name, flags, self.id(as_of)?, &item.path)
     }
-    if dir {
-        fs::create_dir(path).ctx(|| format!("creating {}", path.display()))?;
-    }
-    Ok(())
 }
 
 /// Whether the bytes at `offset` already hold the extent.
@@ -535,7 +668,7 @@ fn restore_pack(
     index: &MasterIndex,
     pack_pos: u32,
     mut blobs: PackWork,
-    paths: &[&Path],
+    out: &Out<'_>,
     written: &AtomicU64,
     progress: &Progress,
 ) -> Result<()> {
@@ -562,14 +695,13 @@ fn restore_pack(
             .map_err(|e| Error::Damaged(format!("pack {} unreadable: {e}", pack.id)))?;
         for (entry, targets) in &blobs[i..j] {
             let from = (entry.offset as u64 - start) as usize;
-            let sealed = &bytes[from..from + entry.length as usize];
+            let sealed = bytes
+                .get(from..from + entry.length as usize)
+                .ok_or_else(|| Error::Damaged(format!("pack {} is short", pack.id)))?;
             let plain = crate::repo::pack::open_blob(repo.key(), &pack.salt, entry, sealed)?;
             for &(item, offset) in targets {
-                let path = paths[item];
-                let f = OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .ctx(|| format!("opening {}", path.display()))?;
+                let f = out.open(item, item, libc::O_WRONLY)?;
+                let path = &out.items[item].path;
                 f.write_all_at(&plain, offset)
                     .ctx(|| format!("writing {}", path.display()))?;
                 written.fetch_add(plain.len() as u64, Ordering::Relaxed);

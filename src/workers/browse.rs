@@ -89,7 +89,7 @@ impl EngineBrowser {
                 )))
             }
         };
-        let tree = repo.load_tree(&index, &tree_id)?;
+        let tree = crate::tree::load(&repo, &index, &tree_id)?;
         Ok(tree
             .nodes
             .iter()
