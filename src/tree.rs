@@ -262,6 +262,8 @@ mod tests {
             target: None,
             content: Vec::new(),
             subtree: None,
+            mtime_exact: None,
+            ctime_exact: None,
         }
     }
 

@@ -133,6 +133,8 @@ fn node(name: &[u8]) -> Node {
         target: None,
         content: Vec::new(),
         subtree: None,
+        mtime_exact: None,
+        ctime_exact: None,
     }
 }
 

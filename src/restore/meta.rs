@@ -14,10 +14,13 @@ use crate::error::{Error, Result};
 use crate::format::{Node, NodeKind};
 use crate::util::is_root;
 
+/// Access and modification time for `utimensat`/`futimens`: the node's
+/// exact modification time, also when i64 ns cannot hold it.
 fn times(node: &Node) -> [libc::timespec; 2] {
+    let t = node.mtime();
     let ts = libc::timespec {
-        tv_sec: node.mtime_ns.div_euclid(1_000_000_000) as libc::time_t,
-        tv_nsec: node.mtime_ns.rem_euclid(1_000_000_000) as _,
+        tv_sec: t.sec as libc::time_t,
+        tv_nsec: t.nsec as _,
     };
     [ts, ts]
 }
