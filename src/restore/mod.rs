@@ -4,10 +4,28 @@
 //! resumes with the same command: a marker file names the snapshot being
 //! restored, and on the next run every existing file is checked extent by
 //! extent against its content ids, so only what is missing is fetched.
+//!
+//! Safety against a crafted snapshot (engine review, findings 1, 5, 16, 18):
+//! - Names: every tree is checked when it is loaded ([`crate::tree`]); a
+//!   name that is empty, `.`, `..`, or holds `/` or NUL, and a tree whose
+//!   names are duplicated or not strictly sorted by bytes, is damage, found
+//!   while planning, before anything is written.
+//! - Links: the target is opened once and everything below it is reached
+//!   through directory descriptors ([`dirfd`]), so no symlink is followed,
+//!   not even one the restore itself created; metadata goes through the
+//!   entry's own descriptor, or its parent's with `AT_SYMLINK_NOFOLLOW`.
+//! - Shared inodes: a file in the target that is not this restore's own is
+//!   replaced by rename, never written into ([`files`]).
+//! - Hard links: a `(device, inode)` group is linked only where content and
+//!   size agree; a look-alike is restored as a file of its own.
+//! - The marker: an entry named like it at the top is skipped with a
+//!   warning. The data is made durable with one `syncfs` before the marker
+//!   is removed.
 
 mod dirfd;
 mod files;
 mod meta;
+mod write;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsStr};
@@ -15,7 +33,6 @@ use std::fs::{self, File};
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,13 +41,13 @@ use std::time::Instant;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::FileKind;
 use crate::error::{Error, IoContext, Result};
 use crate::format::{BlobEntry, Node, NodeKind};
 use crate::id::{BlobId, SnapshotId};
 use crate::progress::Progress;
-use crate::repo::{lock, MasterIndex, Repository};
+use crate::repo::{lock, Repository};
 use dirfd::Dirs;
+use write::{extent_in_place, restore_pack, zero_range, Out};
 
 /// Name of the marker of an unfinished restore, in the target directory.
 pub const MARKER: &str = ".vouch-restore-in-progress";
@@ -590,127 +607,6 @@ fn prune_empty_dirs(items: &mut Vec<Item>) {
         })
         .collect();
     items.retain(|i| i.node.kind != NodeKind::Dir || needed.contains(&i.path));
-}
-
-/// Where the writer threads put blobs: each file by its parent's
-/// descriptor, its name, and the inode the plan created.
-struct Out<'a> {
-    dirs: &'a Dirs,
-    items: &'a [Item],
-    ids: &'a HashMap<usize, (u64, u64)>,
-}
-
-impl Out<'_> {
-    fn id(&self, i: usize) -> Result<(u64, u64)> {
-        self.ids.get(&i).copied().ok_or_else(|| {
-            Error::Damaged(format!("{} was not planned", self.items[i].path.display()))
-        })
-    }
-
-    /// Opens item `i`, which must be the inode written for item `as_of`.
-    fn open(&self, i: usize, as_of: usize, flags: libc::c_int) -> Result<File> {
-        let item = &self.items[i];
-        let parent = self.dirs.get(item.dir())?;
-        dirfd::open_file_at(&parent, &item.name, flags, self.id(as_of)?, &item.path)
-    }
-}
-
-/// Whether the bytes at `offset` already hold the extent.
-fn extent_in_place(
-    file: &File,
-    offset: u64,
-    length: u64,
-    blob: Option<&BlobId>,
-    key: &crate::crypto::MasterKey,
-) -> Result<bool> {
-    let mut hasher = blob.map(|_| key.blob_hasher());
-    let mut buf = vec![0u8; 1 << 20];
-    let mut done = 0u64;
-    while done < length {
-        let n = ((length - done) as usize).min(buf.len());
-        match file.read_exact_at(&mut buf[..n], offset + done) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(false),
-            Err(e) => return Err(Error::io("checking a restored file", e)),
-        }
-        match hasher.as_mut() {
-            Some(h) => {
-                h.update(&buf[..n]);
-            }
-            None => {
-                if buf[..n].iter().any(|&b| b != 0) {
-                    return Ok(false);
-                }
-            }
-        }
-        done += n as u64;
-    }
-    Ok(match (hasher, blob) {
-        (Some(h), Some(id)) => h.finalize().as_bytes() == &id.0,
-        _ => true,
-    })
-}
-
-fn zero_range(file: &File, offset: u64, length: u64) -> std::io::Result<()> {
-    let zeros = vec![0u8; (length as usize).min(1 << 20)];
-    let mut done = 0;
-    while done < length {
-        let n = ((length - done) as usize).min(zeros.len());
-        file.write_all_at(&zeros[..n], offset + done)?;
-        done += n as u64;
-    }
-    Ok(())
-}
-
-/// Reads the needed blobs of one pack (coalescing close ranges) and writes them.
-fn restore_pack(
-    repo: &Repository,
-    index: &MasterIndex,
-    pack_pos: u32,
-    mut blobs: PackWork,
-    out: &Out<'_>,
-    written: &AtomicU64,
-    progress: &Progress,
-) -> Result<()> {
-    let pack = &index.packs()[pack_pos as usize];
-    blobs.sort_by_key(|(e, _)| e.offset);
-    let name = pack.id.to_hex();
-    let mut i = 0;
-    while i < blobs.len() {
-        crate::util::check_interrupted()?;
-        // Extend the read while the gap to the next needed blob is small.
-        let start = blobs[i].0.offset as u64;
-        let mut end = start + blobs[i].0.length as u64;
-        let mut j = i + 1;
-        while j < blobs.len()
-            && (blobs[j].0.offset as u64) <= end + 256 * 1024
-            && end - start < 32 << 20
-        {
-            end = blobs[j].0.offset as u64 + blobs[j].0.length as u64;
-            j += 1;
-        }
-        let bytes = repo
-            .backend()
-            .read_range(FileKind::Pack, &name, start, (end - start) as usize)
-            .map_err(|e| Error::Damaged(format!("pack {} unreadable: {e}", pack.id)))?;
-        for (entry, targets) in &blobs[i..j] {
-            let from = (entry.offset as u64 - start) as usize;
-            let sealed = bytes
-                .get(from..from + entry.length as usize)
-                .ok_or_else(|| Error::Damaged(format!("pack {} is short", pack.id)))?;
-            let plain = crate::repo::pack::open_blob(repo.key(), &pack.salt, entry, sealed)?;
-            for &(item, offset) in targets {
-                let f = out.open(item, item, libc::O_WRONLY)?;
-                let path = &out.items[item].path;
-                f.write_all_at(&plain, offset)
-                    .ctx(|| format!("writing {}", path.display()))?;
-                written.fetch_add(plain.len() as u64, Ordering::Relaxed);
-                Progress::add(&progress.bytes_done, plain.len() as u64);
-            }
-        }
-        i = j;
-    }
-    Ok(())
 }
 
 /// Reads a whole file, for tests and verification helpers.

@@ -1,0 +1,139 @@
+//! Writing file content: the writer threads' view of the target, the
+//! in-place check of an extent, and the read of one pack's blobs into the
+//! files that need them. Every write opens its file by name relative to its
+//! parent directory's descriptor and checks that it is the inode the plan
+//! created.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::dirfd::{self, Dirs};
+use super::{Item, PackWork};
+use crate::backend::FileKind;
+use crate::error::{Error, IoContext, Result};
+use crate::id::BlobId;
+use crate::progress::Progress;
+use crate::repo::{MasterIndex, Repository};
+
+/// Where the writer threads put blobs: each file by its parent's
+/// descriptor, its name, and the inode the plan created.
+pub(super) struct Out<'a> {
+    pub(super) dirs: &'a Dirs,
+    pub(super) items: &'a [Item],
+    pub(super) ids: &'a HashMap<usize, (u64, u64)>,
+}
+
+impl Out<'_> {
+    pub(super) fn id(&self, i: usize) -> Result<(u64, u64)> {
+        self.ids.get(&i).copied().ok_or_else(|| {
+            Error::Damaged(format!("{} was not planned", self.items[i].path.display()))
+        })
+    }
+
+    /// Opens item `i`, which must be the inode written for item `as_of`.
+    pub(super) fn open(&self, i: usize, as_of: usize, flags: libc::c_int) -> Result<File> {
+        let item = &self.items[i];
+        let parent = self.dirs.get(item.dir())?;
+        dirfd::open_file_at(&parent, &item.name, flags, self.id(as_of)?, &item.path)
+    }
+}
+
+/// Whether the bytes at `offset` already hold the extent.
+pub(super) fn extent_in_place(
+    file: &File,
+    offset: u64,
+    length: u64,
+    blob: Option<&BlobId>,
+    key: &crate::crypto::MasterKey,
+) -> Result<bool> {
+    let mut hasher = blob.map(|_| key.blob_hasher());
+    let mut buf = vec![0u8; 1 << 20];
+    let mut done = 0u64;
+    while done < length {
+        let n = ((length - done) as usize).min(buf.len());
+        match file.read_exact_at(&mut buf[..n], offset + done) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(false),
+            Err(e) => return Err(Error::io("checking a restored file", e)),
+        }
+        match hasher.as_mut() {
+            Some(h) => {
+                h.update(&buf[..n]);
+            }
+            None => {
+                if buf[..n].iter().any(|&b| b != 0) {
+                    return Ok(false);
+                }
+            }
+        }
+        done += n as u64;
+    }
+    Ok(match (hasher, blob) {
+        (Some(h), Some(id)) => h.finalize().as_bytes() == &id.0,
+        _ => true,
+    })
+}
+
+pub(super) fn zero_range(file: &File, offset: u64, length: u64) -> std::io::Result<()> {
+    let zeros = vec![0u8; (length as usize).min(1 << 20)];
+    let mut done = 0;
+    while done < length {
+        let n = ((length - done) as usize).min(zeros.len());
+        file.write_all_at(&zeros[..n], offset + done)?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
+/// Reads the needed blobs of one pack (coalescing close ranges) and writes them.
+pub(super) fn restore_pack(
+    repo: &Repository,
+    index: &MasterIndex,
+    pack_pos: u32,
+    mut blobs: PackWork,
+    out: &Out<'_>,
+    written: &AtomicU64,
+    progress: &Progress,
+) -> Result<()> {
+    let pack = &index.packs()[pack_pos as usize];
+    blobs.sort_by_key(|(e, _)| e.offset);
+    let name = pack.id.to_hex();
+    let mut i = 0;
+    while i < blobs.len() {
+        crate::util::check_interrupted()?;
+        // Extend the read while the gap to the next needed blob is small.
+        let start = blobs[i].0.offset as u64;
+        let mut end = start + blobs[i].0.length as u64;
+        let mut j = i + 1;
+        while j < blobs.len()
+            && (blobs[j].0.offset as u64) <= end + 256 * 1024
+            && end - start < 32 << 20
+        {
+            end = blobs[j].0.offset as u64 + blobs[j].0.length as u64;
+            j += 1;
+        }
+        let bytes = repo
+            .backend()
+            .read_range(FileKind::Pack, &name, start, (end - start) as usize)
+            .map_err(|e| Error::Damaged(format!("pack {} unreadable: {e}", pack.id)))?;
+        for (entry, targets) in &blobs[i..j] {
+            let from = (entry.offset as u64 - start) as usize;
+            let sealed = bytes
+                .get(from..from + entry.length as usize)
+                .ok_or_else(|| Error::Damaged(format!("pack {} is short", pack.id)))?;
+            let plain = crate::repo::pack::open_blob(repo.key(), &pack.salt, entry, sealed)?;
+            for &(item, offset) in targets {
+                let f = out.open(item, item, libc::O_WRONLY)?;
+                let path = &out.items[item].path;
+                f.write_all_at(&plain, offset)
+                    .ctx(|| format!("writing {}", path.display()))?;
+                written.fetch_add(plain.len() as u64, Ordering::Relaxed);
+                Progress::add(&progress.bytes_done, plain.len() as u64);
+            }
+        }
+        i = j;
+    }
+    Ok(())
+}
