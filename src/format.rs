@@ -443,10 +443,28 @@ mod tests {
             ctime_exact,
             ..sample_node()
         };
-        assert_eq!(node.mtime(), ExactTime { sec: 10_413_792_000, nsec: 5 });
-        assert_eq!(node.ctime(), ExactTime { sec: -11_676_096_000, nsec: 0 });
-        let bytes = encode(&Tree { nodes: vec![node.clone()] });
-        assert_eq!(hex::encode(&bytes), GOLDEN_TREE_EXACT, "tree encoding changed");
+        assert_eq!(
+            node.mtime(),
+            ExactTime {
+                sec: 10_413_792_000,
+                nsec: 5
+            }
+        );
+        assert_eq!(
+            node.ctime(),
+            ExactTime {
+                sec: -11_676_096_000,
+                nsec: 0
+            }
+        );
+        let bytes = encode(&Tree {
+            nodes: vec![node.clone()],
+        });
+        assert_eq!(
+            hex::encode(&bytes),
+            GOLDEN_TREE_EXACT,
+            "tree encoding changed"
+        );
         assert_eq!(decode::<Tree>(&bytes).unwrap().nodes[0], node);
         // A reader that predates the fields (modelled by a struct without
         // them) reads the nearest times and ignores the rest.
@@ -462,14 +480,33 @@ mod tests {
         }
         let old: OldTree = decode(&bytes).unwrap();
         assert_eq!(
-            (old.nodes[0].mtime_ns, old.nodes[0].ctime_ns, old.nodes[0].size),
+            (
+                old.nodes[0].mtime_ns,
+                old.nodes[0].ctime_ns,
+                old.nodes[0].size
+            ),
             (i64::MAX, i64::MIN, 3)
         );
         // In range, nothing is added and the bytes are those of v1.
         assert_eq!(ExactTime::from_stat(1, 5), (1_000_000_005, None));
-        assert_eq!(ExactTime::from_stat(-2, 500_000_000), (-1_500_000_000, None));
-        assert_eq!(ExactTime::from_ns(-1_500_000_000), ExactTime { sec: -2, nsec: 500_000_000 });
-        assert_eq!(ExactTime::from_stat(i64::MAX, 999_999_999).1, Some(ExactTime { sec: i64::MAX, nsec: 999_999_999 }));
+        assert_eq!(
+            ExactTime::from_stat(-2, 500_000_000),
+            (-1_500_000_000, None)
+        );
+        assert_eq!(
+            ExactTime::from_ns(-1_500_000_000),
+            ExactTime {
+                sec: -2,
+                nsec: 500_000_000
+            }
+        );
+        assert_eq!(
+            ExactTime::from_stat(i64::MAX, 999_999_999).1,
+            Some(ExactTime {
+                sec: i64::MAX,
+                nsec: 999_999_999
+            })
+        );
     }
 
     /// Golden bytes: if this test fails, the tree format changed. Do not

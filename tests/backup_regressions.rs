@@ -12,7 +12,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{summary_of, Env};
 
-
 /// Skips a test that needs root or a mount, loudly; under CI it fails.
 fn skip(why: &str) {
     if std::env::var_os("CI").is_some() {

@@ -497,11 +497,23 @@ mod tests {
         // 2300-01-01 and 1600-01-01 are kept exactly beside the nearest ns.
         assert_eq!(
             ExactTime::from_stat(10_413_792_000, 0),
-            (i64::MAX, Some(ExactTime { sec: 10_413_792_000, nsec: 0 }))
+            (
+                i64::MAX,
+                Some(ExactTime {
+                    sec: 10_413_792_000,
+                    nsec: 0
+                })
+            )
         );
         assert_eq!(
             ExactTime::from_stat(-11_676_096_000, 0),
-            (i64::MIN, Some(ExactTime { sec: -11_676_096_000, nsec: 0 }))
+            (
+                i64::MIN,
+                Some(ExactTime {
+                    sec: -11_676_096_000,
+                    nsec: 0
+                })
+            )
         );
         assert_eq!(ExactTime::from_stat(i64::MIN, 0).0, i64::MIN);
         // The last representable instant needs nothing more.
