@@ -123,6 +123,11 @@ impl LocalBackend {
         &self.root
     }
 
+    /// Where the file `name` of `kind` lives.
+    pub fn file_path(&self, kind: FileKind, name: &str) -> PathBuf {
+        self.path(kind, name)
+    }
+
     fn path(&self, kind: FileKind, name: &str) -> PathBuf {
         match kind {
             FileKind::Config => self.root.join("config"),

@@ -356,6 +356,32 @@ impl ExactTime {
 }
 
 impl Node {
+    /// A node of `kind` named `name` with every other field zero or empty
+    /// (one link), for code that fills in what it knows.
+    pub fn new(name: &[u8], kind: NodeKind) -> Node {
+        Node {
+            name: name.to_vec(),
+            kind,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            user: None,
+            group: None,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            size: 0,
+            inode: 0,
+            device: 0,
+            links: 1,
+            rdev: 0,
+            target: None,
+            content: Vec::new(),
+            subtree: None,
+            mtime_exact: None,
+            ctime_exact: None,
+        }
+    }
+
     /// The modification time, exactly.
     pub fn mtime(&self) -> ExactTime {
         self.mtime_exact

@@ -357,25 +357,9 @@ mod tests {
     #[test]
     fn sample_is_bounded_and_spread() {
         let node = |size| Node {
-            name: Vec::new(),
-            kind: NodeKind::File,
             mode: 0o644,
-            uid: 0,
-            gid: 0,
-            user: None,
-            group: None,
-            mtime_ns: 0,
-            ctime_ns: 0,
             size,
-            inode: 0,
-            device: 0,
-            links: 1,
-            rdev: 0,
-            target: None,
-            content: Vec::new(),
-            subtree: None,
-            mtime_exact: None,
-            ctime_exact: None,
+            ..Node::new(b"", NodeKind::File)
         };
         let files: Vec<(String, Node)> = (0..100).map(|i| (format!("f{i:03}"), node(10))).collect();
         let (all, sampled) = choose(files.clone(), None, u64::MAX);

@@ -48,19 +48,20 @@ fn write_version(src: &Path, v: &Version) {
     }
 }
 
-fn snapshots(env: &Env) -> Vec<String> {
-    let v: serde_json::Value =
-        serde_json::from_str(env.ok(&["snapshots", "--json"]).trim()).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["id"].as_str().unwrap().to_string())
-        .collect()
+/// Rewrites six random files of `v` with new content.
+fn change(v: &mut Version, rng: &mut Rng) {
+    for _ in 0..6 {
+        let n = rng.below(24);
+        v.insert(
+            format!("f{n:02}"),
+            (rng.next_u64(), 20_000 + rng.below(200_000) as usize),
+        );
+    }
 }
 
 fn check(env: &Env, src: &Path, expected: &HashMap<String, Tree>, what: &str) {
     env.ok(&["verify", "--read-data"]);
-    for id in snapshots(env) {
+    for id in env.snapshot_ids() {
         let want = expected
             .get(&id)
             .unwrap_or_else(|| panic!("{what}: unknown snapshot {id}"));
@@ -100,13 +101,7 @@ fn kill_9_during_prune_forget_and_repair_never_loses_data() {
         expected.insert(id, describe(&src));
     };
     for _ in 0..4 {
-        for _ in 0..6 {
-            let n = rng.below(24);
-            version.insert(
-                format!("f{n:02}"),
-                (rng.next_u64(), 20_000 + rng.below(200_000) as usize),
-            );
-        }
+        change(&mut version, &mut rng);
         backup(&env, &version, &mut expected);
         history.push(version.clone());
     }
@@ -118,16 +113,10 @@ fn kill_9_during_prune_forget_and_repair_never_loses_data() {
     let (mut killed, mut finished) = (0, 0);
     for round in 0..rounds() {
         // New data, so that forget and prune have work to do.
-        for _ in 0..6 {
-            let n = rng.below(24);
-            version.insert(
-                format!("f{n:02}"),
-                (rng.next_u64(), 20_000 + rng.below(200_000) as usize),
-            );
-        }
+        change(&mut version, &mut rng);
         backup(&env, &version, &mut expected);
         history.push(version.clone());
-        let ids = snapshots(&env);
+        let ids = env.snapshot_ids();
         let victim = ids[rng.below(ids.len() as u64 - 1) as usize].clone();
         // Even rounds kill at a random moment of a random command; odd
         // rounds kill at each named commit step in turn (windows too short

@@ -29,15 +29,7 @@ fn restore_to(env: &Env, snap: &str, src: &Path, target: &Path) {
 }
 
 fn stderr_of(env: &Env, args: &[&str], code: i32) -> String {
-    let out = env.run(args);
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "vouch {args:?}\nstdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    env.expect_stderr(args, code)
 }
 
 /// Finding 2: an index file left behind by an interrupted prune (superseded

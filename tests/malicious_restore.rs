@@ -116,25 +116,9 @@ impl Forge {
 
 fn node(name: &[u8]) -> Node {
     Node {
-        name: name.to_vec(),
-        kind: NodeKind::File,
         mode: 0o100644,
-        uid: 0,
-        gid: 0,
-        user: None,
-        group: None,
         mtime_ns: 1_000_000_000,
-        ctime_ns: 0,
-        size: 0,
-        inode: 0,
-        device: 0,
-        links: 1,
-        rdev: 0,
-        target: None,
-        content: Vec::new(),
-        subtree: None,
-        mtime_exact: None,
-        ctime_exact: None,
+        ..Node::new(name, NodeKind::File)
     }
 }
 

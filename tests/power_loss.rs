@@ -38,16 +38,6 @@ fn rounds() -> usize {
         .unwrap_or(10)
 }
 
-fn snapshot_ids(env: &Env) -> Vec<String> {
-    let v: serde_json::Value =
-        serde_json::from_str(env.ok(&["snapshots", "--json"]).trim()).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["id"].as_str().unwrap().to_string())
-        .collect()
-}
-
 fn change_source(src: &Path, rng: &mut Rng) {
     for _ in 0..2 {
         let n = rng.below(8);
@@ -104,7 +94,7 @@ fn run_with_cut(env: &Env, src: &Path, op: Op, cut_after: Option<u64>, rng: &mut
 
 fn check_all(env: &Env, expected: &HashMap<String, Tree>, round: usize, seed: u64) {
     env.ok(&["verify", "--read-data"]);
-    for id in snapshot_ids(env) {
+    for id in env.snapshot_ids() {
         let Some(want) = expected.get(&id) else {
             panic!("round {round} (seed {seed}): snapshot {id} is not one any backup made");
         };
@@ -143,7 +133,7 @@ fn every_surviving_snapshot_restores_after_a_power_cut() {
     // Every tree any backup may have committed, by snapshot id.
     let mut expected: HashMap<String, Tree> = HashMap::new();
     let remember_new = |env: &Env, expected: &mut HashMap<String, Tree>, tree: &Tree| {
-        for id in snapshot_ids(env) {
+        for id in env.snapshot_ids() {
             expected.entry(id).or_insert_with(|| tree.clone());
         }
     };
@@ -221,7 +211,7 @@ fn finding_4_a_lock_lost_during_the_manifest_write_commits_nothing() {
     let err = vouch::backup::backup(&repo, &opts, Arc::new(Progress::default())).unwrap_err();
     assert!(matches!(err, vouch::Error::Locked(_)), "{err}");
     assert!(
-        snapshot_ids(&env).is_empty(),
+        env.snapshot_ids().is_empty(),
         "the manifest was removed again"
     );
     assert!(

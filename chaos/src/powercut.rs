@@ -130,18 +130,7 @@ impl PowerCut {
     }
 
     fn path(&self, kind: FileKind, name: &str) -> PathBuf {
-        let root = self.inner.root();
-        match kind {
-            FileKind::Config => root.join("config"),
-            FileKind::Key => root.join("keys").join(name),
-            FileKind::Pack => root
-                .join("data")
-                .join(name.get(..2).unwrap_or("00"))
-                .join(name),
-            FileKind::Index => root.join("index").join(name),
-            FileKind::Snapshot => root.join("snapshots").join(name),
-            FileKind::Lock => root.join("locks").join(name),
-        }
+        self.inner.file_path(kind, name)
     }
 
     /// Brings the directory back the way a machine that lost power could

@@ -379,25 +379,14 @@ mod tests {
     fn walked(path: &Path) -> Node {
         let m = std::fs::symlink_metadata(path).unwrap();
         Node {
-            name: b"f".to_vec(),
-            kind: NodeKind::File,
             mode: m.mode(),
             uid: m.uid(),
             gid: m.gid(),
-            user: None,
-            group: None,
-            mtime_ns: 0,
-            ctime_ns: 0,
             size: m.len(),
             inode: m.ino(),
             device: m.dev(),
             links: m.nlink(),
-            rdev: 0,
-            target: None,
-            content: Vec::new(),
-            subtree: None,
-            mtime_exact: None,
-            ctime_exact: None,
+            ..Node::new(b"f", NodeKind::File)
         }
     }
 

@@ -149,6 +149,22 @@ pub fn validate_config(config: &Config) -> Result<()> {
     Ok(())
 }
 
+/// A file named by the hash of its bytes whose bytes do not match its name
+/// is corrupt (`hash_matches` is that comparison).
+fn check_named(hash_matches: bool, bytes: &[u8], what: &str) -> Result<()> {
+    if hash_matches {
+        return Ok(());
+    }
+    Err(Error::corrupt(
+        what,
+        if bytes.is_empty() {
+            "the file is empty (a power cut before it was made durable?)"
+        } else {
+            "its content does not hash to its name"
+        },
+    ))
+}
+
 fn wrap_key(key: &MasterKey, passphrase: &[u8], params: KdfParams) -> Result<KeyFile> {
     let salt: [u8; 16] = crate::crypto::random_array();
     let wrapping = params
@@ -434,16 +450,7 @@ impl Repository {
     pub fn load_snapshot(&self, id: &SnapshotId) -> Result<Manifest> {
         let what = format!("snapshot {}", id.short());
         let bytes = self.backend.read(FileKind::Snapshot, &id.to_hex())?;
-        if SnapshotId::hash_of(&bytes) != *id {
-            return Err(Error::corrupt(
-                what,
-                if bytes.is_empty() {
-                    "the file is empty (a power cut before it was made durable?)".to_string()
-                } else {
-                    "its content does not hash to its name".to_string()
-                },
-            ));
-        }
+        check_named(SnapshotId::hash_of(&bytes) == *id, &bytes, &what)?;
         let plain = sealed::open(&self.key, SealedKind::Snapshot, &bytes, &what)?;
         decode(&plain).map_err(|e| Error::corrupt(what, e))
     }
@@ -531,16 +538,7 @@ impl Repository {
     pub fn load_index_file(&self, id: &IndexId) -> Result<IndexFile> {
         let what = format!("index file {}", id.short());
         let bytes = self.backend.read(FileKind::Index, &id.to_hex())?;
-        if IndexId::hash_of(&bytes) != *id {
-            return Err(Error::corrupt(
-                what,
-                if bytes.is_empty() {
-                    "the file is empty (a power cut before it was made durable?)".to_string()
-                } else {
-                    "its content does not hash to its name".to_string()
-                },
-            ));
-        }
+        check_named(IndexId::hash_of(&bytes) == *id, &bytes, &what)?;
         let plain = sealed::open(&self.key, SealedKind::Index, &bytes, &what)?;
         decode(&plain).map_err(|e| Error::corrupt(what, e))
     }

@@ -48,6 +48,30 @@ impl Env {
         self.expect(args, 0)
     }
 
+    /// Runs and asserts the exit code; returns stderr.
+    pub fn expect_stderr(&self, args: &[&str], code: i32) -> String {
+        let out = self.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "vouch {args:?}\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    /// The ids of the snapshots, oldest first.
+    pub fn snapshot_ids(&self) -> Vec<String> {
+        let v: serde_json::Value =
+            serde_json::from_str(self.ok(&["snapshots", "--json"]).trim()).expect("snapshots json");
+        v.as_array()
+            .expect("a list")
+            .iter()
+            .map(|s| s["id"].as_str().expect("an id").to_string())
+            .collect()
+    }
+
     pub fn expect(&self, args: &[&str], code: i32) -> String {
         let out = self.run(args);
         assert_eq!(
