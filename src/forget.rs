@@ -87,7 +87,7 @@ pub fn forget(
                 .unwrap_or_default();
             if !d.keep && !dry_run {
                 repo.delete_snapshot(&d.id)?;
-                crate::util::failpoint("forget-one-deleted");
+                crate::failpoint::crash("forget-one-deleted");
             }
             group.decisions.push(ForgetDecision {
                 snapshot: d.id.to_hex(),
@@ -121,7 +121,7 @@ pub fn forget_ids(repo: &Repository, specs: &[String], dry_run: bool) -> Result<
     if !dry_run {
         for id in &ids {
             repo.delete_snapshot(id)?;
-            crate::util::failpoint("forget-one-deleted");
+            crate::failpoint::crash("forget-one-deleted");
         }
         repo.backend()
             .sync_deletes(crate::backend::FileKind::Snapshot)?;

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod crypto;
 pub mod diff;
 mod error;
+mod failpoint;
 pub mod forget;
 pub mod format;
 pub mod id;

@@ -120,24 +120,20 @@ fn mark(
 }
 
 /// Checks that every indexed pack is on storage with the size the index
-/// records (the listing maps pack names to sizes).
-fn check_indexed_packs(index: &MasterIndex, listing: &HashMap<String, u64>) -> Result<()> {
-    let mut bad = Vec::new();
-    for p in index.packs() {
-        match listing.get(&p.id.to_hex()) {
-            Some(&size) if size == p.size => {}
-            Some(&size) => bad.push(format!(
-                "{} ({size} bytes, the index says {})",
-                p.id.short(),
-                p.size
-            )),
-            None => bad.push(format!("{} (missing)", p.id.short())),
-        }
-    }
+/// records.
+fn check_indexed_packs(index: &MasterIndex, listing: &HashMap<PackId, u64>) -> Result<()> {
+    let bad: Vec<String> = index
+        .packs_not_in(listing)
+        .into_iter()
+        .take(10)
+        .map(|p| match listing.get(&p.id) {
+            Some(size) => format!("{} ({size} bytes, the index says {})", p.id.short(), p.size),
+            None => format!("{} (missing)", p.id.short()),
+        })
+        .collect();
     if bad.is_empty() {
         return Ok(());
     }
-    bad.truncate(10);
     Err(Error::RepairNeeded(format!(
         "the index lists packs that are not on storage as indexed: {}",
         bad.join(", ")
@@ -222,7 +218,11 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
         )));
     }
     let listing: HashMap<String, u64> = repo.backend().list(FileKind::Pack)?.into_iter().collect();
-    check_indexed_packs(&index, &listing)?;
+    let by_id: HashMap<PackId, u64> = listing
+        .iter()
+        .filter_map(|(n, &size)| PackId::from_hex(n).ok().map(|id| (id, size)))
+        .collect();
+    check_indexed_packs(&index, &by_id)?;
     let used = mark(repo, &index, &scan.snapshots)?;
     let mut report = PruneReport {
         dry_run: opts.dry_run,
@@ -334,20 +334,20 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
     };
     guard.check()?;
     repo.save_index(&new_index, WriteSync::Now)?;
-    crate::util::failpoint("prune-index-written");
+    crate::failpoint::crash("prune-index-written");
     for (i, old) in old_index_files.iter().enumerate() {
         repo.backend().delete(FileKind::Index, &old.to_hex())?;
         if i == old_index_files.len() / 2 {
-            crate::util::failpoint("prune-index-half-deleted");
+            crate::failpoint::crash("prune-index-half-deleted");
         }
     }
     repo.backend().sync_deletes(FileKind::Index)?;
-    crate::util::failpoint("prune-index-deleted");
+    crate::failpoint::crash("prune-index-deleted");
     let doomed: Vec<&PackId> = delete.iter().chain(&repack).collect();
     for (i, id) in doomed.iter().enumerate() {
         repo.backend().delete(FileKind::Pack, &id.to_hex())?;
         if i == doomed.len() / 2 {
-            crate::util::failpoint("prune-packs-half-deleted");
+            crate::failpoint::crash("prune-packs-half-deleted");
         }
     }
     for (name, _) in &garbage {

@@ -119,7 +119,7 @@ pub fn repair_index(repo: &Repository) -> Result<RepairReport> {
         },
         WriteSync::Now,
     )?;
-    crate::util::failpoint("repair-index-written");
+    crate::failpoint::crash("repair-index-written");
     for id in old {
         repo.backend().delete(FileKind::Index, &id.to_hex())?;
     }

@@ -38,27 +38,6 @@ pub fn check_interrupted() -> crate::Result<()> {
     }
 }
 
-/// A named crash point on a commit step: when the environment variable
-/// `VOUCH_FAILPOINT` names it, the process kills itself with SIGKILL right
-/// there (no destructor runs, no lock is released), exactly as `kill -9` at
-/// that instant would. The crash tests use it to hit windows too short for a
-/// random kill; the names are listed in `docs/format.md`. Without the
-/// variable it costs one cached lookup.
-pub fn failpoint(name: &str) {
-    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    if AT
-        .get_or_init(|| std::env::var("VOUCH_FAILPOINT").ok())
-        .as_deref()
-        == Some(name)
-    {
-        eprintln!("vouch: failpoint {name}: killing this process");
-        // SAFETY: sends SIGKILL to this process; nothing is read or written.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
-    }
-}
-
 /// Threads for I/O-bound parallel work (reading sources or packs): the
 /// requested number, or two per core between 2 and 8 (several reads in
 /// flight keep a cold disk busy; more only add memory).

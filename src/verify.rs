@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::format::{BlobEntry, Node, NodeKind, Tree, PACK_TRAILER_LEN};
 use crate::id::{BlobId, PackId, SnapshotId};
 use crate::progress::Progress;
-use crate::repo::{lock, pack, MasterIndex, Repository};
+use crate::repo::{pack, MasterIndex, Repository};
 
 /// What to check.
 #[derive(Clone, Debug, Default)]
@@ -88,7 +88,7 @@ pub fn verify(
     progress: &Progress,
 ) -> Result<VerifyReport> {
     let started = Instant::now();
-    let _guard = lock::acquire(repo.backend().clone(), false, "verify")?;
+    let _guard = repo.lock(false, "verify")?;
     let index = repo.load_index()?;
     let mut report = VerifyReport {
         packs: index.packs().len() as u64,
@@ -301,7 +301,7 @@ pub fn read_back_slices(
     cancel: &(dyn Fn() -> bool + Sync),
     progress: &Progress,
 ) -> Result<SliceReadBack> {
-    let _guard = lock::acquire(repo.backend().clone(), false, "read-back")?;
+    let _guard = repo.lock(false, "read-back")?;
     let index = repo.load_index()?;
     let wanted: BTreeSet<u32> = slices.iter().copied().collect();
     let packs: Vec<PackId> = index

@@ -20,7 +20,7 @@ use vouch_chaos::{run_and_kill, KillOutcome, Rng};
 
 type Tree = BTreeMap<String, String>;
 
-/// The crash points of prune, forget and repair (`vouch::util::failpoint`).
+/// The crash points of prune, forget and repair (`failpoint::crash` in the vouch crate).
 const FAILPOINTS: [&str; 6] = [
     "prune-index-written",
     "prune-index-half-deleted",

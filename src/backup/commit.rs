@@ -49,13 +49,13 @@ pub fn commit(
         };
         Some(repo.save_index(&file, data_sync)?)
     };
-    crate::util::failpoint("backup-index-written");
+    crate::failpoint::crash("backup-index-written");
     if let Err(e) = guard.check() {
         undo(repo, None, index);
         return Err(e);
     }
     let snapshot = repo.save_snapshot(manifest, marker_sync)?;
-    crate::util::failpoint("backup-manifest-written");
+    crate::failpoint::crash("backup-manifest-written");
     if let Err(e) = guard.check() {
         tracing::error!(snapshot = %snapshot.short(), "the lock was lost while the snapshot was written; removing it again");
         undo(repo, Some(snapshot), index);

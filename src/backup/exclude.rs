@@ -158,19 +158,7 @@ fn resolve(p: &Path) -> PathBuf {
     let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     match (abs.parent(), abs.file_name()) {
         (Some(parent), Some(name)) if parent != abs => resolve(parent).join(name),
-        _ => {
-            let mut norm = PathBuf::new();
-            for c in abs.components() {
-                match c {
-                    std::path::Component::ParentDir => {
-                        norm.pop();
-                    }
-                    std::path::Component::CurDir => {}
-                    other => norm.push(other),
-                }
-            }
-            norm
-        }
+        _ => super::lexically_normal(&abs),
     }
 }
 

@@ -6,7 +6,6 @@
 mod assemble;
 mod commit;
 mod exclude;
-mod failpoint;
 mod pseudo_fs;
 mod read;
 mod save;
@@ -160,6 +159,22 @@ impl Abort {
     }
 }
 
+/// `abs` without `.` and `..` components, resolved by name only (symlinks
+/// are not followed).
+pub(crate) fn lexically_normal(abs: &Path) -> PathBuf {
+    let mut norm = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                norm.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => norm.push(other),
+        }
+    }
+    norm
+}
+
 /// Absolute, normalised source paths (no `..`; symlinks not followed).
 fn resolve_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     if paths.is_empty() {
@@ -171,16 +186,7 @@ fn resolve_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     for p in paths {
         let abs = std::path::absolute(p)
             .map_err(|e| Error::io(format!("resolving {}", p.display()), e))?;
-        let mut norm = PathBuf::new();
-        for c in abs.components() {
-            match c {
-                std::path::Component::ParentDir => {
-                    norm.pop();
-                }
-                std::path::Component::CurDir => {}
-                other => norm.push(other),
-            }
-        }
+        let norm = lexically_normal(&abs);
         if std::fs::symlink_metadata(&norm).is_err() {
             return Err(Error::SourceMissing(p.clone()));
         }
@@ -486,14 +492,14 @@ mod tests {
         } else {
             marker.clone()
         };
-        failpoint::arm(stage, key.as_bytes());
+        crate::failpoint::arm(stage, key.as_bytes());
         let opts = BackupOptions {
             paths: vec![src],
             cpu_threads: 2,
             ..Default::default()
         };
         let r = backup(&repo, &opts, Arc::default());
-        failpoint::disarm(key.as_bytes());
+        crate::failpoint::disarm(key.as_bytes());
         match r {
             Err(Error::Internal(msg)) => {
                 assert!(msg.contains("a backup thread panicked"), "{msg}");

@@ -172,7 +172,7 @@ fn open_checked(path: &Path, node: &Node) -> std::result::Result<(File, Metadata
 
 fn read_file(ctx: &ReaderContext, job: &FileJob) -> Result<FileResult> {
     let path = &job.path;
-    super::failpoint::hit("reader", path.as_os_str().as_encoded_bytes());
+    crate::failpoint::hit("reader", path.as_os_str().as_encoded_bytes());
     let io = |what: &str| {
         let what = what.to_string();
         move |e: std::io::Error| Error::io(format!("{what} {}", path.display()), e)

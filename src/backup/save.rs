@@ -177,7 +177,7 @@ impl Saver {
                     if abort.is_set() {
                         continue;
                     }
-                    super::failpoint::hit("writer", backend.location().as_bytes());
+                    crate::failpoint::hit("writer", backend.location().as_bytes());
                     match backend.write(FileKind::Pack, &pack.id.to_hex(), &pack.bytes, sync) {
                         Ok(()) => {
                             Progress::add(&progress.bytes_stored, pack.bytes.len() as u64);
@@ -230,7 +230,7 @@ fn save_worker(
     let mut pack: Option<PackBuilder> = None;
     let new_pack = || PackBuilder::new(&key, pack_size + pack_size / 8);
     for job in rx {
-        super::failpoint::hit("saver", &job.data);
+        crate::failpoint::hit("saver", &job.data);
         let id = match job.naming {
             Naming::Known(id) => id,
             Naming::Unnamed { dedup, reply } => {

@@ -367,7 +367,7 @@ impl Walker {
         if self.excludes.excluded(path) || self.excludes.excluded_identity(meta) {
             return Ok(());
         }
-        super::failpoint::hit("walker", path.as_os_str().as_bytes());
+        crate::failpoint::hit("walker", path.as_os_str().as_bytes());
         Progress::add(&self.progress.entries, 1);
         let mut node = self.node(name, meta);
         match node.kind {

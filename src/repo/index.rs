@@ -109,6 +109,15 @@ impl MasterIndex {
         all
     }
 
+    /// The packs that are not in `present` (the backend's listing, pack to
+    /// size) with the size the index records.
+    pub fn packs_not_in(&self, present: &HashMap<PackId, u64>) -> Vec<&PackInfo> {
+        self.packs
+            .iter()
+            .filter(|p| present.get(&p.id) != Some(&p.size))
+            .collect()
+    }
+
     /// Forgets the packs that are not in `present` (the backend's listing,
     /// pack to size) with the size the index records, with their blobs, and
     /// returns their ids. A blob of a missing pack then looks missing, so a
@@ -117,9 +126,8 @@ impl MasterIndex {
     /// `none`).
     pub fn drop_packs_not_in(&mut self, present: &HashMap<PackId, u64>) -> Vec<PackId> {
         let missing: Vec<PackId> = self
-            .packs
-            .iter()
-            .filter(|p| present.get(&p.id) != Some(&p.size))
+            .packs_not_in(present)
+            .into_iter()
             .map(|p| p.id)
             .collect();
         if missing.is_empty() {

@@ -76,8 +76,8 @@ pub fn prepare_file(
     } else {
         None
     };
-    let fresh = |old: Option<File>| -> Result<Prepared> {
-        let file = create_new(dir, name, path)?;
+    // A new, empty file to write, with the old inode to copy good extents from.
+    let new_file = |file: File, old: Option<File>| -> Result<Prepared> {
         let id = file_id(&file, path)?;
         Ok(Prepared {
             file,
@@ -87,6 +87,7 @@ pub fn prepare_file(
             old,
         })
     };
+    let fresh = |old: Option<File>| new_file(create_new(dir, name, path)?, old);
     let Some(st) = st else {
         return fresh(None);
     };
@@ -128,14 +129,7 @@ pub fn prepare_file(
         unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
         return Err(err);
     }
-    let id = file_id(&file, path)?;
-    Ok(Prepared {
-        file,
-        id,
-        len: 0,
-        in_place: false,
-        old: Some(old),
-    })
+    new_file(file, Some(old))
 }
 
 /// A random name for a temporary file (`.vouch-tmp-<hex>`).

@@ -45,7 +45,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::format::{BlobEntry, Node, NodeKind};
 use crate::id::{BlobId, SnapshotId};
 use crate::progress::Progress;
-use crate::repo::{lock, Repository};
+use crate::repo::Repository;
 use dirfd::Dirs;
 use write::{extent_in_place, restore_pack, zero_range, Out};
 
@@ -235,7 +235,7 @@ pub fn restore(
 ) -> Result<RestoreSummary> {
     let started = Instant::now();
     let manifest = repo.load_snapshot(snapshot)?;
-    let _guard = lock::acquire(repo.backend().clone(), false, "restore")?;
+    let _guard = repo.lock(false, "restore")?;
     let index = repo.load_index()?;
     let filter = Filter {
         include: globset(&opts.includes)?,
