@@ -38,6 +38,7 @@ fn event(i: u64) -> Event {
             point: None,
             due_unix_ns: n as i64,
             attempt: 1,
+            spec: Default::default(),
         }
         .into(),
         1 => JobStarted { job, agent: None }.into(),

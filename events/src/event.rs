@@ -52,6 +52,33 @@ pub enum JobKind {
     Forget,
     /// Remove unreferenced data.
     Prune,
+    /// Read back whole packs of a repository (a slice of the rolling
+    /// read-back window). Recorded as `Verify` before `job.scheduled` v2.
+    ReadBack,
+    /// Compare a repository's manifests with the log (`point.discovered`,
+    /// `point.vanished`, deletions retention decided but did not finish).
+    Reconcile,
+}
+
+/// What a job was asked to do, beyond its kind, plan and point: enough to
+/// rebuild its command from the log after a restart (with the plan's
+/// definition as of the job's `job.scheduled`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// The repository it works in (none: the plan's).
+    pub repository: Option<RepositoryId>,
+    /// How deep a verification reads.
+    pub depth: Option<VerifyDepth>,
+    /// A restore test restores at most this many files (none: every file,
+    /// a complete test).
+    pub sample_files: Option<u64>,
+    /// The read-back slices, ascending.
+    pub slices: Vec<u32>,
+    /// How many slices the pack-name space is cut into (0: not a read-back).
+    pub of: u32,
+    /// Why it was scheduled, for humans (`schedule`, `after backup`,
+    /// `retry after io`, `follow-up of read-back damage at seq 42`).
+    pub why: String,
 }
 
 /// A job was scheduled (again, for a retry: `attempt` counts).
@@ -69,6 +96,8 @@ pub struct JobScheduled {
     pub due_unix_ns: i64,
     /// 1 for the first attempt.
     pub attempt: u32,
+    /// What exactly it does (schema v2; empty when upcast from v1).
+    pub spec: JobSpec,
 }
 
 /// A worker started a job.
@@ -227,6 +256,21 @@ pub struct RestoreEvidence {
     pub duration_ms: u64,
     /// Where it was restored (host and sandbox path).
     pub location: String,
+    /// Files in the point (none: not known, as in schema v1).
+    pub files_in_point: Option<u64>,
+    /// Bytes in the point (none: not known, as in schema v1).
+    pub bytes_in_point: Option<u64>,
+    /// Every file of the point was restored and compared (false for a
+    /// sample, and for evidence of schema v1, whose coverage is unknown).
+    pub complete: bool,
+}
+
+impl RestoreEvidence {
+    /// Whether the test restored and compared nothing: such a test proves
+    /// nothing, whatever it says.
+    pub fn is_vacuous(&self) -> bool {
+        self.files == 0 || self.digests_compared == 0
+    }
 }
 
 /// A restore test started.
@@ -260,6 +304,11 @@ pub struct RestoreTestFailed {
     pub evidence: RestoreEvidence,
     /// Why it failed.
     pub reason: String,
+    /// A stable kind: `mismatch` (restored data differs from the manifest),
+    /// `damaged` (data could not be read back intact), `missing` (a pack,
+    /// tree or the manifest is gone), `corrupt_metadata`, `empty` (the point
+    /// holds nothing to restore). Schema v1 failures upcast as `mismatch`.
+    pub cause: String,
 }
 
 /// Retention forgot a point.
@@ -324,6 +373,12 @@ pub struct AlertRaised {
     pub subject: String,
     /// For humans.
     pub message: String,
+    /// The rule that raised it (`BackupFailed`, ...; empty when upcast from
+    /// v1, rendered as `VouchAlert`).
+    pub rule: String,
+    /// Its labels (`plan`, `point`, `repository`, ...): with `rule`, its
+    /// identity for Alertmanager, so a `resolved` after a restart matches.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// An alert reached a receiver.
@@ -438,6 +493,52 @@ pub struct PacksReadBack {
     /// What is damaged (pack ids and problems), for humans; empty when
     /// every pack read back intact.
     pub damaged: Vec<String>,
+    /// The damaged packs' ids (hex), structured (schema v2; upcast from the
+    /// v1 `pack <hex>: ...` lines).
+    pub damaged_packs: Vec<String>,
+    /// The live points that reference a damaged pack, when the worker could
+    /// tell; none: it could not (or schema v1), so every live point of the
+    /// repository is suspect.
+    pub affected_points: Option<Vec<SnapshotId>>,
+}
+
+/// A point's manifest is no longer in its repository although retention did
+/// not forget it (deleted by hand, by another tool, or by an attacker): the
+/// point can never count again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PointVanished {
+    /// The point.
+    pub point: SnapshotId,
+    /// Its repository.
+    pub repository: RepositoryId,
+    /// How it was noticed (`reconciliation`, `restore test: manifest missing`).
+    pub reason: String,
+}
+
+/// The log was repaired at open: records were cut or set aside. Recorded
+/// as the first event after the repair.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRepaired {
+    /// The first seq that was cut (it is reused by the events after).
+    pub from_seq: u64,
+    /// Bytes set aside.
+    pub bytes: u64,
+    /// The highest seq that had been acknowledged (the durable head).
+    pub acknowledged_seq: u64,
+    /// Whether acknowledged events were lost (then an alert is critical).
+    pub lost_acknowledged: bool,
+    /// What was found, for humans.
+    pub reason: String,
+}
+
+/// The wall clock stepped: a recorded time went backwards, or jumped
+/// forwards more than the tolerance, relative to the previous event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockStepped {
+    /// The recorded time of the last event before the step.
+    pub previous_unix_ns: i64,
+    /// The clock's reading when the step was noticed.
+    pub now_unix_ns: i64,
 }
 
 /// An event this build cannot read: a type it does not know or a newer
@@ -518,10 +619,10 @@ macro_rules! events {
 }
 
 events! {
-    PlanCreated => "plan.created", v 1;
-    PlanChanged => "plan.changed", v 1;
+    PlanCreated => "plan.created", v 2;
+    PlanChanged => "plan.changed", v 2;
     PlanRemoved => "plan.removed", v 1;
-    JobScheduled => "job.scheduled", v 1;
+    JobScheduled => "job.scheduled", v 2;
     JobStarted => "job.started", v 1;
     JobProgress => "job.progress", v 1;
     JobFinished => "job.finished", v 1;
@@ -533,12 +634,12 @@ events! {
     VerificationPassed => "verification.passed", v 1;
     VerificationFailed => "verification.failed", v 1;
     RestoreTestStarted => "restore_test.started", v 1;
-    RestoreTestPassed => "restore_test.passed", v 1;
-    RestoreTestFailed => "restore_test.failed", v 1;
+    RestoreTestPassed => "restore_test.passed", v 2;
+    RestoreTestFailed => "restore_test.failed", v 2;
     PointForgotten => "point.forgotten", v 1;
     PointLocked => "point.locked", v 1;
     AnomalyDetected => "anomaly.detected", v 1;
-    AlertRaised => "alert.raised", v 1;
+    AlertRaised => "alert.raised", v 2;
     AlertDelivered => "alert.delivered", v 1;
     AlertDeliveryFailed => "alert.delivery_failed", v 1;
     AlertResolved => "alert.resolved", v 1;
@@ -548,7 +649,10 @@ events! {
     LeaseExpired => "agent.lease_expired", v 1;
     ServiceStarted => "service.started", v 1;
     ConfigurationChanged => "service.configuration_changed", v 1;
-    PacksReadBack => "repository.read_back", v 1;
+    PacksReadBack => "repository.read_back", v 2;
+    PointVanished => "point.vanished", v 1;
+    LogRepaired => "service.log_repaired", v 1;
+    ClockStepped => "service.clock_stepped", v 1;
 }
 
 impl Event {
@@ -566,6 +670,7 @@ impl Event {
             Event::PointForgotten(e) => Some(e.point),
             Event::PointLocked(e) => Some(e.point),
             Event::AnomalyDetected(e) => Some(e.point),
+            Event::PointVanished(e) => Some(e.point),
             _ => None,
         }
     }

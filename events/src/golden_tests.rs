@@ -75,7 +75,72 @@ fn payload_encodings_match_golden_bytes() {
     for (k, v) in &now {
         assert_eq!(golden.get(k), Some(v), "encoding of {k} changed");
     }
-    assert_eq!(golden.len(), now.len(), "golden file lists other types");
+    // Lines of older versions stay (they must keep upcasting, see
+    // `regression_t2_...`); every other line is a current (type, version).
+    let current: Vec<&String> = golden
+        .keys()
+        .filter(|k| {
+            let (t, v) = k.split_once("@v").expect("key");
+            EVENT_TYPES
+                .iter()
+                .any(|(name, version)| *name == t && v.parse::<u16>().ok() >= Some(*version))
+        })
+        .collect();
+    assert_eq!(current.len(), now.len(), "golden file lists other types");
+}
+
+/// What the first release's samples read as today: the v1 events lifted by
+/// the upcasters, with the values that say what v1 did not record.
+fn first_release_samples_upcast() -> Vec<Event> {
+    use crate::event::*;
+    let mut out = sample_events();
+    out.truncate(30);
+    for e in &mut out {
+        match e {
+            Event::JobScheduled(j) => j.spec = JobSpec::default(),
+            Event::RestoreTestPassed(r) => unknown_coverage(&mut r.evidence),
+            Event::RestoreTestFailed(r) => {
+                unknown_coverage(&mut r.evidence);
+                r.cause = "mismatch".into();
+            }
+            Event::AlertRaised(a) => {
+                a.rule = String::new();
+                a.labels.clear();
+            }
+            // Plans: the samples are unpaused and weekly already.
+            _ => {}
+        }
+    }
+    out
+}
+
+fn unknown_coverage(e: &mut crate::event::RestoreEvidence) {
+    e.files_in_point = None;
+    e.bytes_in_point = None;
+    e.complete = false;
+}
+
+#[test]
+fn v1_golden_lines_upcast_to_what_v1_knew() {
+    let golden = golden();
+    let lifted = first_release_samples_upcast();
+    for e in &lifted {
+        let key = format!("{}@v1", e.event_type());
+        let line = golden
+            .get(&key)
+            .unwrap_or_else(|| panic!("no v1 line for {key}"));
+        let got = decode_event(e.event_type(), 1, &hex::decode(line).expect("hex"));
+        assert_eq!(&got, e, "{key} upcasts to something else");
+    }
+    // The read-back of v1 names its damaged packs only in its text lines.
+    let line = golden.get("repository.read_back@v1").expect("read_back v1");
+    match decode_event("repository.read_back", 1, &hex::decode(line).expect("hex")) {
+        Event::PacksReadBack(r) => {
+            assert_eq!(r.damaged_packs, vec!["00ab".to_owned()]);
+            assert_eq!(r.affected_points, None, "v1 never said which points");
+        }
+        other => panic!("read_back v1 reads as {other:?}"),
+    }
 }
 
 #[test]
@@ -193,21 +258,58 @@ fn the_v1_fixture_log_still_reads() {
         .expect("replay")
         .map(|e| e.expect("envelope").event)
         .collect();
-    assert_eq!(events[..], sample_events()[..FIRST_RELEASE_TYPES]);
+    let mut expected = first_release_samples_upcast();
+    // The v1 read-back's packs are read off its text; it named no points.
+    for e in &mut expected {
+        if let Event::PacksReadBack(r) = e {
+            r.affected_points = None;
+        }
+    }
+    assert_eq!(events[..], expected[..FIRST_RELEASE_TYPES]);
 }
 
 #[test]
-fn paused_plan_round_trips_and_old_plans_read_as_unpaused() {
+fn regression_l12_paused_is_always_written_and_v1_plans_read_both_shapes() {
     let mut def = crate::testkit::plan_def(3600, 7200);
     let unpaused = rmp_serde::to_vec(&def).expect("encode");
     def.paused = true;
     let paused = rmp_serde::to_vec(&def).expect("encode");
-    assert_ne!(unpaused, paused, "a paused plan must encode the flag");
+    assert_eq!(
+        unpaused.len(),
+        paused.len(),
+        "v2 writes the flag either way"
+    );
     let back: crate::plan::PlanDefinition = rmp_serde::from_slice(&paused).expect("decode");
     assert!(back.paused);
-    // The v1 encoding (no `paused` element) decodes as not paused.
-    let old: crate::plan::PlanDefinition = rmp_serde::from_slice(&unpaused).expect("decode");
-    assert!(!old.paused);
+    // A v1 plan.created without the flag (as v1 wrote unpaused plans) and
+    // one with it (as v1 wrote paused ones) both lift to v2.
+    let golden = golden();
+    let v1 = hex::decode(golden.get("plan.created@v1").expect("v1 line")).expect("hex");
+    match decode_event("plan.created", 1, &v1) {
+        Event::PlanCreated(p) => {
+            assert!(!p.definition.paused);
+            assert_eq!(
+                p.definition.restore_test.full_every,
+                Some(std::time::Duration::from_secs(
+                    crate::upcast::V1_FULL_EVERY_SECS
+                ))
+            );
+        }
+        other => panic!("plan.created v1 reads as {other:?}"),
+    }
+    let mut with_flag = v1.clone();
+    // [plan, def]: def is the second element, a fixarray of 7 (0x97); make
+    // it 8 with a trailing `true`.
+    let def_at = with_flag
+        .iter()
+        .position(|b| *b == 0x97)
+        .expect("fixarray 7");
+    with_flag[def_at] = 0x98;
+    with_flag.push(0xc3);
+    match decode_event("plan.created", 1, &with_flag) {
+        Event::PlanCreated(p) => assert!(p.definition.paused),
+        other => panic!("paused plan.created v1 reads as {other:?}"),
+    }
 }
 
 #[test]

@@ -44,12 +44,13 @@ pub use codec::{decode_envelope, decode_event, encode_body, Envelope};
 pub use error::{EventError, Result};
 pub use event::{
     AgentRegistered, AgentSeen, AlertDelivered, AlertDeliveryFailed, AlertRaised, AlertResolved,
-    AnomalyDetected, AnomalySignal, BackupCommitted, BackupSummary, ConfigurationChanged, Event,
-    JobAbandoned, JobFailed, JobFinished, JobKind, JobProgress, JobScheduled, JobStarted,
-    LeaseExpired, LeaseGranted, PacksReadBack, PlanChanged, PlanCreated, PlanRemoved,
-    PointDiscovered, PointForgotten, PointLocked, RestoreEvidence, RestoreTestFailed,
-    RestoreTestPassed, RestoreTestStarted, ServiceStarted, Severity, UnknownEvent,
-    VerificationFailed, VerificationPassed, VerificationStarted, EVENT_TYPES,
+    AnomalyDetected, AnomalySignal, BackupCommitted, BackupSummary, ClockStepped,
+    ConfigurationChanged, Event, JobAbandoned, JobFailed, JobFinished, JobKind, JobProgress,
+    JobScheduled, JobSpec, JobStarted, LeaseExpired, LeaseGranted, LogRepaired, PacksReadBack,
+    PlanChanged, PlanCreated, PlanRemoved, PointDiscovered, PointForgotten, PointLocked,
+    PointVanished, RestoreEvidence, RestoreTestFailed, RestoreTestPassed, RestoreTestStarted,
+    ServiceStarted, Severity, UnknownEvent, VerificationFailed, VerificationPassed,
+    VerificationStarted, EVENT_TYPES,
 };
 pub use format::{EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};
@@ -69,4 +70,4 @@ pub use retention::{
     apply_retention, KeepPolicy, KeepReason, RetentionCandidate, RetentionDecision,
 };
 pub use store::{MemoryStore, PointRow, ReadModel, ReadStore, SledStore, StoredSnapshot};
-pub use upcast::{Upcaster, UPCASTERS};
+pub use upcast::{pack_of_damage_line, Upcaster, UPCASTERS, V1_FULL_EVERY_SECS};

@@ -27,14 +27,9 @@ pub struct PlanDefinition {
     /// The repository the points are written to.
     pub repository: RepositoryId,
     /// Paused: the scheduler starts no backup of it (run now still works).
-    /// Added compatibly: absent in older events (read as `false`) and not
-    /// written while `false`, so the encoding of unpaused plans is unchanged.
-    #[serde(default, skip_serializing_if = "is_false")]
+    /// Always written since schema v2 of the plan events; v1 events wrote it
+    /// only when true (the v1 upcaster reads both shapes).
     pub paused: bool,
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
 }
 
 /// How deep a verification reads.
@@ -46,6 +41,24 @@ pub enum VerifyDepth {
     ReadSample(u8),
     /// Structure plus a read-back of every byte.
     ReadAll,
+}
+
+impl VerifyDepth {
+    /// How much of the point's data it reads, in per mille: 0 for
+    /// `Structure`, 10 per percent of a sample, 1000 for `ReadAll`. A
+    /// verification clears only a failure found at the same depth or less.
+    pub fn permille(&self) -> u16 {
+        match self {
+            VerifyDepth::Structure => 0,
+            VerifyDepth::ReadSample(p) => u16::from((*p).min(100)) * 10,
+            VerifyDepth::ReadAll => 1000,
+        }
+    }
+
+    /// Whether a pass at this depth is at least as deep as `other`.
+    pub fn covers(&self, other: &VerifyDepth) -> bool {
+        self.permille() >= other.permille()
+    }
 }
 
 /// When points are verified.
@@ -69,4 +82,10 @@ pub struct RestoreTestPolicy {
     pub max_evidence_age: Duration,
     /// Restore at most this many files (none: the whole tree).
     pub sample_files: Option<u64>,
+    /// The proof policy: a *complete* restore test (every file) of the
+    /// newest point at least this often; the tests in between are samples
+    /// of `sample_files`. While the newest complete test is older than
+    /// this, the plan is at best `at-risk` (none: samples suffice, and the
+    /// plan's proof is marked as sampled). Schema v1 plans upcast to 7 days.
+    pub full_every: Option<Duration>,
 }

@@ -29,6 +29,7 @@ pub(crate) fn plan_def(rpo_secs: u64, max_evidence_secs: u64) -> PlanDefinition 
             every: Some(Duration::from_secs(7 * 86_400)),
             max_evidence_age: Duration::from_secs(max_evidence_secs),
             sample_files: Some(100),
+            full_every: Some(Duration::from_secs(7 * 86_400)),
         },
         rpo: Duration::from_secs(rpo_secs),
         repository: RepositoryId::new("main"),
@@ -45,6 +46,9 @@ pub(crate) fn evidence() -> RestoreEvidence {
         digests_matched: 120,
         duration_ms: 1500,
         location: "server:/var/lib/vouch/sandbox/1".into(),
+        files_in_point: Some(120),
+        bytes_in_point: Some(4096),
+        complete: true,
     }
 }
 
@@ -75,6 +79,14 @@ pub(crate) fn sample_events() -> Vec<Event> {
             point: None,
             due_unix_ns: 1_000,
             attempt: 1,
+            spec: JobSpec {
+                repository: Some(RepositoryId::new("main")),
+                depth: None,
+                sample_files: None,
+                slices: Vec::new(),
+                of: 0,
+                why: "schedule".into(),
+            },
         }
         .into(),
         JobStarted {
@@ -162,6 +174,7 @@ pub(crate) fn sample_events() -> Vec<Event> {
             job: None,
             evidence: evidence(),
             reason: "digest mismatch".into(),
+            cause: "mismatch".into(),
         }
         .into(),
         PointForgotten {
@@ -189,6 +202,8 @@ pub(crate) fn sample_events() -> Vec<Event> {
             severity: Severity::Critical,
             subject: "plan p1".into(),
             message: "m".into(),
+            rule: "BackupFailed".into(),
+            labels: [("plan".to_owned(), "p1".to_owned())].into_iter().collect(),
         }
         .into(),
         AlertDelivered {
@@ -241,6 +256,27 @@ pub(crate) fn sample_events() -> Vec<Event> {
             packs: 2,
             bytes_read: 300,
             damaged: vec!["pack 00ab: blob 01 does not decrypt".into()],
+            damaged_packs: vec!["00ab".into()],
+            affected_points: Some(vec![sid(1)]),
+        }
+        .into(),
+        PointVanished {
+            point: sid(1),
+            repository: RepositoryId::new("main"),
+            reason: "reconciliation".into(),
+        }
+        .into(),
+        LogRepaired {
+            from_seq: 41,
+            bytes: 512,
+            acknowledged_seq: 42,
+            lost_acknowledged: true,
+            reason: "record 41 fails its checksum".into(),
+        }
+        .into(),
+        ClockStepped {
+            previous_unix_ns: 2_000,
+            now_unix_ns: 1_000,
         }
         .into(),
     ]

@@ -1,22 +1,174 @@
 //! Upcasting: lifting payloads written with an older schema version to the
 //! current one.
 //!
-//! Every event type is at version 1 today, so there is nothing to lift yet.
-//! When a payload struct in `event.rs` changes:
+//! Upcasters work on the wire shape (a msgpack value: structs are
+//! positional arrays), never on today's Rust types, so an upcaster written
+//! once stays right however the structs change later. When a payload struct
+//! in `event.rs` changes:
 //!
-//! 1. copy its old shape into a module `vN` here (frozen: it must not import
-//!    today's types, only serde and the ids' wire forms);
-//! 2. add a row to [`UPCASTERS`] that decodes the old shape and encodes the
-//!    next version's;
-//! 3. bump the version in `event.rs`'s table, add golden bytes for the new
-//!    version, and add a fixture log of the old version under
-//!    `events/tests/fixtures/`.
+//! 1. add a function here that lifts the old array to the new one (append
+//!    the new fields with the value that states what the old event knew:
+//!    "not known" rather than a guess that looks good);
+//! 2. add a row to [`UPCASTERS`];
+//! 3. bump the version in `event.rs`'s table and bless the golden bytes of
+//!    the new version (the old line stays: it must keep upcasting); keep the
+//!    fixture log of the old version under `events/tests/fixtures/`.
 
 /// Lifts a payload of `(event type, from version)` to `from version + 1`.
 pub type Upcaster = fn(&[u8]) -> Result<Vec<u8>, String>;
 
 /// Every upcaster, as (event type, from version, function).
-pub const UPCASTERS: &[(&str, u16, Upcaster)] = &[];
+pub const UPCASTERS: &[(&str, u16, Upcaster)] = &[
+    ("plan.created", 1, plan_v1_to_v2),
+    ("plan.changed", 1, plan_v1_to_v2),
+    ("job.scheduled", 1, job_scheduled_v1_to_v2),
+    ("restore_test.passed", 1, restore_test_passed_v1_to_v2),
+    ("restore_test.failed", 1, restore_test_failed_v1_to_v2),
+    ("alert.raised", 1, alert_raised_v1_to_v2),
+    ("repository.read_back", 1, read_back_v1_to_v2),
+];
+
+use rmpv::Value;
+
+/// How often a v1 plan wants a complete restore test (seconds): v1 had no
+/// proof policy, and the default of new plans is weekly.
+pub const V1_FULL_EVERY_SECS: u64 = 7 * 86_400;
+
+fn decode(payload: &[u8]) -> Result<Vec<Value>, String> {
+    let mut r = payload;
+    match rmpv::decode::read_value(&mut r).map_err(|e| e.to_string())? {
+        Value::Array(a) if r.is_empty() => Ok(a),
+        Value::Array(_) => Err("trailing bytes after the payload".into()),
+        other => Err(format!("payload is not an array but {other}")),
+    }
+}
+
+fn encode(fields: Vec<Value>) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    rmpv::encode::write_value(&mut out, &Value::Array(fields)).map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+fn expect_len(
+    fields: &[Value],
+    len: std::ops::RangeInclusive<usize>,
+    what: &str,
+) -> Result<(), String> {
+    if len.contains(&fields.len()) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} v1 has {} fields, expected {len:?}",
+            fields.len()
+        ))
+    }
+}
+
+/// `plan.created` / `plan.changed` v1 → v2: the definition's `paused` is
+/// always written (v1 wrote it only when true) and its restore-test policy
+/// gains `full_every` (weekly).
+fn plan_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 2..=2, "plan event")?;
+    let Value::Array(def) = &mut fields[1] else {
+        return Err("plan definition is not an array".into());
+    };
+    expect_len(def, 7..=8, "plan definition")?;
+    if def.len() == 7 {
+        def.push(Value::Boolean(false));
+    }
+    let Value::Array(restore_test) = &mut def[4] else {
+        return Err("restore-test policy is not an array".into());
+    };
+    expect_len(restore_test, 3..=3, "restore-test policy")?;
+    restore_test.push(Value::Array(vec![
+        Value::from(V1_FULL_EVERY_SECS),
+        Value::from(0u32),
+    ]));
+    encode(fields)
+}
+
+/// `job.scheduled` v1 → v2: an empty spec (what v1 did not record).
+fn job_scheduled_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 6..=6, "job.scheduled")?;
+    fields.push(Value::Array(vec![
+        Value::Nil,
+        Value::Nil,
+        Value::Nil,
+        Value::Array(Vec::new()),
+        Value::from(0u32),
+        Value::from(""),
+    ]));
+    encode(fields)
+}
+
+/// Restore evidence v1 → v2: coverage not known (`None`, `None`, not
+/// complete).
+fn evidence_v1_to_v2(evidence: &mut Value) -> Result<(), String> {
+    let Value::Array(e) = evidence else {
+        return Err("restore evidence is not an array".into());
+    };
+    expect_len(e, 7..=7, "restore evidence")?;
+    e.extend([Value::Nil, Value::Nil, Value::Boolean(false)]);
+    Ok(())
+}
+
+fn restore_test_passed_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 3..=3, "restore_test.passed")?;
+    evidence_v1_to_v2(&mut fields[2])?;
+    encode(fields)
+}
+
+/// v1 failures came only from a restore that completed and compared
+/// unequal: cause `mismatch`.
+fn restore_test_failed_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 4..=4, "restore_test.failed")?;
+    evidence_v1_to_v2(&mut fields[2])?;
+    fields.push(Value::from("mismatch"));
+    encode(fields)
+}
+
+/// `alert.raised` v1 → v2: no rule (rendered `VouchAlert`), no labels.
+fn alert_raised_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 4..=4, "alert.raised")?;
+    fields.push(Value::from(""));
+    fields.push(Value::Map(Vec::new()));
+    encode(fields)
+}
+
+/// `repository.read_back` v1 → v2: the damaged packs are read off the v1
+/// lines (`pack <hex>: ...`); which points they touch was not recorded, so
+/// every live point of the repository is suspect (`None`).
+fn read_back_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 7..=7, "repository.read_back")?;
+    let Value::Array(lines) = &fields[6] else {
+        return Err("damaged is not an array".into());
+    };
+    let mut packs: Vec<String> = Vec::new();
+    for line in lines {
+        let Some(pack) = line.as_str().and_then(pack_of_damage_line) else {
+            continue;
+        };
+        if !packs.contains(&pack) {
+            packs.push(pack);
+        }
+    }
+    fields.push(Value::Array(packs.into_iter().map(Value::from).collect()));
+    fields.push(Value::Nil);
+    encode(fields)
+}
+
+/// The pack id a damage line of the read-back names (`pack <hex>: ...`).
+pub fn pack_of_damage_line(line: &str) -> Option<String> {
+    let rest = line.strip_prefix("pack ")?;
+    let hex = rest.split(':').next()?;
+    (!hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| hex.to_owned())
+}
 
 /// Lifts `payload` step by step while an upcaster exists; returns the final
 /// version and payload, or `None` if no upcaster applies at all.

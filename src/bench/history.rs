@@ -248,6 +248,7 @@ impl Layout {
                 every: Some(Duration::from_secs(30 * 86_400)),
                 max_evidence_age: Duration::from_secs(45 * 86_400),
                 sample_files: Some(100),
+                full_every: Some(Duration::from_secs(30 * 86_400)),
             },
             rpo: Duration::from_secs(if changed { 30 } else { 36 } * 3600),
             repository: RepositoryId::new(self.o.repository.as_str()),
@@ -341,6 +342,7 @@ impl Builder<'_> {
                 point,
                 due_unix_ns: at,
                 attempt,
+                spec: Default::default(),
             }
             .into(),
             JobStarted {
@@ -550,6 +552,9 @@ impl Builder<'_> {
             },
             duration_ms: 40_000,
             location: "server:sandbox".into(),
+            files_in_point: Some(100),
+            bytes_in_point: Some(8 << 20),
+            complete: true,
         };
         let result: Event = if c.fate == Fate::Unrecoverable {
             RestoreTestFailed {
@@ -557,6 +562,7 @@ impl Builder<'_> {
                 job: Some(restore.clone()),
                 evidence,
                 reason: "3 restored files differ from the snapshot".into(),
+                cause: "mismatch".into(),
             }
             .into()
         } else {
@@ -610,6 +616,10 @@ impl Builder<'_> {
             severity,
             subject: format!("plan {plan}"),
             message: message.into(),
+            rule: "PlanNotProtected".into(),
+            labels: [("plan".to_owned(), plan.to_string())]
+                .into_iter()
+                .collect(),
         }
         .into();
         let delivered: Event = AlertDelivered {
@@ -669,6 +679,7 @@ impl Builder<'_> {
                 point: None,
                 due_unix_ns: at,
                 attempt: 1,
+                spec: Default::default(),
             }
             .into(),
             JobStarted {

@@ -309,6 +309,9 @@ fn run(repos: &RepoSet, msg: RunJob) -> Result<JobOutput, JobFailure> {
                 digests_matched: report.digests_matched,
                 duration_ms: report.duration_ms,
                 location,
+                files_in_point: Some(report.files_in_point),
+                bytes_in_point: None,
+                complete: !report.sampled,
             };
             let outcome: Event = if report.mismatches.is_empty()
                 && report.digests_compared == report.digests_matched
@@ -332,6 +335,7 @@ fn run(repos: &RepoSet, msg: RunJob) -> Result<JobOutput, JobFailure> {
                     job: Some(job),
                     evidence,
                     reason,
+                    cause: "mismatch".into(),
                 }
                 .into()
             };
@@ -430,6 +434,8 @@ fn read_back_events(
                 packs: found.packs,
                 bytes_read: found.bytes_read,
                 damaged: Vec::new(),
+                damaged_packs: Vec::new(),
+                affected_points: Some(Vec::new()),
             }
             .into(),
         );
@@ -460,7 +466,14 @@ fn read_back_events(
                 } else {
                     0
                 },
+                damaged_packs: damage
+                    .iter()
+                    .filter_map(|d| d.pack.as_ref().map(|p| p.to_string()))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect(),
                 damaged,
+                affected_points: None,
             }
             .into(),
         );

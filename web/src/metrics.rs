@@ -642,6 +642,7 @@ mod tests {
                 every: None,
                 max_evidence_age: D::from_secs(86_400),
                 sample_files: None,
+                full_every: None,
             },
             rpo: D::from_secs(86_400),
             repository: RepositoryId::new("main"),
@@ -709,6 +710,9 @@ mod tests {
                             digests_matched: 1,
                             duration_ms: 1,
                             location: "x".into(),
+                            files_in_point: Some(1),
+                            bytes_in_point: Some(1),
+                            complete: true,
                         },
                     }
                     .into(),

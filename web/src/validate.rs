@@ -362,6 +362,7 @@ pub(crate) fn default_definition() -> PlanDefinition {
             every: Some(Duration::from_secs(DAY)),
             max_evidence_age: Duration::from_secs(7 * DAY),
             sample_files: Some(1000),
+            full_every: Some(Duration::from_secs(7 * DAY)),
         },
         rpo: DEFAULT_RPO,
         repository: RepositoryId::new(DEFAULT_REPOSITORY),

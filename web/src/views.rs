@@ -586,6 +586,9 @@ pub(crate) fn event_data(e: &Event) -> Value {
         ServiceStarted,
         ConfigurationChanged,
         PacksReadBack,
+        PointVanished,
+        LogRepaired,
+        ClockStepped,
     )
     .unwrap_or(Value::Null)
 }

@@ -75,6 +75,9 @@ impl Handler<RunJob> for FakeEngineWorker {
                     digests_matched: 3,
                     duration_ms: 2,
                     location: "test:/sandbox".into(),
+                    files_in_point: Some(3),
+                    bytes_in_point: Some(3000),
+                    complete: true,
                 },
             }
             .into()],

@@ -468,6 +468,8 @@ impl Alerter {
                     severity: inc.severity,
                     subject: inc.subject.clone(),
                     message: inc.message.clone(),
+                    rule: inc.rule.to_owned(),
+                    labels: inc.labels.clone(),
                 }
                 .into(),
             );

@@ -92,6 +92,8 @@ pub fn kind_name(kind: JobKind) -> &'static str {
         JobKind::RestoreTest => "restore-test",
         JobKind::Forget => "retention",
         JobKind::Prune => "prune",
+        JobKind::ReadBack => "read-back",
+        JobKind::Reconcile => "reconcile",
     }
 }
 
@@ -291,6 +293,7 @@ impl Dispatcher {
             point: command.point(),
             due_unix_ns: self.clock.now_unix_ns(),
             attempt,
+            spec: Default::default(),
         };
         tracing::info!(job = %job, kind = kind_name(command.kind()), attempt, "job scheduled");
         self.record(ctx, vec![event.into()], move |act, ctx, res| {
@@ -680,7 +683,7 @@ fn rebuild_command(p: &Projections, j: &vouch_events::Job) -> Option<JobCommand>
             keep: pl.definition.retention.clone(),
             protect: Vec::new(),
         }),
-        JobKind::Prune => None,
+        JobKind::Prune | JobKind::ReadBack | JobKind::Reconcile => None,
     }
 }
 

@@ -288,6 +288,7 @@ mod tests {
                     every: None,
                     max_evidence_age: Duration::from_secs(3600),
                     sample_files: None,
+                    full_every: None,
                 },
                 rpo: Duration::from_secs(3600),
                 repository: RepositoryId::new(repository),
@@ -310,6 +311,12 @@ mod tests {
             } else {
                 Vec::new()
             },
+            damaged_packs: if damaged {
+                vec!["00".into()]
+            } else {
+                Vec::new()
+            },
+            affected_points: None,
         }
         .into()
     }

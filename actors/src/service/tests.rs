@@ -61,6 +61,8 @@ impl Handler<RunJob> for HoldingWorker {
                     packs: 0,
                     bytes_read: 0,
                     damaged: Vec::new(),
+                    damaged_packs: Vec::new(),
+                    affected_points: Some(Vec::new()),
                 }
                 .into()],
             })

@@ -147,6 +147,8 @@ mod tests {
             severity: Severity::Warning,
             subject: "plan p1".into(),
             message: "m".into(),
+            rule: "BackupFailed".into(),
+            labels: Default::default(),
         }
         .into();
         assert_eq!(p.apply(at(1), &raised), None);

@@ -129,6 +129,11 @@ mod tests {
             packs: slices.len() as u64,
             bytes_read: 100,
             damaged: damaged.iter().map(|s| (*s).to_owned()).collect(),
+            damaged_packs: damaged
+                .iter()
+                .filter_map(|s| crate::upcast::pack_of_damage_line(s))
+                .collect(),
+            affected_points: None,
         }
         .into()
     }

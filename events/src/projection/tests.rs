@@ -103,6 +103,7 @@ fn rf(point: u8) -> Event {
         job: None,
         evidence: evidence(),
         reason: "mismatch".into(),
+        cause: "mismatch".into(),
     }
     .into()
 }
@@ -313,6 +314,7 @@ fn scheduled(job: &str, attempt: u32) -> Event {
         point: None,
         due_unix_ns: T0,
         attempt,
+        spec: Default::default(),
     }
     .into()
 }
@@ -824,6 +826,7 @@ fn regression_d6_a_rejected_job_scheduled_does_not_retie_the_job_to_another_poin
             point: Some(sid(point)),
             due_unix_ns: T0,
             attempt: 1,
+            spec: Default::default(),
         }
         .into()
     };
