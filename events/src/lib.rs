@@ -60,11 +60,12 @@ pub use log::{
 };
 pub use plan::{PlanDefinition, RestoreTestPolicy, VerificationPolicy, VerifyDepth};
 pub use projection::{
-    plan_protection, rollup, Agent, AgentsProjection, Alert, AlertsProjection, BackupOutcome,
+    plan_protection, rollup, Agent, AgentsProjection, Alert, AlertsProjection, BackupOutcome, Cap,
     Delivery, Inconsistency, Job, JobError, JobState, JobsProjection, Plan, PlanProtection,
     PlansProjection, Point, PointOrigin, PointState, PointsProjection, Projections, Protection,
-    ReadBackProjection, Recorded, RepositoryReadBack, RestoreOutcome, SliceDamage, UnknownSeen,
-    VerificationOutcome, PROJECTION_SNAPSHOT_VERSION,
+    ReadBackProjection, Recorded, RepositoryReadBack, RestoreOutcome, SliceDamage, UnknownScope,
+    UnknownSeen, VerificationOutcome, CLOCK_TOLERANCE_NS, PROJECTION_RULES,
+    PROJECTION_SNAPSHOT_VERSION,
 };
 pub use retention::{
     apply_retention, KeepPolicy, KeepReason, RetentionCandidate, RetentionDecision,

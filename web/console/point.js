@@ -27,7 +27,7 @@ const LABELS = {
 };
 
 function tone(type) {
-  if (/failed|abandoned|anomaly|corrupt/.test(type)) return 'bad';
+  if (/failed|abandoned|anomaly|corrupt|vanished|log_repaired/.test(type)) return 'bad';
   if (/passed|committed|finished/.test(type)) return 'good';
   return 'neutral';
 }
@@ -39,7 +39,15 @@ function dl(pairs) {
     .join('')}</dl>`;
 }
 
-function evidenceHtml(rt) {
+// What a restore test covered: "complete" or "sample: 120 of 5,000 files".
+function coverageText(c) {
+  if (!c) return '—';
+  if (c.complete) return `<span class="ok" data-coverage="complete">complete</span> (${fmtCount(c.files)} files)`;
+  const of = c.files_in_point !== null && c.files_in_point !== undefined ? ` of ${fmtCount(c.files_in_point)}` : ' (of an unknown number)';
+  return `<span class="over" data-coverage="sample">sample</span>: ${fmtCount(c.files)}${of} files`;
+}
+
+function evidenceHtml(rt, coverage) {
   if (!rt) {
     return '<p class="muted" data-evidence="none">No restore test has run for this point yet, so it is not proven recoverable.</p>';
   }
@@ -50,6 +58,7 @@ function evidenceHtml(rt) {
   return `<div class="evidence ${rt.passed ? 'passed' : 'failed'}" data-evidence="${rt.passed ? 'passed' : 'failed'}">
 <p><strong>${rt.passed ? 'Passed' : 'Failed'}</strong> ${timeEl(rt.at)}${rt.reason ? ` — ${esc(rt.reason)}` : ''}</p>
 ${dl([
+    ['Coverage', coverageText(coverage)],
     ['Files restored', fmtCount(ev.files)],
     ['Bytes restored', fmtBytes(ev.bytes)],
     ['Digests matched', `<span class="${allMatch ? 'ok' : 'over'}">${matched}</span>`],
@@ -116,6 +125,8 @@ export async function render(main, route, ctx) {
     main.querySelector('#pt-head').innerHTML = `
 <div class="title-row"><h1>Recovery point ${stateBadge(point.state)}</h1></div>
 <p><code class="id">${esc(point.id)}</code></p>
+${point.held_unknown_because ? `<p class="over" data-held-unknown>Held at <strong>unknown</strong>: ${esc(point.held_unknown_because)}</p>` : ''}
+${point.vanished_because ? `<p class="over" data-vanished>Its manifest is gone from the repository (${esc(point.vanished_because)}): this point can never count again.</p>` : ''}
 ${dl([
     ['Plan', point.plan ? `<a href="#/plans/${esc(encodeURIComponent(point.plan))}">${esc(point.plan)}</a>` : '<span class="muted">none</span>'],
     ['Taken', `${esc(fmtTime(point.snapshot_at))}`],
@@ -126,13 +137,15 @@ ${dl([
     ['Added by this run', s ? fmtBytes(s.added_bytes) : '—'],
     ['Stored (compressed, encrypted)', s ? fmtBytes(s.stored_bytes) : '—'],
     ['Backup took', s ? fmtSpan(s.duration_ms) : '—'],
+    ['Last complete restore test', point.last_complete_restore_at ? esc(fmtTime(point.last_complete_restore_at)) : '<span class="muted">never</span>'],
+    ['Verified at depth', point.verified_depth ? esc(point.verified_depth) : '—'],
     ['Lock', point.locked_until ? `<span class="badge locked">locked</span> until ${esc(fmtTime(point.locked_until))}` : '<span class="muted">not locked</span>'],
   ])}
 ${ctx.canOperate ? `<form id="lock-form" class="inline-form"><label for="lock-until">Lock against deletion until (UTC)</label> <input type="datetime-local" id="lock-until" name="until" required> <button type="submit" class="secondary">Lock</button> <small class="muted">A lock can be extended, never shortened.</small></form>` : ''}
 <section aria-labelledby="h-anom"><h2 id="h-anom">Anomaly flags</h2>
 ${anomalies.length ? `<ul class="anomalies">${anomalies.map((a) => `<li><span class="badge anomaly">${esc(a.kind)}</span> score ${(a.score_permille / 10).toFixed(1)} % — ${esc(a.detail)}</li>`).join('')}</ul><p class="help">The ransomware heuristic reports; it never acts.</p>` : '<p class="muted">None reported.</p>'}
 </section>`;
-    main.querySelector('#pt-evidence').innerHTML = evidenceHtml(point.restore_test);
+    main.querySelector('#pt-evidence').innerHTML = evidenceHtml(point.restore_test, point.coverage);
     main.querySelector('#pt-verify').innerHTML = verificationHtml(point.verification);
     main.querySelector('#pt-history').innerHTML = historyHtml(point.history);
     const lock = main.querySelector('#lock-form');

@@ -115,7 +115,7 @@ export function protectionBadge(status) {
   return `<span class="badge p-${s}" data-status="${s}">${PROTECTION_LABEL[s]}</span>`;
 }
 
-const POINT_STATES = ['unknown', 'unverified', 'verified', 'recoverable', 'corrupt', 'unrecoverable', 'expired'];
+const POINT_STATES = ['unknown', 'unverified', 'verified', 'recoverable', 'corrupt', 'unrecoverable', 'expired', 'vanished'];
 export { POINT_STATES };
 
 /** A recovery-point state badge (unknown states fall back to "unknown"). */

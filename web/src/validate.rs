@@ -118,6 +118,14 @@ fn every_restore_schema() -> utoipa::openapi::Object {
     grammar::duration_schema("Restore-test this often; null: never.", true)
 }
 
+fn full_every_schema() -> utoipa::openapi::Object {
+    grammar::duration_schema(
+        "The proof policy: a complete restore test (every file) at least this often; \
+         null: sampled tests suffice.",
+        true,
+    )
+}
+
 fn max_evidence_age_schema() -> utoipa::openapi::Object {
     grammar::duration_schema("Evidence older than this no longer counts.", true)
 }
@@ -247,6 +255,10 @@ pub struct RestoreTestInput {
     #[serde(default, deserialize_with = "sample_files")]
     #[schema(schema_with = sample_files_schema)]
     pub sample_files: Option<Option<u64>>,
+    /// A complete restore test at least this often (null: samples suffice).
+    #[serde(default, deserialize_with = "double")]
+    #[schema(schema_with = full_every_schema)]
+    pub full_every: Option<Option<String>>,
 }
 
 /// The input of `PUT /api/v1/plans/{id}` (and, with `id` and `source`
@@ -390,6 +402,7 @@ pub(crate) fn defaults_input() -> PlanInput {
             every: Some(d.restore_test.every.map(human)),
             max_evidence_age: Some(human(d.restore_test.max_evidence_age)),
             sample_files: Some(d.restore_test.sample_files),
+            full_every: Some(d.restore_test.full_every.map(human)),
         }),
     }
 }
@@ -567,6 +580,11 @@ pub(crate) fn definition(
                 );
             }
             Some(n) => pol.sample_files = n,
+            None => {}
+        }
+        match r.full_every {
+            Some(Some(e)) => pol.full_every = duration("restore_test.full_every", &e, &mut errors),
+            Some(None) => pol.full_every = None,
             None => {}
         }
         def.restore_test = pol;

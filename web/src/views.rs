@@ -60,7 +60,7 @@ fn severity(s: Severity) -> &'static str {
 }
 
 /// Every point state, in the order of the docs.
-pub(crate) const POINT_STATES: [PointState; 7] = [
+pub(crate) const POINT_STATES: [PointState; 8] = [
     PointState::Unknown,
     PointState::Unverified,
     PointState::Verified,
@@ -68,6 +68,7 @@ pub(crate) const POINT_STATES: [PointState; 7] = [
     PointState::Corrupt,
     PointState::Unrecoverable,
     PointState::Expired,
+    PointState::Vanished,
 ];
 
 /// Every protection status.
@@ -135,6 +136,9 @@ pub struct RestoreTestView {
     pub max_evidence_age: String,
     /// Restore at most this many files (null: the whole tree).
     pub sample_files: Option<u64>,
+    /// The proof policy: a complete restore test at least this often
+    /// (humantime; null: sampled tests suffice).
+    pub full_every: Option<String>,
 }
 
 /// A plan's protection and why.
@@ -228,6 +232,7 @@ pub(crate) fn plan_view(
             every: d.restore_test.every.map(human),
             max_evidence_age: human(d.restore_test.max_evidence_age),
             sample_files: d.restore_test.sample_files,
+            full_every: d.restore_test.full_every.map(human),
         },
         protection: ProtectionView {
             status: prot.status.as_str().to_owned(),
@@ -370,8 +375,22 @@ pub struct PointView {
     /// Its repository.
     pub repository: String,
     /// `unknown`, `unverified`, `verified`, `recoverable`, `corrupt`,
-    /// `unrecoverable` or `expired`.
+    /// `unrecoverable`, `expired` or `vanished`.
     pub state: String,
+    /// Why the point is held at `unknown` although its checks would say
+    /// more (an unreadable event, a check job without a verdict, read-back
+    /// damage), if it is.
+    pub held_unknown_because: Option<String>,
+    /// How much its proof covers: the latest restore test's files and
+    /// bytes against the point's (null: never restore-tested).
+    pub coverage: Option<CoverageView>,
+    /// When a restore test of every file last passed.
+    pub last_complete_restore_at: Option<String>,
+    /// How deep the latest passed verification read (`structure`,
+    /// `read-sample:N`, `read-all`).
+    pub verified_depth: Option<String>,
+    /// Why its manifest is considered gone, if it vanished.
+    pub vanished_because: Option<String>,
     /// The snapshot's own time.
     pub snapshot_at: String,
     /// When the log learned about it.
@@ -384,12 +403,47 @@ pub struct PointView {
     pub anomalies: Vec<AnomalyView>,
 }
 
+/// What a restore test covered.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CoverageView {
+    /// Files restored and compared.
+    pub files: u64,
+    /// Files in the point (null: not known, a test of schema v1).
+    pub files_in_point: Option<u64>,
+    /// Bytes restored.
+    pub bytes: u64,
+    /// Bytes in the point (null: not known).
+    pub bytes_in_point: Option<u64>,
+    /// Every file of the point was restored and compared (false: a sample).
+    pub complete: bool,
+    /// Whether that test passed.
+    pub passed: bool,
+}
+
 pub(crate) fn point_view(pt: &vouch_events::Point) -> PointView {
     PointView {
         id: pt.id.to_hex(),
         plan: pt.plan.as_ref().map(|p| p.to_string()),
         repository: pt.repository.to_string(),
         state: pt.state.as_str().to_owned(),
+        held_unknown_because: (pt.state == PointState::Unknown)
+            .then(|| pt.cap())
+            .flatten(),
+        coverage: pt.last_restore_test.as_ref().map(|r| CoverageView {
+            files: r.evidence.files,
+            files_in_point: r.evidence.files_in_point,
+            bytes: r.evidence.bytes,
+            bytes_in_point: r.evidence.bytes_in_point,
+            complete: r.evidence.complete,
+            passed: r.passed,
+        }),
+        last_complete_restore_at: pt.last_complete_restore.map(|at| rfc3339(at.unix_ns)),
+        verified_depth: pt
+            .last_verification
+            .as_ref()
+            .filter(|v| v.passed)
+            .map(|v| depth_label(v.depth)),
+        vanished_because: pt.vanished.as_ref().map(|(_, why)| why.clone()),
         snapshot_at: rfc3339(pt.snapshot_time_unix_ns),
         committed_at: rfc3339(pt.since.unix_ns),
         summary: pt.summary.as_ref().map(|s| SummaryView {

@@ -13,15 +13,20 @@ mod read_back;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_findings;
 
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
 pub use agents::{Agent, AgentsProjection};
 pub use alerts::{Alert, AlertsProjection, Delivery};
 pub use jobs::{BackupOutcome, Job, JobError, JobState, JobsProjection};
-pub use plans::{plan_protection, rollup, Plan, PlanProtection, PlansProjection, Protection};
+pub use plans::{
+    plan_protection, rollup, Plan, PlanProtection, PlansProjection, Protection, CLOCK_TOLERANCE_NS,
+};
 pub use points::{
-    Point, PointOrigin, PointState, PointsProjection, RestoreOutcome, VerificationOutcome,
+    Cap, Point, PointOrigin, PointState, PointsProjection, RestoreOutcome, VerificationOutcome,
 };
 pub use read_back::{ReadBackProjection, RepositoryReadBack, SliceDamage};
 
@@ -29,7 +34,7 @@ use crate::codec::Envelope;
 use crate::error::{EventError, Result};
 use crate::event::Event;
 use crate::format::EventHash;
-use crate::ids::{PlanId, SnapshotId};
+use crate::ids::{JobId, PlanId, RepositoryId, SnapshotId};
 
 /// Where in the log something was recorded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -66,13 +71,71 @@ pub struct UnknownSeen {
     pub about_points: bool,
     /// The point it names, if that could be told (see `docs/events.md`).
     pub point: Option<SnapshotId>,
+    /// Which plans it keeps from being better than `unknown`.
+    pub caps: UnknownScope,
+}
+
+/// The plans an unreadable event may be about, and so keeps at `unknown`
+/// at best (unknown is never good, in every family).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UnknownScope {
+    /// None: its family does not feed protection (`alert.*`, `agent.*`,
+    /// `service.*`), or it names a point (the point itself is capped) or a
+    /// job without a plan.
+    Nothing,
+    /// One plan (named by the event, or the plan of the job it names).
+    Plan(PlanId),
+    /// The plans that write to this repository.
+    Repository(RepositoryId),
+    /// Every plan: it could be about any.
+    All,
+}
+
+/// Families whose events never bear on a point's state or a plan's
+/// protection.
+const NEUTRAL_FAMILIES: &[&str] = &["alert", "agent", "service"];
+
+/// The first element of a msgpack array payload if it is a string.
+fn leading_str(payload: &[u8]) -> Option<&str> {
+    let rest = match *payload.first()? {
+        0x91..=0x9f => payload.get(1..)?,
+        0xdc => payload.get(3..)?,
+        0xdd => payload.get(5..)?,
+        _ => return None,
+    };
+    let (len, start): (usize, usize) = match *rest.first()? {
+        b @ 0xa0..=0xbf => (usize::from(b & 0x1f), 1),
+        0xd9 => (usize::from(*rest.get(1)?), 2),
+        0xda => (
+            usize::from(u16::from_be_bytes([*rest.get(1)?, *rest.get(2)?])),
+            3,
+        ),
+        _ => return None,
+    };
+    std::str::from_utf8(rest.get(start..start.checked_add(len)?)?).ok()
+}
+
+/// Where a `backup.committed` payload names its job: `[job?, plan?, ...]`.
+fn leading_optional_str(payload: &[u8]) -> Option<&str> {
+    leading_str(payload)
 }
 
 /// Version of the snapshot encoding; a snapshot of another version is
 /// ignored and the projections are rebuilt from the log.
 /// 2: jobs keep the latest ended backup outcome of each plan (D2).
 /// 3: the rolling read-back window ([`ReadBackProjection`]).
-pub const PROJECTION_SNAPSHOT_VERSION: u16 = 3;
+/// 4: caps, open failures and coverage on points, plan epochs, unknown
+///    scopes, the rules tag ([`PROJECTION_RULES`]).
+pub const PROJECTION_SNAPSHOT_VERSION: u16 = 4;
+
+/// A digest of the projection's source code, computed by the build
+/// script: a snapshot folded by other rules is not trusted (its derived
+/// state could be what an older, wrong rule made of the facts) and the
+/// projections are rebuilt from the log. No one has to remember to bump it.
+pub const PROJECTION_RULES: &str = env!("VOUCH_PROJECTION_RULES");
+
+/// Inconsistencies kept (the newest); older ones are counted only.
+pub const MAX_INCONSISTENCIES: usize = 1000;
 
 /// Every projection, folded together.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,8 +157,10 @@ pub struct Projections {
     pub alerts: AlertsProjection,
     /// The rolling read-back of every repository's packs.
     pub read_back: ReadBackProjection,
-    /// Events that did not fit.
+    /// Events that did not fit (the newest [`MAX_INCONSISTENCIES`]).
     pub inconsistencies: Vec<Inconsistency>,
+    /// How many events did not fit, in all.
+    pub inconsistencies_total: u64,
     /// Events this build could not read.
     pub unknown_events: Vec<UnknownSeen>,
 }
@@ -138,12 +203,14 @@ impl Projections {
         self.last_seq = at.seq;
         if let Event::Unknown(u) = event {
             let (about_points, point) = self.points.apply_unknown(at, u);
+            let caps = self.scope_of_unknown(u, about_points, point);
             self.unknown_events.push(UnknownSeen {
                 at,
                 event_type: u.event_type.clone(),
                 schema_version: u.schema_version,
                 about_points,
                 point,
+                caps,
             });
             return;
         }
@@ -161,8 +228,7 @@ impl Projections {
         );
         if job_event {
             if let Some(inc) = self.jobs.apply(at, event) {
-                tracing::debug!(seq = at.seq, event_type = %inc.event_type, message = %inc.message, "inconsistent event");
-                self.inconsistencies.push(inc);
+                self.inconsistent(inc);
                 return;
             }
         }
@@ -179,30 +245,89 @@ impl Projections {
             self.read_back.apply(at, event),
         ];
         for inc in found.into_iter().flatten() {
-            tracing::debug!(seq = at.seq, event_type = %inc.event_type, message = %inc.message, "inconsistent event");
-            self.inconsistencies.push(inc);
+            self.inconsistent(inc);
+        }
+    }
+
+    fn inconsistent(&mut self, inc: Inconsistency) {
+        tracing::debug!(seq = inc.at.seq, event_type = %inc.event_type, message = %inc.message, "inconsistent event");
+        self.inconsistencies_total = self.inconsistencies_total.saturating_add(1);
+        if self.inconsistencies.len() >= MAX_INCONSISTENCIES {
+            self.inconsistencies.remove(0);
+        }
+        self.inconsistencies.push(inc);
+    }
+
+    /// Which plans an unreadable event keeps at `unknown` (M6): the plan it
+    /// names or its job's, the plans of the repository it names, or all
+    /// when it cannot be told.
+    fn scope_of_unknown(
+        &self,
+        u: &crate::event::UnknownEvent,
+        about_points: bool,
+        point: Option<SnapshotId>,
+    ) -> UnknownScope {
+        let family = u.event_type.split('.').next().unwrap_or("");
+        if about_points {
+            // The point is capped itself; one that cannot be told might be
+            // any plan's.
+            return if point.is_some() {
+                UnknownScope::Nothing
+            } else {
+                UnknownScope::All
+            };
+        }
+        if NEUTRAL_FAMILIES.contains(&family) {
+            return UnknownScope::Nothing;
+        }
+        let job_scope =
+            |job: Option<&str>| match job.and_then(|j| self.jobs.jobs.get(&JobId::new(j))) {
+                Some(job) => match &job.plan {
+                    Some(plan) => UnknownScope::Plan(plan.clone()),
+                    None => UnknownScope::Nothing,
+                },
+                None => UnknownScope::All,
+            };
+        match family {
+            "job" => job_scope(leading_str(&u.payload)),
+            "backup" => job_scope(leading_optional_str(&u.payload)),
+            "plan" => match leading_str(&u.payload) {
+                Some(plan) => UnknownScope::Plan(PlanId::new(plan)),
+                None => UnknownScope::All,
+            },
+            "repository" => match leading_str(&u.payload) {
+                Some(repo) => UnknownScope::Repository(RepositoryId::new(repo)),
+                None => UnknownScope::All,
+            },
+            _ => UnknownScope::All,
         }
     }
 
     /// The protection of one plan at `now`.
     ///
-    /// An unreadable event about points that names no point the log knows
-    /// might be about any plan's: then no plan is better than `unknown`.
+    /// An unreadable event that may be about this plan (see
+    /// [`UnknownScope`]) keeps it from being better than `unknown`.
     pub fn plan_protection(&self, plan: &PlanId, now_unix_ns: i64) -> PlanProtection {
         let verdict = plan_protection(&self.plans, &self.points, &self.jobs, plan, now_unix_ns);
-        let unattributed = self
-            .unknown_events
-            .iter()
-            .find(|u| u.about_points && u.point.is_none());
-        match unattributed {
-            Some(u) if verdict.status > Protection::Unknown => PlanProtection {
+        if verdict.status <= Protection::Unknown {
+            return verdict;
+        }
+        let repository = self.plans.plans.get(plan).map(|p| &p.definition.repository);
+        let capping = self.unknown_events.iter().find(|u| match &u.caps {
+            UnknownScope::Nothing => false,
+            UnknownScope::Plan(p) => p == plan,
+            UnknownScope::Repository(r) => Some(r) == repository,
+            UnknownScope::All => true,
+        });
+        match capping {
+            Some(u) => PlanProtection {
                 status: Protection::Unknown,
                 reason: format!(
-                    "{} (v{}) at seq {} is about a recovery point but this build cannot read it",
+                    "{} (v{}) at seq {} may be about this plan but this build cannot read it",
                     u.event_type, u.schema_version, u.at.seq
                 ),
             },
-            _ => verdict,
+            None => verdict,
         }
     }
 
@@ -219,30 +344,46 @@ impl Projections {
 
     /// Encodes a snapshot of the state (version-tagged).
     pub fn to_snapshot(&self) -> Result<Vec<u8>> {
-        rmp_serde::to_vec(&(PROJECTION_SNAPSHOT_VERSION, self)).map_err(|e| EventError::Encode {
-            what: "projection snapshot".into(),
-            message: e.to_string(),
+        rmp_serde::to_vec(&(PROJECTION_SNAPSHOT_VERSION, PROJECTION_RULES, self)).map_err(|e| {
+            EventError::Encode {
+                what: "projection snapshot".into(),
+                message: e.to_string(),
+            }
         })
     }
 
     /// Decodes a snapshot; an error (including another version) means:
     /// rebuild from the log.
     pub fn from_snapshot(bytes: &[u8]) -> Result<Self> {
-        let (version, p): (u16, Projections) =
-            rmp_serde::from_slice(bytes).map_err(|e| EventError::Decode {
-                what: "projection snapshot".into(),
-                message: e.to_string(),
-            })?;
+        let decode_error = |message: String| EventError::Decode {
+            what: "projection snapshot".into(),
+            message,
+        };
+        // The version first, alone: a snapshot of another version may not
+        // decode as this one's shape.
+        let (version,): (u16,) = match rmp_serde::from_slice::<(u16, IgnoredAny, IgnoredAny)>(bytes)
+        {
+            Ok((v, _, _)) => (v,),
+            Err(_) => match rmp_serde::from_slice::<(u16, IgnoredAny)>(bytes) {
+                Ok((v, _)) => (v,),
+                Err(e) => return Err(decode_error(e.to_string())),
+            },
+        };
         if version != PROJECTION_SNAPSHOT_VERSION {
-            return Err(EventError::Decode {
-                what: "projection snapshot".into(),
-                message: format!(
-                    "version {version}, this build reads {PROJECTION_SNAPSHOT_VERSION}"
-                ),
-            });
+            return Err(decode_error(format!(
+                "version {version}, this build reads {PROJECTION_SNAPSHOT_VERSION}"
+            )));
         }
-        let mut p = p;
+        let (_, rules, mut p): (u16, String, Projections) =
+            rmp_serde::from_slice(bytes).map_err(|e| decode_error(e.to_string()))?;
+        if rules != PROJECTION_RULES {
+            return Err(decode_error(format!(
+                "folded by rules {rules}, this build's are {PROJECTION_RULES}"
+            )));
+        }
         p.points.rebuild_index();
+        // Derived state is recomputed from the facts, never trusted.
+        p.points.rederive();
         Ok(p)
     }
 }

@@ -9,7 +9,7 @@ use crate::event::Event;
 use crate::ids::PlanId;
 use crate::plan::PlanDefinition;
 use crate::projection::jobs::{JobState, JobsProjection};
-use crate::projection::points::{PointState, PointsProjection};
+use crate::projection::points::{Point, PointState, PointsProjection};
 use crate::projection::{Inconsistency, Recorded};
 
 /// A plan as the log knows it.
@@ -23,6 +23,11 @@ pub struct Plan {
     pub created: Recorded,
     /// When it was removed, if it was.
     pub removed: Option<Recorded>,
+    /// Since when its definition protects what it protects now: its
+    /// creation, or the latest change of its source or repository. Only
+    /// points recorded after it count for the plan (older ones are of
+    /// another source, or of another plan that had the same id).
+    pub epoch: Recorded,
 }
 
 /// Every plan.
@@ -54,12 +59,18 @@ impl PlansProjection {
                         definition: e.definition.clone(),
                         created: at,
                         removed: None,
+                        epoch: at,
                     },
                 );
                 None
             }
             Event::PlanChanged(e) => match self.plans.get_mut(&e.plan) {
                 Some(p) if p.removed.is_none() => {
+                    if p.definition.source != e.definition.source
+                        || p.definition.repository != e.definition.repository
+                    {
+                        p.epoch = at;
+                    }
                     p.definition = e.definition.clone();
                     None
                 }
@@ -125,6 +136,11 @@ fn verdict(status: Protection, reason: impl Into<String>) -> PlanProtection {
     }
 }
 
+/// How far in the future (after `now`) a recorded time may lie before it is
+/// taken for a clock that stepped back: evidence dated after now proves
+/// nothing about now.
+pub const CLOCK_TOLERANCE_NS: i64 = 5 * 60 * 1_000_000_000;
+
 /// The protection of `plan` at `now` (pure: the caller passes the clock's
 /// time). See the rules in `docs/events.md`.
 pub fn plan_protection(
@@ -151,47 +167,140 @@ pub fn plan_protection(
             );
         }
     }
-    let rpo_ns = i64::try_from(p.definition.rpo.as_nanos()).unwrap_or(i64::MAX);
-    let window_start = now_unix_ns.saturating_sub(rpo_ns);
-    let max_age_ns =
-        i64::try_from(p.definition.restore_test.max_evidence_age.as_nanos()).unwrap_or(i64::MAX);
-    let evidence_start = now_unix_ns.saturating_sub(max_age_ns);
-    let in_window: Vec<_> = points
+    let ns = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    let window_start = now_unix_ns.saturating_sub(ns(p.definition.rpo));
+    let evidence_start = now_unix_ns.saturating_sub(ns(p.definition.restore_test.max_evidence_age));
+    let future = now_unix_ns.saturating_add(CLOCK_TOLERANCE_NS);
+    // Points of the plan's current definition only: recorded after its
+    // creation and after the latest change of its source or repository.
+    let current: Vec<_> = points
         .of_plan(plan)
+        .filter(|pt| pt.since.seq > p.epoch.seq)
+        .collect();
+    // A clock that stepped back makes old evidence look fresh: anything
+    // recorded after now is not trusted (the plan is unknown until the
+    // clock passes it again).
+    let dated_after_now = current.iter().any(|pt| {
+        pt.since.unix_ns > future
+            || pt
+                .last_restore_test
+                .as_ref()
+                .is_some_and(|r| r.at.unix_ns > future)
+    }) || p.epoch.unix_ns > future;
+    if dated_after_now {
+        return verdict(
+            Protection::Unknown,
+            "evidence is dated after the clock's now: the wall clock stepped back",
+        );
+    }
+    let in_window: Vec<_> = current
+        .iter()
         // The snapshot's time comes from the client's clock: a time after
         // the server recorded the point is clamped to that record, so a
         // future-dated point cannot stay inside the RPO forever.
         .filter(|pt| pt.snapshot_time_unix_ns.min(pt.since.unix_ns) >= window_start)
+        .copied()
         .collect();
-    let fresh_recoverable = in_window.iter().any(|pt| {
-        pt.state == PointState::Recoverable
-            && pt
-                .last_restore_test
-                .as_ref()
-                .is_some_and(|r| r.at.unix_ns >= evidence_start)
-    });
-    if fresh_recoverable {
+    // The newest point says what the source looks like now: empty means
+    // an unmounted share or a wiped directory, whatever older points say.
+    // (Forgotten or vanished, it still said what the source was then.)
+    let newest = current.iter().max_by_key(|pt| pt.since.seq);
+    let empty_newest = newest.filter(|pt| pt.is_empty() && pt.since.unix_ns >= window_start);
+    let found = points_verdict(
+        p,
+        &current,
+        &in_window,
+        now_unix_ns,
+        evidence_start,
+        window_start,
+    );
+    match empty_newest {
+        Some(newest) if found.status >= Protection::AtRisk => verdict(
+            Protection::AtRisk,
+            format!(
+                "the newest point {} is empty: the source came back empty (is it mounted?)",
+                newest.id.short()
+            ),
+        ),
+        _ => found,
+    }
+}
+
+/// What the plan's points of its current definition say.
+fn points_verdict(
+    p: &Plan,
+    current: &[&Point],
+    in_window: &[&Point],
+    now_unix_ns: i64,
+    evidence_start: i64,
+    window_start: i64,
+) -> PlanProtection {
+    let ns = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    let fresh_recoverable: Vec<_> = in_window
+        .iter()
+        .filter(|pt| {
+            pt.state == PointState::Recoverable
+                && pt
+                    .last_restore_test
+                    .as_ref()
+                    .is_some_and(|r| r.at.unix_ns >= evidence_start)
+        })
+        .collect();
+    if !fresh_recoverable.is_empty() {
+        // The proof policy: a complete restore test within `full_every`.
+        let Some(full_every) = p.definition.restore_test.full_every else {
+            return verdict(
+                Protection::Protected,
+                "a recoverable point with fresh restore evidence is inside the RPO \
+                 (the plan accepts sampled restore tests)",
+            );
+        };
+        let full_start = now_unix_ns.saturating_sub(ns(full_every));
+        let complete = current.iter().any(|pt| {
+            pt.state == PointState::Recoverable
+                && pt
+                    .last_complete_restore
+                    .is_some_and(|at| at.unix_ns >= full_start)
+        });
+        if complete {
+            return verdict(
+                Protection::Protected,
+                "a recoverable point with fresh restore evidence is inside the RPO, \
+                 and a complete restore test passed within the proof policy's period",
+            );
+        }
         return verdict(
-            Protection::Protected,
-            "a recoverable point with fresh restore evidence is inside the RPO",
+            Protection::AtRisk,
+            "points inside the RPO are proven only by sampled restore tests: \
+             no complete restore test passed within the proof policy's period",
         );
     }
-    let usable = in_window.iter().any(|pt| {
-        matches!(
-            pt.state,
-            PointState::Recoverable | PointState::Verified | PointState::Unverified
-        )
-    });
+    let usable = in_window.iter().any(|pt| pt.state.is_usable());
     if usable {
         return verdict(
             Protection::AtRisk,
             "points inside the RPO are not proven restorable (or the proof is stale)",
         );
     }
+    if in_window.iter().any(|pt| pt.state == PointState::Unknown) {
+        return verdict(
+            Protection::Unknown,
+            "points inside the RPO are in an unknown state (an unreadable event, \
+             a check without a verdict, or read-back damage)",
+        );
+    }
     if !in_window.is_empty() {
         return verdict(Protection::Unprotected, "no usable point inside the RPO");
     }
-    if p.created.unix_ns > window_start {
+    if p.epoch != p.created {
+        return verdict(
+            Protection::Unprotected,
+            "no point of the plan's current source or repository inside the RPO",
+        );
+    }
+    // The grace of a new plan; a changed source gets none (its old points
+    // stopped counting: that must never make the plan look better).
+    if p.epoch == p.created && p.created.unix_ns > window_start {
         return verdict(
             Protection::Unknown,
             "plan is younger than its RPO and has no point yet",

@@ -30,6 +30,9 @@ pub enum PointState {
     Unrecoverable,
     /// Forgotten by retention.
     Expired,
+    /// Its manifest is gone from the repository although retention did not
+    /// forget it: it can never count again.
+    Vanished,
 }
 
 impl PointState {
@@ -43,7 +46,47 @@ impl PointState {
             PointState::Corrupt => "corrupt",
             PointState::Unrecoverable => "unrecoverable",
             PointState::Expired => "expired",
+            PointState::Vanished => "vanished",
         }
+    }
+}
+
+impl PointState {
+    /// Every state, in the order of the API's documentation.
+    pub const ALL: [PointState; 8] = [
+        PointState::Unknown,
+        PointState::Unverified,
+        PointState::Verified,
+        PointState::Recoverable,
+        PointState::Corrupt,
+        PointState::Unrecoverable,
+        PointState::Expired,
+        PointState::Vanished,
+    ];
+
+    /// How much a state vouches for a point, for the monotonicity rule (a
+    /// negative fact never raises it): 0 for states that count for nothing
+    /// (expired, vanished, corrupt, unrecoverable), then unknown, unverified,
+    /// verified, recoverable.
+    pub fn rank(&self) -> u8 {
+        match self {
+            PointState::Expired
+            | PointState::Vanished
+            | PointState::Corrupt
+            | PointState::Unrecoverable => 0,
+            PointState::Unknown => 1,
+            PointState::Unverified => 2,
+            PointState::Verified => 3,
+            PointState::Recoverable => 4,
+        }
+    }
+
+    /// Whether a point in this state may count towards a plan's protection.
+    pub fn is_usable(&self) -> bool {
+        matches!(
+            self,
+            PointState::Recoverable | PointState::Verified | PointState::Unverified
+        )
     }
 }
 
@@ -92,6 +135,29 @@ pub struct RestoreOutcome {
     pub after_passed_verification: bool,
 }
 
+impl RestoreOutcome {
+    /// Whether this is a pass that proves something: it restored and
+    /// compared at least one file.
+    pub fn proves(&self) -> bool {
+        self.passed && !self.evidence.is_vacuous()
+    }
+
+    /// Whether it restored and compared every file of the point.
+    pub fn is_complete(&self) -> bool {
+        self.proves() && self.evidence.complete
+    }
+}
+
+/// A fact that keeps a point from counting as good until a later check
+/// clears it (see `docs/events.md`, "Caps").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cap {
+    /// When it was recorded.
+    pub at: Recorded,
+    /// What happened, for humans.
+    pub reason: String,
+}
+
 /// Everything known about one recovery point.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Point {
@@ -127,19 +193,93 @@ pub struct Point {
     /// damaged, so while there is one the point is never better than
     /// `unknown`.
     pub unreadable: Vec<Recorded>,
+    /// A verification that failed and was not cleared since by a pass at
+    /// the same depth or deeper (a shallow pass never clears a deep
+    /// failure).
+    pub open_verification_failure: Option<VerificationOutcome>,
+    /// A restore test that failed and was not cleared since by a complete
+    /// restore test that passed (a sample may miss what failed).
+    pub open_restore_failure: Option<RestoreOutcome>,
+    /// A check job on this point started and ended without a verdict
+    /// (failed or abandoned): nothing is known until a later check passes.
+    pub unproven: Option<Cap>,
+    /// A read-back found damage in a pack this point references (or in its
+    /// repository, when the packs' points could not be told): nothing is
+    /// known until a verification that reads all data, or a complete
+    /// restore test, passes after it.
+    pub suspect: Option<Cap>,
+    /// The latest restore test that passed and restored every file.
+    pub last_complete_restore: Option<Recorded>,
+    /// Its manifest vanished from the repository: when, and how it was
+    /// noticed.
+    pub vanished: Option<(Recorded, String)>,
     /// The state, derived from the fields above by [`Point::derive_state`].
     pub state: PointState,
 }
 
 impl Point {
+    fn new(
+        id: SnapshotId,
+        repository: RepositoryId,
+        plan: Option<PlanId>,
+        snapshot_time_unix_ns: i64,
+        origin: PointOrigin,
+        since: Recorded,
+        summary: Option<BackupSummary>,
+    ) -> Point {
+        let mut p = Point {
+            id,
+            repository,
+            plan,
+            snapshot_time_unix_ns,
+            origin,
+            since,
+            summary,
+            last_verification: None,
+            last_restore_test: None,
+            locked_until_unix_ns: None,
+            anomalies: Vec::new(),
+            last_failed_check: None,
+            expired: None,
+            unreadable: Vec::new(),
+            open_verification_failure: None,
+            open_restore_failure: None,
+            unproven: None,
+            suspect: None,
+            last_complete_restore: None,
+            vanished: None,
+            state: PointState::Unknown,
+        };
+        p.state = p.derive_state();
+        p
+    }
+
+    /// Whether the backup committed no file at all (an empty source: an
+    /// unmounted share looks like this). Such a point is never
+    /// `recoverable`.
+    pub fn is_empty(&self) -> bool {
+        self.summary.as_ref().is_some_and(|s| s.files == 0)
+    }
+
+    /// Why the point is capped at `unknown`, if it is (an unreadable event
+    /// about it, a check job without a verdict, read-back damage).
+    pub fn cap(&self) -> Option<String> {
+        if let Some(at) = self.unreadable.first() {
+            return Some(format!(
+                "an event about it at seq {} cannot be read by this build",
+                at.seq
+            ));
+        }
+        if let Some(c) = &self.unproven {
+            return Some(c.reason.clone());
+        }
+        self.suspect.as_ref().map(|c| c.reason.clone())
+    }
+
     /// The state the facts of this point support (see `docs/events.md`).
     pub fn derive_state(&self) -> PointState {
         let state = self.state_from_known_facts();
-        let good = matches!(
-            state,
-            PointState::Recoverable | PointState::Verified | PointState::Unverified
-        );
-        if good && !self.unreadable.is_empty() {
+        if state.is_usable() && self.cap().is_some() {
             return PointState::Unknown;
         }
         state
@@ -149,9 +289,12 @@ impl Point {
         if self.expired.is_some() {
             return PointState::Expired;
         }
-        let v = self.last_verification.as_ref();
-        let r = self.last_restore_test.as_ref();
-        match (v.filter(|v| !v.passed), r.filter(|r| !r.passed)) {
+        if self.vanished.is_some() {
+            return PointState::Vanished;
+        }
+        let v = self.open_verification_failure.as_ref();
+        let r = self.open_restore_failure.as_ref();
+        match (v, r) {
             (Some(v), Some(r)) => {
                 return if v.at.seq > r.at.seq {
                     PointState::Corrupt
@@ -165,10 +308,14 @@ impl Point {
         }
         let newer_than_failures =
             |r: &RestoreOutcome| self.last_failed_check.is_none_or(|f| r.at.seq > f.seq);
-        if r.is_some_and(|r| r.passed && r.after_passed_verification && newer_than_failures(r)) {
+        let proven = self
+            .last_restore_test
+            .as_ref()
+            .is_some_and(|r| r.proves() && r.after_passed_verification && newer_than_failures(r));
+        if proven && !self.is_empty() {
             return PointState::Recoverable;
         }
-        if v.is_some_and(|v| v.passed) {
+        if self.last_verification.as_ref().is_some_and(|v| v.passed) {
             return PointState::Verified;
         }
         match self.origin {
@@ -190,6 +337,9 @@ pub struct PointsProjection {
     pub points: BTreeMap<SnapshotId, Point>,
     /// Which point each verify / restore-test job works on.
     job_points: BTreeMap<JobId, SnapshotId>,
+    /// Check jobs that started and have not reached a verdict or an end:
+    /// one that fails or is abandoned from here caps its point.
+    running_checks: BTreeMap<JobId, SnapshotId>,
     /// Index: the points of each plan. Derived from `points` (a point's
     /// plan never changes), so it is not part of snapshots (`serde(skip)`
     /// leaves their bytes as they were) and is rebuilt when one is read
@@ -241,6 +391,14 @@ impl PointsProjection {
                 .rev()
                 .filter_map(|id| self.points.get(id)),
         )
+    }
+
+    /// Recomputes every point's state from its facts (after a snapshot is
+    /// decoded: the rules may have changed since it was written).
+    pub(crate) fn rederive(&mut self) {
+        for p in self.points.values_mut() {
+            p.state = p.derive_state();
+        }
     }
 
     /// Rebuilds the derived indexes from `points` (after a snapshot is
@@ -308,26 +466,42 @@ impl PointsProjection {
         };
         match event {
             Event::BackupCommitted(e) => {
-                if self.points.contains_key(&e.snapshot) {
-                    return bad(Some(e.snapshot), "point committed again".into());
+                if let Some(p) = self.points.get_mut(&e.snapshot) {
+                    // Found by a reconciliation before its commit was
+                    // recorded (the manifest is written first): the log now
+                    // learns its history. Anything else is a second commit.
+                    if p.origin != PointOrigin::Discovered || p.summary.is_some() {
+                        return bad(Some(e.snapshot), "point committed again".into());
+                    }
+                    if p.repository != e.repository {
+                        return bad(
+                            Some(e.snapshot),
+                            "point committed to another repository than it was found in".into(),
+                        );
+                    }
+                    p.origin = PointOrigin::Committed;
+                    p.summary = Some(e.summary.clone());
+                    if p.plan.is_none() {
+                        p.plan = e.plan.clone();
+                        if let Some(plan) = &e.plan {
+                            self.by_plan
+                                .entry(plan.clone())
+                                .or_default()
+                                .insert(e.snapshot);
+                        }
+                    }
+                    p.state = p.derive_state();
+                    return None;
                 }
-                let p = Point {
-                    id: e.snapshot,
-                    repository: e.repository.clone(),
-                    plan: e.plan.clone(),
-                    snapshot_time_unix_ns: e.snapshot_time_unix_ns,
-                    origin: PointOrigin::Committed,
-                    since: at,
-                    summary: Some(e.summary.clone()),
-                    last_verification: None,
-                    last_restore_test: None,
-                    locked_until_unix_ns: None,
-                    anomalies: Vec::new(),
-                    last_failed_check: None,
-                    expired: None,
-                    unreadable: Vec::new(),
-                    state: PointState::Unverified,
-                };
+                let p = Point::new(
+                    e.snapshot,
+                    e.repository.clone(),
+                    e.plan.clone(),
+                    e.snapshot_time_unix_ns,
+                    PointOrigin::Committed,
+                    at,
+                    Some(e.summary.clone()),
+                );
                 self.points.insert(e.snapshot, p);
                 self.index(e.snapshot, e.plan.as_ref(), at);
                 None
@@ -339,23 +513,66 @@ impl PointsProjection {
                     return None;
                 }
                 self.index(e.snapshot, e.plan.as_ref(), at);
-                self.points.entry(e.snapshot).or_insert_with(|| Point {
-                    id: e.snapshot,
-                    repository: e.repository.clone(),
-                    plan: e.plan.clone(),
-                    snapshot_time_unix_ns: e.snapshot_time_unix_ns,
-                    origin: PointOrigin::Discovered,
-                    since: at,
-                    summary: None,
-                    last_verification: None,
-                    last_restore_test: None,
-                    locked_until_unix_ns: None,
-                    anomalies: Vec::new(),
-                    last_failed_check: None,
-                    expired: None,
-                    unreadable: Vec::new(),
-                    state: PointState::Unknown,
-                });
+                self.points.insert(
+                    e.snapshot,
+                    Point::new(
+                        e.snapshot,
+                        e.repository.clone(),
+                        e.plan.clone(),
+                        e.snapshot_time_unix_ns,
+                        PointOrigin::Discovered,
+                        at,
+                        None,
+                    ),
+                );
+                None
+            }
+            Event::PointVanished(e) => {
+                let Some(p) = self.points.get_mut(&e.point) else {
+                    return bad(Some(e.point), "vanished point was never known".into());
+                };
+                if p.repository != e.repository {
+                    return bad(
+                        Some(e.point),
+                        "point vanished from another repository than its own".into(),
+                    );
+                }
+                // A forgotten point's manifest is meant to go; a second
+                // notice changes nothing.
+                if p.expired.is_none() && p.vanished.is_none() {
+                    p.vanished = Some((at, e.reason.clone()));
+                    p.state = p.derive_state();
+                }
+                None
+            }
+            Event::PacksReadBack(e) => {
+                self.read_back_damage(at, e);
+                None
+            }
+            Event::JobStarted(e) => {
+                if let Some(point) = self.job_points.get(&e.job) {
+                    self.running_checks.insert(e.job.clone(), *point);
+                }
+                None
+            }
+            Event::JobFinished(e) => {
+                self.running_checks.remove(&e.job);
+                None
+            }
+            Event::JobFailed(e) => {
+                let why = format!(
+                    "check job {} failed without a verdict ({}: {})",
+                    e.job, e.error_kind, e.message
+                );
+                self.check_ended_without_verdict(at, &e.job, why);
+                None
+            }
+            Event::JobAbandoned(e) => {
+                let why = format!(
+                    "check job {} was abandoned without a verdict ({})",
+                    e.job, e.reason
+                );
+                self.check_ended_without_verdict(at, &e.job, why);
                 None
             }
             Event::JobScheduled(e) => {
@@ -411,15 +628,28 @@ impl PointsProjection {
                     );
                 }
                 let after_passed_verification =
-                    p.last_verification.as_ref().is_some_and(|v| v.passed);
-                p.last_restore_test = Some(RestoreOutcome {
+                    p.last_verification.as_ref().is_some_and(|v| v.passed)
+                        && p.open_verification_failure.is_none();
+                let outcome = RestoreOutcome {
                     at,
                     passed: true,
                     evidence: e.evidence.clone(),
                     reason: None,
                     after_passed_verification,
-                });
+                };
+                if outcome.proves() {
+                    p.unproven = None;
+                }
+                if outcome.is_complete() {
+                    p.suspect = None;
+                    p.open_restore_failure = None;
+                    p.last_complete_restore = Some(at);
+                }
+                p.last_restore_test = Some(outcome);
                 p.state = p.derive_state();
+                if let Some(job) = &e.job {
+                    self.running_checks.remove(job);
+                }
                 None
             }
             Event::RestoreTestFailed(e) => {
@@ -430,15 +660,20 @@ impl PointsProjection {
                     return bad(Some(e.point), msg);
                 }
                 let p = self.points.get_mut(&e.point)?;
-                p.last_restore_test = Some(RestoreOutcome {
+                let outcome = RestoreOutcome {
                     at,
                     passed: false,
                     evidence: e.evidence.clone(),
                     reason: Some(e.reason.clone()),
                     after_passed_verification: false,
-                });
+                };
+                p.open_restore_failure = Some(outcome.clone());
+                p.last_restore_test = Some(outcome);
                 p.last_failed_check = Some(at);
                 p.state = p.derive_state();
+                if let Some(job) = &e.job {
+                    self.running_checks.remove(job);
+                }
                 None
             }
             Event::PointForgotten(e) => {
@@ -456,6 +691,7 @@ impl PointsProjection {
                 }
                 p.expired = Some((at, e.rule.clone()));
                 p.state = p.derive_state();
+                self.running_checks.retain(|_, pt| *pt != e.point);
                 None
             }
             Event::PointLocked(e) => {
@@ -498,13 +734,96 @@ impl PointsProjection {
                 message,
             });
         }
+        if let Some(job) = job {
+            self.running_checks.remove(job);
+        }
         let p = self.points.get_mut(point)?;
-        if !outcome.passed {
+        if outcome.passed {
+            p.unproven = None;
+            if outcome.depth.covers(&VerifyDepth::ReadAll) {
+                p.suspect = None;
+            }
+            if p.open_verification_failure
+                .as_ref()
+                .is_some_and(|f| outcome.depth.covers(&f.depth))
+            {
+                p.open_verification_failure = None;
+            }
+        } else {
             p.last_failed_check = Some(at);
+            // The deeper of the open failure and this one stays open: a
+            // shallow failure does not make a deep one easier to clear.
+            let deeper = match &p.open_verification_failure {
+                Some(f) if f.depth.permille() > outcome.depth.permille() => f.depth,
+                _ => outcome.depth,
+            };
+            p.open_verification_failure = Some(VerificationOutcome {
+                depth: deeper,
+                ..outcome.clone()
+            });
         }
         p.last_verification = Some(outcome);
         p.state = p.derive_state();
         None
+    }
+
+    /// A check job ended (failed or abandoned) after it started, without a
+    /// verdict: its point is capped at `unknown` until a later check passes.
+    fn check_ended_without_verdict(&mut self, at: Recorded, job: &JobId, reason: String) {
+        let Some(point) = self.running_checks.remove(job) else {
+            return;
+        };
+        let Some(p) = self.points.get_mut(&point) else {
+            return;
+        };
+        if p.expired.is_some() {
+            return;
+        }
+        p.unproven = Some(Cap { at, reason });
+        p.state = p.derive_state();
+    }
+
+    /// Read-back damage makes the points that reference a damaged pack
+    /// suspect; when the read-back could not tell which points those are,
+    /// every live point of the repository is.
+    fn read_back_damage(&mut self, at: Recorded, e: &crate::event::PacksReadBack) {
+        if e.damaged.is_empty() && e.damaged_packs.is_empty() {
+            return;
+        }
+        let packs = if e.damaged_packs.is_empty() {
+            "packs it could not name".to_owned()
+        } else {
+            let mut shown: Vec<&str> = e.damaged_packs.iter().take(3).map(String::as_str).collect();
+            if e.damaged_packs.len() > 3 {
+                shown.push("...");
+            }
+            format!("pack {}", shown.join(", "))
+        };
+        let affected: Vec<SnapshotId> = match &e.affected_points {
+            Some(list) if !e.damaged_packs.is_empty() => list.clone(),
+            _ => self
+                .points
+                .values()
+                .filter(|p| p.repository == e.repository)
+                .map(|p| p.id)
+                .collect(),
+        };
+        for id in affected {
+            let Some(p) = self.points.get_mut(&id) else {
+                continue;
+            };
+            if p.repository != e.repository || p.expired.is_some() || p.vanished.is_some() {
+                continue;
+            }
+            p.suspect = Some(Cap {
+                at,
+                reason: format!(
+                    "the read-back at seq {} found damage in {packs} of repository {}",
+                    at.seq, e.repository
+                ),
+            });
+            p.state = p.derive_state();
+        }
     }
 
     /// A verification or restore test started: ties its job to the point, or
@@ -546,7 +865,7 @@ impl PointsProjection {
 
 /// Event type families (the part before the first `.`) whose events report
 /// on a recovery point.
-const POINT_FAMILIES: &[&str] = &["verification", "restore_test", "point", "anomaly"];
+pub(crate) const POINT_FAMILIES: &[&str] = &["verification", "restore_test", "point", "anomaly"];
 
 /// The point id a payload starts with, if it is a msgpack array whose first
 /// element is a 32-byte `bin 8` (`c4 20` + 32 bytes).

@@ -152,7 +152,10 @@ mod tests {
                     repository: RepositoryId::new("main"),
                     snapshot: sid(i),
                     snapshot_time_unix_ns: i as i64 * 1000,
-                    summary: BackupSummary::default(),
+                    summary: BackupSummary {
+                        files: 1,
+                        ..BackupSummary::default()
+                    },
                 }
                 .into(),
             );

@@ -38,6 +38,7 @@ fn state_byte(s: PointState) -> u8 {
         PointState::Corrupt => 4,
         PointState::Unrecoverable => 5,
         PointState::Expired => 6,
+        PointState::Vanished => 7,
     }
 }
 

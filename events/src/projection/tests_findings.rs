@@ -1,0 +1,875 @@
+//! One test per finding of the events-and-actors review (C1, H1, H3, M6-M9,
+//! L9) at the projection level, and the monotonicity property: a negative
+//! fact never raises a point's state or a plan's protection.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::event::*;
+use crate::ids::*;
+use crate::plan::VerifyDepth;
+use crate::testkit::{evidence, plan_def, sid};
+
+const SEC: i64 = 1_000_000_000;
+const HOUR: i64 = 3600 * SEC;
+const T0: i64 = 1_800_000_000 * SEC;
+
+/// Applies events with seq 1, 2, ... recorded one second apart from T0.
+fn given(events: &[Event]) -> Projections {
+    let mut p = Projections::new();
+    for e in events {
+        apply(&mut p, e);
+    }
+    p
+}
+
+fn apply(p: &mut Projections, e: &Event) {
+    let seq = p.last_seq + 1;
+    p.apply_event(
+        Recorded {
+            seq,
+            unix_ns: T0 + seq as i64 * SEC,
+        },
+        e,
+    );
+}
+
+fn plan_id(n: u8) -> PlanId {
+    PlanId::new(format!("p{n}"))
+}
+
+fn plan_created(n: u8) -> Event {
+    PlanCreated {
+        plan: plan_id(n),
+        definition: plan_def(24 * 3600, 48 * 3600),
+    }
+    .into()
+}
+
+fn commit_files(point: u8, plan: u8, files: u64) -> Event {
+    BackupCommitted {
+        job: None,
+        plan: Some(plan_id(plan)),
+        repository: RepositoryId::new("main"),
+        snapshot: sid(point),
+        snapshot_time_unix_ns: T0 + 2 * SEC,
+        summary: BackupSummary {
+            files,
+            bytes: files * 100,
+            ..BackupSummary::default()
+        },
+    }
+    .into()
+}
+
+fn commit(point: u8) -> Event {
+    commit_files(point, 1, 3)
+}
+
+fn verified(point: u8, depth: VerifyDepth, passed: bool) -> Event {
+    if passed {
+        VerificationPassed {
+            point: sid(point),
+            job: None,
+            depth,
+            bytes_read: 1,
+            blobs_checked: 1,
+        }
+        .into()
+    } else {
+        VerificationFailed {
+            point: sid(point),
+            job: None,
+            depth,
+            bytes_read: 1,
+            damaged: vec!["pack 01: bad".into()],
+        }
+        .into()
+    }
+}
+
+fn vp(point: u8) -> Event {
+    verified(point, VerifyDepth::ReadAll, true)
+}
+
+fn restored(point: u8, files: u64, complete: bool, passed: bool) -> Event {
+    let evidence = RestoreEvidence {
+        files,
+        digests_compared: files,
+        digests_matched: files,
+        files_in_point: Some(3),
+        complete,
+        ..evidence()
+    };
+    if passed {
+        RestoreTestPassed {
+            point: sid(point),
+            job: None,
+            evidence,
+        }
+        .into()
+    } else {
+        RestoreTestFailed {
+            point: sid(point),
+            job: None,
+            evidence,
+            reason: "pack 01 does not decrypt".into(),
+            cause: "damaged".into(),
+        }
+        .into()
+    }
+}
+
+fn rp(point: u8) -> Event {
+    restored(point, 3, true, true)
+}
+
+fn check_job(job: &str, point: u8, kind: JobKind) -> Vec<Event> {
+    vec![
+        JobScheduled {
+            job: JobId::new(job),
+            kind,
+            plan: Some(plan_id(1)),
+            point: Some(sid(point)),
+            due_unix_ns: T0,
+            attempt: 1,
+            spec: JobSpec::default(),
+        }
+        .into(),
+        JobStarted {
+            job: JobId::new(job),
+            agent: None,
+        }
+        .into(),
+    ]
+}
+
+fn job_failed(job: &str) -> Event {
+    JobFailed {
+        job: JobId::new(job),
+        error_kind: "damaged".into(),
+        message: "pack 01 fails authentication".into(),
+        retryable: false,
+    }
+    .into()
+}
+
+fn read_back(damaged_packs: &[&str], affected: Option<Vec<u8>>) -> Event {
+    PacksReadBack {
+        repository: RepositoryId::new("main"),
+        job: None,
+        slices: vec![0],
+        of: 1,
+        packs: 1,
+        bytes_read: 1,
+        damaged: damaged_packs
+            .iter()
+            .map(|p| format!("pack {p}: blob 02 does not decrypt"))
+            .collect(),
+        damaged_packs: damaged_packs.iter().map(|p| (*p).to_owned()).collect(),
+        affected_points: affected.map(|v| v.into_iter().map(sid).collect()),
+    }
+    .into()
+}
+
+fn recoverable_history() -> Vec<Event> {
+    vec![plan_created(1), commit(1), vp(1), rp(1)]
+}
+
+fn state(p: &Projections, point: u8) -> PointState {
+    p.points.state_of(&sid(point))
+}
+
+fn protection(p: &Projections, plan: u8) -> Protection {
+    p.plan_protection(&plan_id(plan), T0 + HOUR).status
+}
+
+// ---- C1 -------------------------------------------------------------------
+
+#[test]
+fn regression_c1_a_check_job_that_started_and_failed_caps_its_point_at_unknown() {
+    for kind in [JobKind::Verify, JobKind::RestoreTest] {
+        let mut events = recoverable_history();
+        assert_eq!(state(&given(&events), 1), PointState::Recoverable);
+        assert_eq!(protection(&given(&events), 1), Protection::Protected);
+        events.extend(check_job("c", 1, kind));
+        events.push(job_failed("c"));
+        let p = given(&events);
+        assert_eq!(state(&p, 1), PointState::Unknown, "{kind:?}");
+        assert!(p.points.points[&sid(1)].cap().is_some());
+        assert!(protection(&p, 1) < Protection::AtRisk, "{kind:?}");
+        // A later check that passes clears it.
+        let p = given(&[events, vec![vp(1)]].concat());
+        assert_eq!(state(&p, 1), PointState::Recoverable);
+    }
+}
+
+#[test]
+fn regression_c1_an_abandoned_check_job_caps_too_but_a_scheduled_one_does_not() {
+    let mut events = recoverable_history();
+    events.push(
+        JobScheduled {
+            job: JobId::new("never-started"),
+            kind: JobKind::RestoreTest,
+            plan: Some(plan_id(1)),
+            point: Some(sid(1)),
+            due_unix_ns: T0,
+            attempt: 1,
+            spec: JobSpec::default(),
+        }
+        .into(),
+    );
+    events.push(
+        JobAbandoned {
+            job: JobId::new("never-started"),
+            reason: "service restarted".into(),
+        }
+        .into(),
+    );
+    assert_eq!(state(&given(&events), 1), PointState::Recoverable);
+    events.extend(check_job("c", 1, JobKind::Verify));
+    events.push(
+        JobAbandoned {
+            job: JobId::new("c"),
+            reason: "lease expired".into(),
+        }
+        .into(),
+    );
+    assert_eq!(state(&given(&events), 1), PointState::Unknown);
+}
+
+#[test]
+fn a_check_job_with_a_verdict_then_finished_does_not_cap() {
+    let mut events = recoverable_history();
+    events.extend(check_job("c", 1, JobKind::Verify));
+    events.push(vp(1));
+    events.push(
+        JobFinished {
+            job: JobId::new("c"),
+        }
+        .into(),
+    );
+    assert_eq!(state(&given(&events), 1), PointState::Recoverable);
+}
+
+// ---- H1 -------------------------------------------------------------------
+
+#[test]
+fn regression_h1_read_back_damage_demotes_the_points_that_reference_the_pack() {
+    let mut events = recoverable_history();
+    events.extend([commit(2), vp(2), rp(2)]);
+    events.push(read_back(&["01"], Some(vec![1])));
+    let p = given(&events);
+    assert_eq!(state(&p, 1), PointState::Unknown);
+    assert_eq!(state(&p, 2), PointState::Recoverable, "not referencing it");
+    // A structure-only pass does not clear it; reading all data does.
+    let p2 = given(
+        &[
+            events.clone(),
+            vec![verified(1, VerifyDepth::Structure, true)],
+        ]
+        .concat(),
+    );
+    assert_eq!(state(&p2, 1), PointState::Unknown);
+    let p3 = given(&[events.clone(), vec![vp(1)]].concat());
+    assert_eq!(state(&p3, 1), PointState::Recoverable);
+    // And a follow-up verification that confirms it makes it corrupt.
+    let p4 = given(&[events, vec![verified(1, VerifyDepth::ReadAll, false)]].concat());
+    assert_eq!(state(&p4, 1), PointState::Corrupt);
+}
+
+#[test]
+fn regression_h1_read_back_damage_that_names_no_points_makes_the_repository_suspect() {
+    let mut events = recoverable_history();
+    events.push(read_back(&["01"], None));
+    let p = given(&events);
+    assert_eq!(state(&p, 1), PointState::Unknown);
+    assert!(protection(&p, 1) <= Protection::Unknown);
+    // A v1 read-back (damage text only, no structured packs) counts too.
+    let mut events = recoverable_history();
+    events.push(
+        PacksReadBack {
+            repository: RepositoryId::new("main"),
+            job: None,
+            slices: vec![0],
+            of: 1,
+            packs: 1,
+            bytes_read: 1,
+            damaged: vec!["blob 02: does not decrypt".into()],
+            damaged_packs: Vec::new(),
+            affected_points: None,
+        }
+        .into(),
+    );
+    assert_eq!(state(&given(&events), 1), PointState::Unknown);
+    // Damage in another repository touches nothing here.
+    let mut events = recoverable_history();
+    events.push(
+        PacksReadBack {
+            repository: RepositoryId::new("other"),
+            job: None,
+            slices: vec![0],
+            of: 1,
+            packs: 1,
+            bytes_read: 1,
+            damaged: vec!["pack 01: bad".into()],
+            damaged_packs: vec!["01".into()],
+            affected_points: None,
+        }
+        .into(),
+    );
+    assert_eq!(state(&given(&events), 1), PointState::Recoverable);
+}
+
+// ---- H3 -------------------------------------------------------------------
+
+#[test]
+fn regression_h3a_an_empty_point_is_never_recoverable_and_its_plan_is_at_risk() {
+    let p = given(&[
+        plan_created(1),
+        commit_files(1, 1, 0),
+        vp(1),
+        restored(1, 0, true, true),
+    ]);
+    assert_eq!(state(&p, 1), PointState::Verified);
+    let v = p.plan_protection(&plan_id(1), T0 + HOUR);
+    assert_eq!(v.status, Protection::AtRisk);
+    assert!(v.reason.contains("empty"), "{}", v.reason);
+    // Even after older points were recoverable: the newest says what the
+    // source is now.
+    let p = given(&[
+        plan_created(1),
+        commit(1),
+        vp(1),
+        rp(1),
+        commit_files(2, 1, 0),
+    ]);
+    assert_eq!(protection(&p, 1), Protection::AtRisk);
+}
+
+#[test]
+fn regression_h3a_vacuous_restore_evidence_proves_nothing() {
+    let p = given(&[
+        plan_created(1),
+        commit(1),
+        vp(1),
+        restored(1, 0, false, true),
+    ]);
+    assert_eq!(state(&p, 1), PointState::Verified);
+}
+
+#[test]
+fn regression_h3b_samples_only_leave_the_plan_at_risk_under_the_proof_policy() {
+    let sample = restored(1, 1, false, true);
+    let p = given(&[plan_created(1), commit(1), vp(1), sample.clone()]);
+    assert_eq!(state(&p, 1), PointState::Recoverable);
+    let v = p.plan_protection(&plan_id(1), T0 + HOUR);
+    assert_eq!(v.status, Protection::AtRisk, "{}", v.reason);
+    assert!(v.reason.contains("sampled"), "{}", v.reason);
+    // A complete test within `full_every` (7 days) protects it...
+    let p = given(&[plan_created(1), commit(1), vp(1), rp(1), sample.clone()]);
+    assert_eq!(protection(&p, 1), Protection::Protected);
+    // ... until it is older than that.
+    assert_eq!(
+        p.plan_protection(&plan_id(1), T0 + 8 * 24 * HOUR)
+            .status
+            .min(Protection::AtRisk),
+        Protection::Unprotected.max(p.plan_protection(&plan_id(1), T0 + 8 * 24 * HOUR).status)
+    );
+    // A plan that accepts samples (`full_every` none) is protected by one.
+    let mut def = plan_def(24 * 3600, 48 * 3600);
+    def.restore_test.full_every = None;
+    let p = given(&[
+        PlanCreated {
+            plan: plan_id(1),
+            definition: def,
+        }
+        .into(),
+        commit(1),
+        vp(1),
+        sample,
+    ]);
+    assert_eq!(protection(&p, 1), Protection::Protected);
+}
+
+#[test]
+fn regression_h3c_a_shallow_pass_never_clears_a_deeper_failure() {
+    let p = given(&[
+        plan_created(1),
+        commit(1),
+        verified(1, VerifyDepth::ReadAll, false),
+        verified(1, VerifyDepth::Structure, true),
+        rp(1),
+    ]);
+    assert_eq!(state(&p, 1), PointState::Corrupt);
+    let p = given(&[
+        plan_created(1),
+        commit(1),
+        verified(1, VerifyDepth::ReadSample(50), false),
+        verified(1, VerifyDepth::ReadSample(10), true),
+    ]);
+    assert_eq!(state(&p, 1), PointState::Corrupt);
+    let p = when(p, verified(1, VerifyDepth::ReadSample(50), true));
+    assert_eq!(state(&p, 1), PointState::Verified);
+}
+
+#[test]
+fn regression_h3c_a_sampled_restore_pass_never_clears_a_restore_failure() {
+    let p = given(&[
+        plan_created(1),
+        commit(1),
+        vp(1),
+        restored(1, 3, true, false),
+    ]);
+    assert_eq!(state(&p, 1), PointState::Unrecoverable);
+    let p = when(p, restored(1, 1, false, true));
+    assert_eq!(state(&p, 1), PointState::Unrecoverable);
+    let p = when(p, rp(1));
+    assert_eq!(state(&p, 1), PointState::Recoverable);
+}
+
+fn when(mut p: Projections, e: Event) -> Projections {
+    apply(&mut p, &e);
+    p
+}
+
+// ---- H2: vanished points ----------------------------------------------------
+
+#[test]
+fn a_vanished_point_never_counts_again() {
+    let vanished: Event = PointVanished {
+        point: sid(1),
+        repository: RepositoryId::new("main"),
+        reason: "reconciliation".into(),
+    }
+    .into();
+    let p = given(&[recoverable_history(), vec![vanished.clone()]].concat());
+    assert_eq!(state(&p, 1), PointState::Vanished);
+    assert!(protection(&p, 1) < Protection::AtRisk);
+    let p = when(p, rp(1));
+    assert_eq!(state(&p, 1), PointState::Vanished);
+    // A forgotten point's manifest is meant to go.
+    let forgotten: Event = PointForgotten {
+        point: sid(1),
+        rule: "keep-last 1".into(),
+    }
+    .into();
+    let p = given(&[recoverable_history(), vec![forgotten, vanished]].concat());
+    assert_eq!(state(&p, 1), PointState::Expired);
+    assert!(p.inconsistencies.is_empty());
+}
+
+#[test]
+fn a_point_found_by_a_reconciliation_then_committed_learns_its_history() {
+    let discovered: Event = PointDiscovered {
+        repository: RepositoryId::new("main"),
+        snapshot: sid(1),
+        snapshot_time_unix_ns: T0,
+        plan: None,
+    }
+    .into();
+    let p = given(&[plan_created(1), discovered, commit(1)]);
+    assert!(p.inconsistencies.is_empty(), "{:?}", p.inconsistencies);
+    assert_eq!(state(&p, 1), PointState::Unverified);
+    assert_eq!(p.points.of_plan(&plan_id(1)).count(), 1);
+    let p = when(p, commit(1));
+    assert_eq!(p.inconsistencies.len(), 1, "a second commit is one");
+}
+
+// ---- M6 -------------------------------------------------------------------
+
+fn unknown(event_type: &str, payload: Vec<u8>) -> Event {
+    Event::Unknown(UnknownEvent {
+        event_type: event_type.into(),
+        schema_version: 9,
+        payload,
+    })
+}
+
+/// A msgpack array whose first element is the string `s`.
+fn leading(s: &str) -> Vec<u8> {
+    let mut v = vec![0x92, 0xa0 | s.len() as u8];
+    v.extend(s.as_bytes());
+    v.push(0xc0);
+    v
+}
+
+#[test]
+fn regression_m6_unknown_events_of_every_family_that_feeds_protection_cap_plans() {
+    let base = || {
+        let mut e = recoverable_history();
+        e.push(plan_created(2));
+        e.extend([commit_files(2, 2, 3), vp(2), rp(2)]);
+        e.push(
+            JobScheduled {
+                job: JobId::new("b1"),
+                kind: JobKind::Backup,
+                plan: Some(plan_id(1)),
+                point: None,
+                due_unix_ns: T0,
+                attempt: 1,
+                spec: JobSpec::default(),
+            }
+            .into(),
+        );
+        e
+    };
+    let p = given(&base());
+    assert_eq!(protection(&p, 1), Protection::Protected);
+    assert_eq!(protection(&p, 2), Protection::Protected);
+    // The review's repro: an unreadable `job.failed` of p1's backup job.
+    let p = given(&[base(), vec![unknown("job.failed", leading("b1"))]].concat());
+    assert_eq!(protection(&p, 1), Protection::Unknown);
+    assert_eq!(protection(&p, 2), Protection::Protected, "tied to p1 only");
+    // A job the log does not know: could be any plan's.
+    let p = given(&[base(), vec![unknown("job.failed", leading("zz"))]].concat());
+    assert_eq!(protection(&p, 2), Protection::Unknown);
+    // An unreadable plan.changed of p2.
+    let p = given(&[base(), vec![unknown("plan.changed", leading("p2"))]].concat());
+    assert_eq!(protection(&p, 1), Protection::Protected);
+    assert_eq!(protection(&p, 2), Protection::Unknown);
+    // A repository event: the plans of that repository.
+    let p = given(
+        &[
+            base(),
+            vec![unknown("repository.read_back", leading("main"))],
+        ]
+        .concat(),
+    );
+    assert_eq!(protection(&p, 1), Protection::Unknown);
+    let p = given(
+        &[
+            base(),
+            vec![unknown("repository.read_back", leading("other"))],
+        ]
+        .concat(),
+    );
+    assert_eq!(protection(&p, 1), Protection::Protected);
+    // A family this build has never heard of: anything.
+    let p = given(&[base(), vec![unknown("teleport.started", vec![0x90])]].concat());
+    assert_eq!(protection(&p, 1), Protection::Unknown);
+    // Families that never bear on protection change nothing.
+    for t in ["alert.raised", "agent.seen", "service.started"] {
+        let p = given(&[base(), vec![unknown(t, vec![0x90])]].concat());
+        assert_eq!(protection(&p, 1), Protection::Protected, "{t}");
+    }
+}
+
+// ---- M7 -------------------------------------------------------------------
+
+#[test]
+fn regression_m7_old_points_stop_proving_a_plan_whose_source_changed() {
+    let p = given(&recoverable_history());
+    assert_eq!(protection(&p, 1), Protection::Protected);
+    let mut def = plan_def(24 * 3600, 48 * 3600);
+    def.source = "/other".into();
+    let changed: Event = PlanChanged {
+        plan: plan_id(1),
+        definition: def.clone(),
+    }
+    .into();
+    let p2 = when(p.clone(), changed);
+    assert!(
+        protection(&p2, 1) < Protection::AtRisk,
+        "{:?}",
+        protection(&p2, 1)
+    );
+    // A change of anything else (the RPO) keeps the points.
+    let mut def = plan_def(24 * 3600, 48 * 3600);
+    def.rpo = Duration::from_secs(30 * 3600);
+    let p3 = when(
+        p.clone(),
+        PlanChanged {
+            plan: plan_id(1),
+            definition: def,
+        }
+        .into(),
+    );
+    assert_eq!(protection(&p3, 1), Protection::Protected);
+    // Removed and created again under the same id: a new plan.
+    let p4 = given(
+        &[
+            recoverable_history(),
+            vec![PlanRemoved { plan: plan_id(1) }.into(), plan_created(1)],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        protection(&p4, 1),
+        Protection::Unknown,
+        "young plan, no point"
+    );
+}
+
+// ---- M8 -------------------------------------------------------------------
+
+#[test]
+fn regression_m8_evidence_dated_after_now_is_not_trusted() {
+    // The review's repro: recorded at "100 h", the clock then reads 99 h.
+    let p = given(&recoverable_history());
+    let recorded = T0 + 4 * SEC;
+    assert_eq!(
+        p.plan_protection(&plan_id(1), recorded + HOUR).status,
+        Protection::Protected
+    );
+    let v = p.plan_protection(&plan_id(1), recorded - HOUR);
+    assert_eq!(v.status, Protection::Unknown);
+    assert!(v.reason.contains("clock"), "{}", v.reason);
+    // Within the tolerance (a few seconds of skew) it is fine.
+    assert_eq!(
+        p.plan_protection(&plan_id(1), recorded - 10 * SEC).status,
+        Protection::Protected
+    );
+}
+
+// ---- M9 -------------------------------------------------------------------
+
+#[test]
+fn regression_m9_a_snapshot_recomputes_derived_state_and_carries_the_rules() {
+    let mut p = given(&[plan_created(1), commit(1), vp(1)]);
+    // A state an older (wrong) rule might have stored.
+    p.points.points.get_mut(&sid(1)).expect("point").state = PointState::Recoverable;
+    let bytes = p.to_snapshot().expect("encode");
+    let back = Projections::from_snapshot(&bytes).expect("decode");
+    assert_eq!(state(&back, 1), PointState::Verified);
+    // A snapshot folded by other rules is not used.
+    let other: Vec<u8> =
+        rmp_serde::to_vec(&(PROJECTION_SNAPSHOT_VERSION, "0000000000000000", &p)).expect("encode");
+    assert!(Projections::from_snapshot(&other).is_err());
+    // Nor one of an older version (a 2-tuple).
+    let old: Vec<u8> = rmp_serde::to_vec(&(3u16, &p)).expect("encode");
+    assert!(Projections::from_snapshot(&old).is_err());
+}
+
+// ---- L9 -------------------------------------------------------------------
+
+#[test]
+fn regression_l9_inconsistencies_are_bounded_but_counted() {
+    let mut p = Projections::new();
+    for _ in 0..(MAX_INCONSISTENCIES + 10) {
+        apply(&mut p, &vp(9)); // a point the log never knew
+    }
+    assert_eq!(p.inconsistencies.len(), MAX_INCONSISTENCIES);
+    assert_eq!(p.inconsistencies_total, (MAX_INCONSISTENCIES + 10) as u64);
+    assert_eq!(p.inconsistencies.last().map(|i| i.at.seq), Some(p.last_seq));
+}
+
+// ---- monotonicity -----------------------------------------------------------
+
+const POINTS: u8 = 4;
+const PLANS: u8 = 2;
+
+fn arb_depth() -> impl Strategy<Value = VerifyDepth> {
+    prop_oneof![
+        Just(VerifyDepth::Structure),
+        (1u8..=100).prop_map(VerifyDepth::ReadSample),
+        Just(VerifyDepth::ReadAll),
+    ]
+}
+
+fn arb_evidence() -> impl Strategy<Value = RestoreEvidence> {
+    (0u64..4, any::<bool>(), any::<bool>()).prop_map(|(files, complete, known)| RestoreEvidence {
+        files,
+        digests_compared: files,
+        digests_matched: files,
+        files_in_point: known.then_some(3),
+        bytes_in_point: known.then_some(300),
+        complete,
+        ..evidence()
+    })
+}
+
+fn arb_history_event() -> impl Strategy<Value = Event> {
+    let point = 1..=POINTS;
+    let plan = 1..=PLANS;
+    prop_oneof![
+        2 => plan.clone().prop_map(plan_created),
+        1 => plan.clone().prop_map(|n| PlanChanged {
+            plan: plan_id(n),
+            definition: plan_def(24 * 3600, 48 * 3600),
+        }
+        .into()),
+        3 => (point.clone(), plan.clone(), 0u64..3).prop_map(|(pt, pl, f)| commit_files(pt, pl, f)),
+        3 => (point.clone(), arb_depth(), any::<bool>()).prop_map(|(pt, d, ok)| verified(pt, d, ok)),
+        3 => (point.clone(), arb_evidence(), any::<bool>()).prop_map(|(pt, evidence, ok)| if ok {
+            RestoreTestPassed { point: sid(pt), job: None, evidence }.into()
+        } else {
+            RestoreTestFailed {
+                point: sid(pt),
+                job: None,
+                evidence,
+                reason: "r".into(),
+                cause: "damaged".into(),
+            }
+            .into()
+        }),
+        1 => (point.clone(), "[vr]").prop_map(|(pt, k)| JobScheduled {
+            job: JobId::new(format!("{k}{pt}")),
+            kind: if k == "v" { JobKind::Verify } else { JobKind::RestoreTest },
+            plan: Some(plan_id(1)),
+            point: Some(sid(pt)),
+            due_unix_ns: T0,
+            attempt: 1,
+            spec: JobSpec::default(),
+        }
+        .into()),
+        1 => (point.clone(), "[vr]").prop_map(|(pt, k)| JobStarted {
+            job: JobId::new(format!("{k}{pt}")),
+            agent: None,
+        }
+        .into()),
+        1 => (point.clone(), "[vr]").prop_map(|(pt, k)| JobFinished {
+            job: JobId::new(format!("{k}{pt}")),
+        }
+        .into()),
+        1 => plan.clone().prop_map(|n| JobScheduled {
+            job: JobId::new(format!("b{n}")),
+            kind: JobKind::Backup,
+            plan: Some(plan_id(n)),
+            point: None,
+            due_unix_ns: T0,
+            attempt: 1,
+            spec: JobSpec::default(),
+        }
+        .into()),
+        1 => plan.clone().prop_map(|n| JobStarted { job: JobId::new(format!("b{n}")), agent: None }.into()),
+        1 => plan.prop_map(|n| JobFinished { job: JobId::new(format!("b{n}")) }.into()),
+        1 => (point.clone(), any::<bool>()).prop_map(|(pt, known)| read_back(&["01"], known.then(|| vec![pt]))),
+        1 => point.clone().prop_map(|pt| PointForgotten { point: sid(pt), rule: "r".into() }.into()),
+        1 => point.prop_map(|pt| PointDiscovered {
+            repository: RepositoryId::new("main"),
+            snapshot: sid(pt),
+            snapshot_time_unix_ns: T0,
+            plan: Some(plan_id(1)),
+        }
+        .into()),
+    ]
+}
+
+/// Facts that only ever say something is worse (the issue's list).
+fn arb_negative_fact() -> impl Strategy<Value = Event> {
+    let point = 1..=POINTS;
+    prop_oneof![
+        (point.clone(), arb_depth()).prop_map(|(pt, d)| verified(pt, d, false)),
+        (point.clone(), arb_evidence()).prop_map(|(pt, evidence)| RestoreTestFailed {
+            point: sid(pt),
+            job: None,
+            evidence,
+            reason: "r".into(),
+            cause: "damaged".into(),
+        }
+        .into()),
+        (point.clone(), "[vr]").prop_map(|(pt, k)| job_failed(&format!("{k}{pt}"))),
+        (1..=PLANS).prop_map(|n| job_failed(&format!("b{n}"))),
+        (point.clone(), any::<bool>())
+            .prop_map(|(pt, known)| read_back(&["01"], known.then(|| vec![pt]))),
+        point.clone().prop_map(|pt| PointVanished {
+            point: sid(pt),
+            repository: RepositoryId::new("main"),
+            reason: "r".into(),
+        }
+        .into()),
+        (
+            prop::sample::select(vec![
+                "verification.failed",
+                "restore_test.passed",
+                "job.failed",
+                "plan.changed",
+                "backup.committed",
+                "repository.read_back",
+                "teleport.x"
+            ]),
+            point.clone(),
+        )
+            .prop_map(|(t, pt)| {
+                let payload = match t.split('.').next() {
+                    Some("verification" | "restore_test") => {
+                        let mut v = vec![0x91, 0xc4, 0x20];
+                        v.extend([pt; 32]);
+                        v
+                    }
+                    Some("job") => leading(&format!("v{pt}")),
+                    Some("plan") => leading("p1"),
+                    Some("repository") => leading("main"),
+                    _ => vec![0x90],
+                };
+                unknown(t, payload)
+            }),
+        (1..=PLANS).prop_map(|n| {
+            let mut def = plan_def(24 * 3600, 48 * 3600);
+            def.source = "/moved".into();
+            PlanChanged {
+                plan: plan_id(n),
+                definition: def,
+            }
+            .into()
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Monotonicity: inserting a negative fact anywhere in a history never
+    /// raises any point's state or any plan's protection, at any time after.
+    #[test]
+    fn a_negative_fact_never_raises_a_state_or_a_protection(
+        events in proptest::collection::vec(arb_history_event(), 0..40),
+        at in any::<prop::sample::Index>(),
+        negative in arb_negative_fact(),
+    ) {
+        let cut = at.index(events.len() + 1);
+        let without = given(&events);
+        let mut with_events = events[..cut].to_vec();
+        with_events.push(negative.clone());
+        with_events.extend_from_slice(&events[cut..]);
+        let with = given(&with_events);
+        for n in 1..=POINTS {
+            let (a, b) = (state(&with, n), state(&without, n));
+            prop_assert!(
+                a.rank() <= b.rank(),
+                "point {n}: {a} with {negative:?} at {cut}, {b} without"
+            );
+        }
+        // The negative fact shifts the later seqs (and times) by one.
+        for now in [T0 + 60 * SEC, T0 + HOUR, T0 + 30 * HOUR, T0 + 9 * 24 * HOUR] {
+            for n in 1..=PLANS {
+                let a = with.plan_protection(&plan_id(n), now + SEC);
+                let b = without.plan_protection(&plan_id(n), now);
+                prop_assert!(
+                    a.status <= b.status,
+                    "plan {n} at {now}: {} ({}) with {negative:?} at {cut}, {} ({}) without",
+                    a.status, a.reason, b.status, b.reason
+                );
+            }
+        }
+    }
+
+    /// Safety: a recoverable point always has a proving restore test after a
+    /// passed verification, newer than every negative fact about it, and is
+    /// not empty; a protected plan has such a point recorded after its epoch.
+    #[test]
+    fn recoverable_and_protected_always_rest_on_a_proof(
+        events in proptest::collection::vec(prop_oneof![4 => arb_history_event(), 1 => arb_negative_fact()], 0..60),
+    ) {
+        let p = given(&events);
+        for pt in p.points.points.values() {
+            if pt.state != PointState::Recoverable {
+                continue;
+            }
+            let r = pt.last_restore_test.as_ref().expect("a restore test");
+            prop_assert!(r.passed && !r.evidence.is_vacuous() && r.after_passed_verification);
+            prop_assert!(pt.last_failed_check.is_none_or(|f| f.seq < r.at.seq));
+            prop_assert!(pt.cap().is_none() && pt.open_verification_failure.is_none());
+            prop_assert!(pt.open_restore_failure.is_none() && !pt.is_empty());
+        }
+        for plan in p.plans.plans.values() {
+            if p.plan_protection(&plan.id, T0 + HOUR).status == Protection::Protected {
+                prop_assert!(p.points.of_plan(&plan.id).any(|pt| pt.state == PointState::Recoverable
+                    && pt.since.seq > plan.epoch.seq));
+            }
+        }
+    }
+}
