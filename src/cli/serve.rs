@@ -488,9 +488,10 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     // Leftovers of restore tests cut short by a crash.
     let _ = std::fs::remove_dir_all(repos.sandbox_root());
 
-    let clock = Arc::new(SystemClock);
+    // One clock for the log's recorded times and every actor's decisions.
+    let clock: Arc<dyn vouch_actors::Clock> = Arc::new(SystemClock);
     let log_dir = data_dir.join("events");
-    let log = EventLog::open(&log_dir, LogOptions::default(), Arc::new(EventsClock))
+    let log = EventLog::open(&log_dir, LogOptions::default(), clock.clone())
         .with_context(|| format!("opening the event log in {}", log_dir.display()))?;
     let log = Arc::new(SharedLog::new(log));
     let (read_store, set_aside) = SledStore::open_or_set_aside(data_dir.join("read-store"))?;
@@ -529,14 +530,4 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     })?;
     eprintln!("stopped");
     Ok(0)
-}
-
-/// The event log reads time from the service's one clock.
-#[derive(Debug)]
-struct EventsClock;
-
-impl vouch_events::Clock for EventsClock {
-    fn now_unix_ns(&self) -> i64 {
-        vouch_actors::Clock::now_unix_ns(&SystemClock)
-    }
 }

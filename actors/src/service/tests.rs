@@ -84,12 +84,27 @@ impl Handler<PanicNow> for Dispatcher {
 }
 
 async fn service(dir: &std::path::Path, worker: Addr<HoldingWorker>) -> ServiceHandle {
-    let log = EventLog::open(
-        dir.join("events"),
-        LogOptions::default(),
-        Arc::new(vouch_events::SystemClock),
+    service_with(
+        dir,
+        worker,
+        Arc::new(crate::SystemClock),
+        ServiceConfig::default(),
     )
-    .expect("log");
+    .await
+}
+
+/// A service whose log and actors read `clock` (one clock end to end).
+async fn service_with<W>(
+    dir: &std::path::Path,
+    worker: Addr<W>,
+    clock: Arc<dyn crate::Clock>,
+    config: ServiceConfig,
+) -> ServiceHandle
+where
+    W: Actor<Context = Context<W>> + Handler<RunJob>,
+{
+    let log =
+        EventLog::open(dir.join("events"), LogOptions::default(), clock.clone()).expect("log");
     let store = SledStore::open(dir.join("read")).expect("read store");
     let workers = Workers {
         backup: worker.clone().recipient(),
@@ -106,17 +121,11 @@ async fn service(dir: &std::path::Path, worker: Addr<HoldingWorker>) -> ServiceH
         )
         .expect("policy"),
         version: "test".into(),
-        ..ServiceConfig::default()
+        ..config
     };
-    start(
-        Arc::new(SharedLog::new(log)),
-        store,
-        workers,
-        Arc::new(crate::SystemClock),
-        config,
-    )
-    .await
-    .expect("service")
+    start(Arc::new(SharedLog::new(log)), store, workers, clock, config)
+        .await
+        .expect("service")
 }
 
 /// Polls the log until `f` finds what it wants (at most 30 s).
@@ -243,4 +252,80 @@ async fn a_query_that_panics_fails_alone_and_the_read_model_lives_on() {
         .await
         .expect("the read model answers again, with the new event");
     assert_eq!(after, receipt.last_seq);
+}
+
+/// How a [`ScriptedWorker`] answers its n-th job.
+type Answer = Box<dyn Fn(u32, &RunJob) -> Result<JobOutput, JobFailure> + Send>;
+
+/// A worker that answers every job at once, as its script says.
+struct ScriptedWorker {
+    answer: Answer,
+    calls: Arc<AtomicU32>,
+}
+
+impl Actor for ScriptedWorker {
+    type Context = Context<Self>;
+}
+
+impl Handler<RunJob> for ScriptedWorker {
+    type Result = Result<JobOutput, JobFailure>;
+
+    fn handle(&mut self, msg: RunJob, _: &mut Self::Context) -> Self::Result {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        (self.answer)(n, &msg)
+    }
+}
+
+const T0: i64 = 1_800_000_000 * crate::NANOS_PER_SEC;
+
+#[actix::test]
+async fn one_manual_clock_drives_the_log_and_the_dispatcher() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = crate::ManualClock::new(T0);
+    let calls = Arc::new(AtomicU32::new(0));
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: calls.clone(),
+    }
+    .start();
+    let svc = service_with(
+        dir.path(),
+        worker,
+        Arc::new(clock.clone()),
+        ServiceConfig::default(),
+    )
+    .await;
+    let first = svc.events(1, 10).await.expect("events");
+    assert_eq!(
+        first[0].recorded_unix_ns, T0,
+        "service.started at the manual time"
+    );
+
+    clock.advance(3_600 * crate::NANOS_PER_SEC);
+    let job = svc
+        .enqueue(JobCommand::ReadBack {
+            repository: RepositoryId::new("default"),
+            slices: vec![0],
+            of: 1,
+        })
+        .await
+        .expect("enqueued");
+    let scheduled = wait_for(&svc, "job.scheduled", |events| {
+        events.iter().find_map(|e| match e {
+            Event::JobScheduled(s) if s.job == job => Some(s.clone()),
+            _ => None,
+        })
+    })
+    .await;
+    assert_eq!(scheduled.due_unix_ns, T0 + 3_600 * crate::NANOS_PER_SEC);
+    assert!(
+        job.as_str().contains("20270115T"),
+        "the job id carries the manual date: {job}"
+    );
+    let all = svc.events(1, 100).await.expect("events");
+    let rec = all
+        .iter()
+        .find(|e| matches!(&e.event, Event::JobScheduled(s) if s.job == job))
+        .expect("recorded");
+    assert_eq!(rec.recorded_unix_ns, T0 + 3_600 * crate::NANOS_PER_SEC);
 }
