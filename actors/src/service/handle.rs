@@ -110,8 +110,11 @@ pub async fn start(
             progress.clone(),
         );
         let gate = RestartGate::new(config.restart, clock.clone());
+        let reader = reader.clone();
         supervise::start("dispatcher", move |_| {
-            Dispatcher::new(store, read, workers, clock, dispatch, progress, gate)
+            Dispatcher::new(
+                store, read, reader, workers, clock, dispatch, progress, gate,
+            )
         })
     };
     let scheduler = {

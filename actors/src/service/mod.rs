@@ -32,11 +32,12 @@ pub use alerting::{
 pub use command::{
     CancelToken, JobCommand, JobFailure, JobOutput, ProgressCell, ProgressReading, RunJob, Workers,
 };
-pub use dispatcher::{kind_name, DispatchConfig, LiveProgress};
+pub use dispatcher::{kind_name, DispatchConfig, JobTimeouts, LiveProgress};
 pub use error::ServiceError;
 pub use handle::{start, ServiceConfig, ServiceHandle};
 pub use policy::{
-    follow_ups, live_points, periodic_checks, read_back_due, retention_protects, ReadBackWindow,
+    follow_ups, live_points, periodic_checks, read_back_due, reconcile_lists, repositories_in_use,
+    restore_sample, retention_protects, ReadBackWindow, SUSPECT_POINTS_BOUND,
 };
 pub use scheduler::{next_run, SchedulerConfig};
 pub use store::LIVE_CAPACITY;

@@ -329,3 +329,182 @@ async fn one_manual_clock_drives_the_log_and_the_dispatcher() {
         .expect("recorded");
     assert_eq!(rec.recorded_unix_ns, T0 + 3_600 * crate::NANOS_PER_SEC);
 }
+
+fn read_back_ok(job: &JobId, command: &JobCommand) -> JobOutput {
+    let JobCommand::ReadBack {
+        repository,
+        slices,
+        of,
+    } = command.clone()
+    else {
+        return JobOutput::default();
+    };
+    JobOutput {
+        events: vec![PacksReadBack {
+            repository,
+            job: Some(job.clone()),
+            slices,
+            of,
+            packs: 0,
+            bytes_read: 0,
+            damaged: Vec::new(),
+            damaged_packs: Vec::new(),
+            affected_points: Some(Vec::new()),
+        }
+        .into()],
+    }
+}
+
+fn scheduled_attempts(events: &[vouch_events::Envelope], job: &JobId) -> Vec<u32> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::JobScheduled(s) if &s.job == job => Some(s.attempt),
+            _ => None,
+        })
+        .collect()
+}
+
+#[actix::test]
+async fn a_retry_is_recorded_with_its_due_time_and_survives_a_dispatcher_restart_without_consuming_an_attempt(
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = crate::ManualClock::new(T0);
+    let calls = Arc::new(AtomicU32::new(0));
+    let worker = ScriptedWorker {
+        answer: Box::new(|n, msg| {
+            if n == 1 {
+                Err(JobFailure::new("io", "the disk hiccuped", true))
+            } else {
+                Ok(read_back_ok(&msg.job, &msg.command))
+            }
+        }),
+        calls: calls.clone(),
+    }
+    .start();
+    let config = ServiceConfig::default();
+    let delay = config.dispatch.retry_backoff.delay(1);
+    let svc = service_with(dir.path(), worker, Arc::new(clock.clone()), config).await;
+    let job = svc
+        .enqueue(JobCommand::ReadBack {
+            repository: RepositoryId::new("default"),
+            slices: vec![0, 2],
+            of: 4,
+        })
+        .await
+        .expect("enqueued");
+
+    // job.failed and the retry's job.scheduled, one after the other.
+    let (failed_seq, retry) = wait_for(&svc, "the recorded retry", |events| {
+        let f = events
+            .iter()
+            .position(|e| matches!(e, Event::JobFailed(f) if f.job == job))?;
+        match events.get(f + 1) {
+            Some(Event::JobScheduled(s)) if s.job == job => Some((f, s.clone())),
+            _ => None,
+        }
+    })
+    .await;
+    assert!(failed_seq > 0);
+    assert_eq!(retry.attempt, 2);
+    assert_eq!(
+        retry.due_unix_ns,
+        T0 + crate::duration_to_ns(delay),
+        "due after the backoff, by the clock"
+    );
+    assert_eq!(retry.kind, vouch_events::JobKind::ReadBack);
+    assert_eq!(retry.spec.slices, vec![0, 2]);
+    assert_eq!(retry.spec.of, 4);
+    assert_eq!(retry.spec.repository, Some(RepositoryId::new("default")));
+
+    // Not due yet: the worker is not called again, whatever real time does.
+    actix::clock::sleep(Duration::from_millis(300)).await;
+    svc.tick().await.expect("tick");
+    actix::clock::sleep(Duration::from_millis(100)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // The dispatcher fails: the retry waits in the log, not in a timer.
+    assert!(svc.dispatcher().send(PanicNow).await.is_err());
+    actix::clock::sleep(Duration::from_millis(300)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "still not due");
+
+    clock.advance(crate::duration_to_ns(delay));
+    svc.tick().await.expect("tick");
+    wait_for(&svc, "the retry to finish", |events| {
+        events
+            .iter()
+            .any(|e| matches!(e, Event::JobFinished(f) if f.job == job))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let events = svc.events(1, 10_000).await.expect("events");
+    assert_eq!(
+        scheduled_attempts(&events, &job),
+        vec![1, 2],
+        "the restart consumed no attempt"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(&e.event, Event::JobAbandoned(a) if a.job == job)),
+        "a job that was only scheduled is not abandoned"
+    );
+}
+
+#[actix::test]
+async fn a_hung_job_is_abandoned_after_its_timeout_and_its_slot_freed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let attempts = Arc::new(AtomicU32::new(0));
+    let cancelled = Arc::new(AtomicU32::new(0));
+    let worker = HoldingWorker {
+        attempts: attempts.clone(),
+        cancelled: cancelled.clone(),
+    }
+    .start();
+    let mut config = ServiceConfig::default();
+    config.dispatch.max_concurrent = 1;
+    config.dispatch.timeouts.read_back = Duration::from_millis(300);
+    let svc = service_with(dir.path(), worker, Arc::new(crate::SystemClock), config).await;
+    let job = svc
+        .enqueue(JobCommand::ReadBack {
+            repository: RepositoryId::new("default"),
+            slices: vec![0],
+            of: 1,
+        })
+        .await
+        .expect("enqueued");
+    let reason = wait_for(&svc, "job.abandoned", |events| {
+        events.iter().find_map(|e| match e {
+            Event::JobAbandoned(a) if a.job == job => Some(a.reason.clone()),
+            _ => None,
+        })
+    })
+    .await;
+    assert!(reason.contains("timeout"), "{reason}");
+    // The one slot is free again: the retry runs and finishes.
+    wait_for(&svc, "the retry to finish", |events| {
+        events
+            .iter()
+            .any(|e| matches!(e, Event::JobFinished(f) if f.job == job))
+            .then_some(())
+    })
+    .await;
+    let events = svc.events(1, 10_000).await.expect("events");
+    assert_eq!(scheduled_attempts(&events, &job), vec![1, 2]);
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(&e.event, Event::JobFailed(f) if f.job == job)),
+        "the hung run's late answer is not recorded"
+    );
+    let until = Instant::now() + Duration::from_secs(5);
+    while cancelled.load(Ordering::SeqCst) == 0 && Instant::now() < until {
+        actix::clock::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        cancelled.load(Ordering::SeqCst),
+        1,
+        "the hung run was asked to stop"
+    );
+}
