@@ -137,8 +137,9 @@ pub async fn start(
             config.alerting.clone(),
         );
         let gate = RestartGate::new(config.restart, clock.clone());
+        let reader = reader.clone();
         supervise::start("alerter", move |_| {
-            Alerter::new(store, read, clock, alerting, gate)
+            Alerter::new(store, read, reader, clock, alerting, gate)
         })
     };
     store.send(Subscribe(alerter.clone().recipient())).await?;
@@ -163,6 +164,12 @@ impl ServiceHandle {
     #[cfg(test)]
     pub(crate) fn dispatcher(&self) -> &Addr<Dispatcher> {
         &self.dispatcher
+    }
+
+    /// The alerter (tests make it fail).
+    #[cfg(test)]
+    pub(crate) fn alerter(&self) -> &Addr<Alerter> {
+        &self.alerter
     }
 
     /// Appends events durably; answered once they are on disk.

@@ -26,8 +26,8 @@ mod supervise;
 mod tests;
 
 pub use alerting::{
-    delivery_name, incidents, render, AlertingConfig, Evaluate, Incident, Notification, Receiver,
-    WebhookFormat,
+    delivery_name, fact_incidents, incidents, incidents_with, render, AlertFacts, AlertingConfig,
+    Evaluate, Incident, Notification, Receiver, WebhookFormat, ONE_OFF_ALERT_FOR,
 };
 pub use command::{
     CancelToken, JobCommand, JobFailure, JobOutput, ProgressCell, ProgressReading, RunJob, Workers,

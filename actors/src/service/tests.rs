@@ -75,6 +75,14 @@ impl Handler<RunJob> for HoldingWorker {
 #[rtype(result = "()")]
 struct PanicNow;
 
+impl Handler<PanicNow> for super::alerting::Alerter {
+    type Result = ();
+
+    fn handle(&mut self, _: PanicNow, _: &mut Self::Context) {
+        panic!("a bug in the alerter (test)");
+    }
+}
+
 impl Handler<PanicNow> for Dispatcher {
     type Result = ();
 
@@ -507,4 +515,121 @@ async fn a_hung_job_is_abandoned_after_its_timeout_and_its_slot_freed() {
         1,
         "the hung run was asked to stop"
     );
+}
+
+/// A webhook receiver on the loopback that keeps every body it is sent.
+async fn webhook() -> (String, Arc<std::sync::Mutex<Vec<serde_json::Value>>>) {
+    use actix_web::{web, App, HttpResponse, HttpServer};
+    let bodies: Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let kept = bodies.clone();
+    let server = HttpServer::new(move || {
+        let kept = kept.clone();
+        App::new().route(
+            "/hook",
+            web::post().to(move |body: web::Json<serde_json::Value>| {
+                let kept = kept.clone();
+                async move {
+                    kept.lock().expect("lock").push(body.into_inner());
+                    HttpResponse::Ok().finish()
+                }
+            }),
+        )
+    })
+    .workers(1)
+    .bind(("127.0.0.1", 0))
+    .expect("bind");
+    let addr = server.addrs()[0];
+    actix::spawn(server.run());
+    (format!("http://{addr}/hook"), bodies)
+}
+
+fn damaged_read(damaged: bool) -> Event {
+    PacksReadBack {
+        repository: RepositoryId::new("default"),
+        job: None,
+        slices: vec![0],
+        of: 1,
+        packs: 1,
+        bytes_read: 1,
+        damaged: if damaged {
+            vec!["pack 00: bad".into()]
+        } else {
+            Vec::new()
+        },
+        damaged_packs: if damaged {
+            vec!["00".into()]
+        } else {
+            Vec::new()
+        },
+        affected_points: Some(Vec::new()),
+    }
+    .into()
+}
+
+#[actix::test]
+async fn a_resolved_notification_after_an_alerter_restart_carries_the_firing_identity() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (url, bodies) = webhook().await;
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let mut config = ServiceConfig::default();
+    config.alerting.receivers = vec![super::alerting::Receiver {
+        name: "am".into(),
+        url,
+        format: super::alerting::WebhookFormat::Alertmanager,
+        max_attempts: 3,
+        retry_initial: Duration::from_millis(50),
+        timeout: Duration::from_secs(5),
+    }];
+    config.scheduler.read_back = None;
+    let clock = crate::ManualClock::new(T0);
+    let svc = service_with(dir.path(), worker, Arc::new(clock.clone()), config).await;
+
+    svc.append(vec![damaged_read(true)]).await.expect("append");
+    svc.evaluate_alerts().await.expect("evaluate");
+    let firing = wait_for_body(&bodies, "firing").await;
+
+    // The alerter fails and is restarted: what it knew in memory is gone.
+    assert!(svc.alerter().send(PanicNow).await.is_err());
+    actix::clock::sleep(Duration::from_millis(200)).await;
+
+    svc.append(vec![damaged_read(false)]).await.expect("append");
+    clock.advance(crate::NANOS_PER_SEC);
+    svc.evaluate_alerts().await.expect("evaluate");
+    let resolved = wait_for_body(&bodies, "resolved").await;
+
+    let labels = |b: &serde_json::Value| b["alerts"][0]["labels"].clone();
+    assert_eq!(labels(&firing)["alertname"], "ReadBackDamaged");
+    assert_eq!(labels(&firing)["repository"], "default");
+    assert_eq!(
+        labels(&resolved),
+        labels(&firing),
+        "the resolved message has the firing one's identity"
+    );
+    assert_eq!(
+        resolved["alerts"][0]["startsAt"],
+        firing["alerts"][0]["startsAt"]
+    );
+}
+
+async fn wait_for_body(
+    bodies: &std::sync::Mutex<Vec<serde_json::Value>>,
+    status: &str,
+) -> serde_json::Value {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(b) = bodies
+            .lock()
+            .expect("lock")
+            .iter()
+            .find(|b| b["status"] == status)
+        {
+            return b.clone();
+        }
+        assert!(Instant::now() < until, "no {status} notification arrived");
+        actix::clock::sleep(Duration::from_millis(20)).await;
+    }
 }
