@@ -515,8 +515,21 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         let running = actix_web::rt::spawn(server);
         println!("listening on {scheme}://{addr}");
         tracing::info!(%addr, data_dir = %data_dir.display(), "vouch serve ready");
+        // A log that refuses appends for this long is escalated: the process
+        // stops (non-zero) so its supervisor restarts it and the log is
+        // reopened and repaired, rather than failing silently forever.
+        const LOG_FAILING_EXIT_AFTER: Duration = Duration::from_secs(300);
+        let mut log_failed = None;
         while crate::util::signals() == 0 {
             actix_web::rt::time::sleep(Duration::from_millis(200)).await;
+            let append = handle.append_status();
+            if append.should_escalate(handle.now_unix_ns(), LOG_FAILING_EXIT_AFTER) {
+                log_failed = append.reason;
+                break;
+            }
+        }
+        if let Some(reason) = &log_failed {
+            eprintln!("the event log has refused appends for {}: {reason}; stopping so that a restart reopens it", humantime::format_duration(LOG_FAILING_EXIT_AFTER));
         }
         eprintln!("stopping: no new jobs; waiting up to {} for running jobs", humantime::format_duration(grace));
         let drained = handle.shutdown(grace).await;
@@ -526,6 +539,9 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         }
         server_handle.stop(false).await;
         let _ = running.await;
+        if let Some(reason) = log_failed {
+            anyhow::bail!("the event log refuses appends: {reason}");
+        }
         anyhow::Ok(())
     })?;
     eprintln!("stopped");

@@ -17,7 +17,7 @@ use super::dispatcher::{Cancel, DispatchConfig, Dispatcher, Drain, Enqueue, Live
 use super::error::ServiceError;
 use super::read_model::{Query, ReadModelActor};
 use super::scheduler::{next_run, Scheduler, SchedulerConfig, Tick};
-use super::store::{Append, EventStore, Subscribe, LIVE_CAPACITY};
+use super::store::{Append, AppendHealth, AppendStatus, EventStore, Subscribe, LIVE_CAPACITY};
 use super::supervise;
 use crate::clock::Clock;
 use crate::{BackoffPolicy, RestartGate};
@@ -50,6 +50,7 @@ pub struct ServiceHandle {
     live: broadcast::Sender<Arc<Envelope>>,
     progress: broadcast::Sender<Arc<LiveProgress>>,
     clock: Arc<dyn Clock>,
+    health: Arc<AppendHealth>,
     config: Arc<ServiceConfig>,
     stopping: Arc<AtomicBool>,
 }
@@ -74,13 +75,13 @@ pub async fn start(
     let (live, _) = broadcast::channel(LIVE_CAPACITY);
     let (progress, _) = broadcast::channel(256);
 
+    let health = Arc::new(AppendHealth::default());
     let store_arbiter = Arbiter::new();
     let store = {
-        let log = log.clone();
-        let live = live.clone();
+        let (log, live, health, c) = (log.clone(), live.clone(), health.clone(), clock.clone());
         let gate = RestartGate::new(config.restart, clock.clone());
         supervise::start_in_arbiter("event-store", &store_arbiter.handle(), move |_| {
-            EventStore::new(log, live, gate)
+            EventStore::new(log, live, health, c, gate)
         })
     };
     let read = {
@@ -154,6 +155,7 @@ pub async fn start(
         live,
         progress,
         clock,
+        health,
         config: Arc::new(config),
         stopping: Arc::new(AtomicBool::new(false)),
     })
@@ -265,6 +267,11 @@ impl ServiceHandle {
     /// The seq of the last durable event.
     pub fn last_seq(&self) -> u64 {
         self.log.last_seq()
+    }
+
+    /// Whether the log takes writes (readiness, metrics, escalation).
+    pub fn append_status(&self) -> AppendStatus {
+        self.health.status()
     }
 
     /// The rolling read-back's window, when it is on.

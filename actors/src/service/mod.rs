@@ -40,4 +40,4 @@ pub use policy::{
     restore_sample, retention_protects, ReadBackWindow, SUSPECT_POINTS_BOUND,
 };
 pub use scheduler::{next_run, SchedulerConfig};
-pub use store::LIVE_CAPACITY;
+pub use store::{AppendHealth, AppendStatus, LIVE_CAPACITY};
