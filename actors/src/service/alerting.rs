@@ -1070,3 +1070,222 @@ impl Handler<Evaluate> for Alerter {
         self.evaluate(ctx);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vouch_events::{
+        BackupCommitted, BackupSummary, JobFailed, JobId, JobScheduled, JobStarted, KeepPolicy,
+        PlanCreated, PlanDefinition, PlanId, Recorded, RepositoryId, RestoreTestPolicy,
+        VerificationPolicy, VerifyDepth,
+    };
+
+    const S: i64 = 1_000_000_000;
+
+    fn state(events: Vec<Event>) -> Projections {
+        let mut p = Projections::new();
+        for (i, e) in events.iter().enumerate() {
+            p.apply_event(
+                Recorded {
+                    seq: i as u64 + 1,
+                    unix_ns: (i as i64 + 1) * S,
+                },
+                e,
+            );
+        }
+        p
+    }
+
+    fn plan() -> Event {
+        PlanCreated {
+            plan: PlanId::new("docs"),
+            definition: PlanDefinition {
+                source: "/srv".into(),
+                schedule: "hourly".into(),
+                retention: KeepPolicy::default(),
+                verification: VerificationPolicy {
+                    after_backup: true,
+                    every: None,
+                    depth: VerifyDepth::Structure,
+                },
+                restore_test: RestoreTestPolicy {
+                    every: None,
+                    max_evidence_age: Duration::from_secs(3600),
+                    sample_files: None,
+                    full_every: None,
+                },
+                rpo: Duration::from_secs(3600),
+                repository: RepositoryId::new("main"),
+                paused: false,
+            },
+        }
+        .into()
+    }
+
+    fn commit(files: u64) -> Event {
+        BackupCommitted {
+            job: None,
+            plan: Some(PlanId::new("docs")),
+            repository: RepositoryId::new("main"),
+            snapshot: SnapshotId([1; 32]),
+            snapshot_time_unix_ns: S,
+            summary: BackupSummary {
+                files,
+                ..Default::default()
+            },
+        }
+        .into()
+    }
+
+    fn rules(p: &Projections) -> Vec<(&'static str, Severity)> {
+        incidents(p, 10 * S, Duration::from_secs(600))
+            .into_iter()
+            .map(|i| (i.rule, i.severity))
+            .collect()
+    }
+
+    fn failed_verify(retryable: bool) -> Vec<Event> {
+        let job = JobId::new("verify-1");
+        vec![
+            JobScheduled {
+                job: job.clone(),
+                kind: JobKind::Verify,
+                plan: Some(PlanId::new("docs")),
+                point: Some(SnapshotId([1; 32])),
+                due_unix_ns: 0,
+                attempt: 1,
+                spec: Default::default(),
+            }
+            .into(),
+            JobStarted {
+                job: job.clone(),
+                agent: None,
+            }
+            .into(),
+            JobFailed {
+                job,
+                error_kind: "damaged".into(),
+                message: "a pack fails authentication".into(),
+                retryable,
+            }
+            .into(),
+        ]
+    }
+
+    #[test]
+    fn a_failed_check_job_alerts_critical_when_it_cannot_be_retried() {
+        let mut events = vec![plan(), commit(3)];
+        events.extend(failed_verify(false));
+        let p = state(events);
+        assert!(rules(&p).contains(&("VerificationJobFailed", Severity::Critical)));
+        let mut events = vec![plan(), commit(3)];
+        events.extend(failed_verify(true));
+        let p = state(events);
+        assert!(rules(&p).contains(&("VerificationJobFailed", Severity::Warning)));
+    }
+
+    #[test]
+    fn an_empty_newest_point_alerts_that_the_source_came_back_empty() {
+        let p = state(vec![plan(), commit(0)]);
+        let inc = incidents(&p, 10 * S, Duration::from_secs(600));
+        let empty = inc.iter().find(|i| i.rule == "SourceEmpty").expect("alert");
+        assert_eq!(empty.severity, Severity::Critical);
+        assert!(empty.message.contains("is it mounted?"));
+        let p = state(vec![plan(), commit(3)]);
+        assert!(!rules(&p).iter().any(|(r, _)| *r == "SourceEmpty"));
+    }
+
+    #[test]
+    fn a_plan_unproven_for_longer_than_its_rpo_alerts() {
+        let p = state(vec![plan(), commit(3)]);
+        let status = p.plan_protection(&PlanId::new("docs"), 10 * S).status;
+        assert!(
+            matches!(status, Protection::Unknown | Protection::AtRisk),
+            "{status:?}"
+        );
+        let at = |first_seen: i64| {
+            let mut since = HashMap::new();
+            since.insert(PlanId::new("docs"), first_seen);
+            incidents_with(&p, 10 * S, Duration::from_secs(600), &since)
+                .into_iter()
+                .any(|i| i.rule == "PlanNotProven")
+        };
+        assert!(!at(10 * S - 3599 * S), "not yet an RPO long");
+        assert!(at(10 * S - 3600 * S), "an RPO long");
+    }
+
+    fn env(seq: u64, at: i64, event: Event) -> Envelope {
+        Envelope {
+            seq,
+            recorded_unix_ns: at,
+            schema_version: 2,
+            prev_hash: vouch_events::GENESIS_HASH,
+            hash: vouch_events::GENESIS_HASH,
+            event,
+        }
+    }
+
+    #[test]
+    fn facts_from_the_log_raise_vanished_repair_and_clock_alerts() {
+        let mut f = AlertFacts::default();
+        f.apply(&env(
+            1,
+            S,
+            vouch_events::PointVanished {
+                point: SnapshotId([7; 32]),
+                repository: RepositoryId::new("main"),
+                reason: "manifest missing".into(),
+            }
+            .into(),
+        ));
+        f.apply(&env(
+            2,
+            S,
+            vouch_events::LogRepaired {
+                from_seq: 9,
+                bytes: 10,
+                acknowledged_seq: 12,
+                lost_acknowledged: true,
+                reason: "checksum".into(),
+            }
+            .into(),
+        ));
+        f.apply(&env(
+            3,
+            S,
+            vouch_events::ClockStepped {
+                previous_unix_ns: 5 * S,
+                now_unix_ns: S,
+            }
+            .into(),
+        ));
+        let got: Vec<(&str, Severity)> = fact_incidents(&f, 2 * S)
+            .into_iter()
+            .map(|i| (i.rule, i.severity))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("PointVanished", Severity::Critical),
+                ("LogRepaired", Severity::Critical),
+                ("ClockStepped", Severity::Warning),
+            ]
+        );
+        // One-off facts close after their window; a vanished point stays
+        // until it is found again.
+        let later = S + duration_to_ns(ONE_OFF_ALERT_FOR);
+        assert_eq!(fact_incidents(&f, later).len(), 1);
+        f.apply(&env(
+            4,
+            later,
+            vouch_events::PointDiscovered {
+                repository: RepositoryId::new("main"),
+                snapshot: SnapshotId([7; 32]),
+                snapshot_time_unix_ns: S,
+                plan: None,
+            }
+            .into(),
+        ));
+        assert!(fact_incidents(&f, later).is_empty());
+    }
+}
