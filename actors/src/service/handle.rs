@@ -37,6 +37,10 @@ pub struct ServiceConfig {
     pub version: String,
 }
 
+/// How far behind the log's last recorded event the wall clock may read at
+/// start before `service.clock_stepped` is recorded.
+pub const CLOCK_STEP_TOLERANCE: Duration = Duration::from_secs(60);
+
 /// The door to the running service: cheap to clone, usable from any
 /// arbiter (HTTP workers included).
 #[derive(Clone)]
@@ -95,12 +99,44 @@ pub async fn start(
     };
     store.send(Subscribe(read.clone().recipient())).await?;
 
-    store
-        .send(Append(vec![ServiceStarted {
+    // A wall clock earlier than the log's last recorded event (by more
+    // than a tolerance) is recorded once, with the start.
+    let last_recorded = {
+        let (reader, last) = (reader.clone(), log.last_seq());
+        tokio::task::spawn_blocking(move || -> Option<i64> {
+            if last == 0 {
+                return None;
+            }
+            let mut replay = reader.replay_from(last).ok()?;
+            replay.next()?.ok().map(|e| e.recorded_unix_ns)
+        })
+        .await?
+    };
+    let mut first: Vec<Event> = Vec::new();
+    let now = clock.now_unix_ns();
+    if let Some(previous) = last_recorded {
+        if now < previous.saturating_sub(crate::duration_to_ns(CLOCK_STEP_TOLERANCE)) {
+            tracing::warn!(
+                previous,
+                now,
+                "the wall clock reads earlier than the log's last event"
+            );
+            first.push(
+                vouch_events::ClockStepped {
+                    previous_unix_ns: previous,
+                    now_unix_ns: now,
+                }
+                .into(),
+            );
+        }
+    }
+    first.push(
+        ServiceStarted {
             version: config.version.clone(),
         }
-        .into()]))
-        .await??;
+        .into(),
+    );
+    store.send(Append(first)).await??;
 
     let dispatcher = {
         let (store, read, clock, dispatch, progress) = (

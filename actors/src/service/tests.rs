@@ -633,3 +633,53 @@ async fn wait_for_body(
         actix::clock::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[actix::test]
+async fn a_clock_behind_the_log_is_recorded_once_as_a_clock_step() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        // An earlier run whose clock ran a day fast.
+        let ahead = crate::ManualClock::new(T0 + 86_400 * crate::NANOS_PER_SEC);
+        let log = EventLog::open(
+            dir.path().join("events"),
+            LogOptions::default(),
+            Arc::new(ahead),
+        )
+        .expect("log");
+        let shared = SharedLog::new(log);
+        shared
+            .append(vec![vouch_events::ServiceStarted {
+                version: "before".into(),
+            }
+            .into()])
+            .expect("append");
+    }
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let svc = service_with(
+        dir.path(),
+        worker,
+        Arc::new(crate::ManualClock::new(T0)),
+        ServiceConfig::default(),
+    )
+    .await;
+    let steps: Vec<vouch_events::ClockStepped> = svc
+        .events(1, 100)
+        .await
+        .expect("events")
+        .into_iter()
+        .filter_map(|e| match e.event {
+            Event::ClockStepped(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    assert_eq!(
+        steps[0].previous_unix_ns,
+        T0 + 86_400 * crate::NANOS_PER_SEC
+    );
+    assert_eq!(steps[0].now_unix_ns, T0);
+}
