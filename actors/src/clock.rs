@@ -1,32 +1,30 @@
-//! The one clock abstraction of the orchestration layer.
+//! The one clock abstraction of the service.
 //!
-//! Everything that decides *when* (the scheduler, backoff, leases, alert
-//! deduplication) reads time through a [`Clock`], so tests and the chaos
-//! harness can move time by hand with a [`ManualClock`] instead of sleeping.
+//! Everything that decides *when* (the event log's recorded times, the
+//! scheduler, retry due times, retention's protect list, restart backoff,
+//! alert deduplication) reads time through one injected [`Clock`]: the
+//! events crate's trait, re-exported here, so a single [`ManualClock`]
+//! drives the log and the actors alike.
 //!
 //! Time is an `i64` count of nanoseconds since the Unix epoch, UTC: the same
 //! unit the event log records (`*_unix_ns` fields), which covers the years
 //! 1677 to 2262.
+//!
+//! Waiting is separate from reading the time. An actor that must act at a
+//! due time keeps the due time (in clock nanoseconds) as its state and
+//! re-checks it on every tick and on a wake-up timer computed by
+//! [`timer_delay`]; the timer is only a hint (tokio time, which a paused
+//! tokio runtime drives), the decision is always taken against the clock.
+//! So a simulator moves a [`ManualClock`] and sends a tick, and nothing
+//! waits on the real time.
 
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use time::OffsetDateTime;
+pub use vouch_events::{Clock, ManualClock, SystemClock};
 
 /// Nanoseconds in one second.
 pub const NANOS_PER_SEC: i64 = 1_000_000_000;
-
-/// A source of the current time, in UTC.
-pub trait Clock: Send + Sync + std::fmt::Debug {
-    /// Now, as nanoseconds since the Unix epoch (UTC).
-    fn now_unix_ns(&self) -> i64;
-
-    /// Now, as a UTC date and time.
-    fn now_utc(&self) -> OffsetDateTime {
-        unix_ns_to_utc(self.now_unix_ns())
-    }
-}
 
 /// Converts nanoseconds since the Unix epoch to a UTC date and time.
 ///
@@ -37,112 +35,69 @@ pub fn unix_ns_to_utc(unix_ns: i64) -> OffsetDateTime {
         .unwrap_or(OffsetDateTime::UNIX_EPOCH)
 }
 
+/// Now, by `clock`, as a UTC date and time.
+pub fn now_utc(clock: &dyn Clock) -> OffsetDateTime {
+    unix_ns_to_utc(clock.now_unix_ns())
+}
+
 /// Converts a [`Duration`] to nanoseconds, saturating at `i64::MAX`.
 pub fn duration_to_ns(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
 
-/// The operating system's wall clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_unix_ns(&self) -> i64 {
-        match SystemTime::now().duration_since(UNIX_EPOCH) {
-            Ok(d) => duration_to_ns(d),
-            // A clock set before 1970: report it as negative time, do not panic.
-            Err(e) => duration_to_ns(e.duration()).saturating_neg(),
-        }
+/// How long a wake-up timer should wait for `due_unix_ns`, as `clock` reads
+/// now: zero when it is due, at most `cap` (so a clock that jumps is
+/// noticed within `cap` of real time even without a tick).
+pub fn timer_delay(clock: &dyn Clock, due_unix_ns: i64, cap: Duration) -> Duration {
+    let left = due_unix_ns.saturating_sub(clock.now_unix_ns());
+    if left <= 0 {
+        return Duration::ZERO;
     }
-}
-
-/// A clock that only moves when told to.
-///
-/// Cloning shares the same time: hand one clone to the code under test and
-/// keep another to move time. Safe to use from several threads.
-#[derive(Debug, Clone, Default)]
-pub struct ManualClock(Arc<AtomicI64>);
-
-impl ManualClock {
-    /// A clock showing `unix_ns`.
-    pub fn new(unix_ns: i64) -> Self {
-        ManualClock(Arc::new(AtomicI64::new(unix_ns)))
-    }
-
-    /// Sets the time to `unix_ns` (it may go backwards, as a skewed clock does).
-    pub fn set(&self, unix_ns: i64) {
-        self.0.store(unix_ns, Ordering::SeqCst);
-    }
-
-    /// Moves the time forward by `by` (saturating) and returns the new time.
-    pub fn advance(&self, by: Duration) -> i64 {
-        let by = duration_to_ns(by);
-        let prev = self
-            .0
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
-                Some(t.saturating_add(by))
-            })
-            .unwrap_or_else(|t| t);
-        prev.saturating_add(by)
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_unix_ns(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-impl<C: Clock + ?Sized> Clock for Arc<C> {
-    fn now_unix_ns(&self) -> i64 {
-        (**self).now_unix_ns()
-    }
+    Duration::from_nanos(u64::try_from(left).unwrap_or(u64::MAX)).min(cap)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn manual_clock_moves_only_when_told() {
         let c = ManualClock::new(5 * NANOS_PER_SEC);
         assert_eq!(c.now_unix_ns(), 5 * NANOS_PER_SEC);
-        assert_eq!(c.now_unix_ns(), 5 * NANOS_PER_SEC);
-        assert_eq!(c.advance(Duration::from_secs(2)), 7 * NANOS_PER_SEC);
+        c.advance(duration_to_ns(Duration::from_secs(2)));
+        assert_eq!(c.now_unix_ns(), 7 * NANOS_PER_SEC);
         c.set(-1);
         assert_eq!(c.now_unix_ns(), -1);
     }
 
     #[test]
-    fn manual_clock_clones_share_time_across_threads() {
-        let c = ManualClock::new(0);
-        let shared: Arc<dyn Clock> = Arc::new(c.clone());
-        let handles: Vec<_> = (0..4)
-            .map(|_| {
-                let c = c.clone();
-                std::thread::spawn(move || {
-                    for _ in 0..1000 {
-                        c.advance(Duration::from_nanos(1));
-                    }
-                })
-            })
-            .collect();
-        for h in handles {
-            assert!(h.join().is_ok());
-        }
-        assert_eq!(shared.now_unix_ns(), 4000);
+    fn one_manual_clock_is_both_crates_clock() {
+        // The log's clock and the actors' clock are one trait: the same
+        // value can be handed to both.
+        let c = ManualClock::new(42);
+        let for_log: Arc<dyn vouch_events::Clock> = Arc::new(c.clone());
+        let for_actors: Arc<dyn Clock> = for_log.clone();
+        c.set(7);
+        assert_eq!(for_actors.now_unix_ns(), 7);
     }
 
     #[test]
-    fn advance_saturates() {
-        let c = ManualClock::new(i64::MAX - 1);
-        assert_eq!(c.advance(Duration::from_secs(1)), i64::MAX);
+    fn timer_delay_is_read_against_the_clock() {
+        let c = ManualClock::new(10 * NANOS_PER_SEC);
+        let cap = Duration::from_secs(60);
+        assert_eq!(
+            timer_delay(&c, 15 * NANOS_PER_SEC, cap),
+            Duration::from_secs(5)
+        );
+        assert_eq!(timer_delay(&c, 5 * NANOS_PER_SEC, cap), Duration::ZERO);
+        assert_eq!(timer_delay(&c, i64::MAX, cap), cap);
     }
 
     #[test]
     fn now_utc_matches_unix_ns() {
         let c = ManualClock::new(1_700_000_000 * NANOS_PER_SEC + 42);
-        let t = c.now_utc();
+        let t = now_utc(&c);
         assert_eq!(t.unix_timestamp(), 1_700_000_000);
         assert_eq!(t.nanosecond(), 42);
         assert_eq!(t.offset(), time::UtcOffset::UTC);

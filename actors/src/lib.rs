@@ -22,7 +22,10 @@ mod schedule;
 pub mod service;
 mod supervisor;
 
-pub use clock::{duration_to_ns, unix_ns_to_utc, Clock, ManualClock, SystemClock, NANOS_PER_SEC};
+pub use clock::{
+    duration_to_ns, now_utc, timer_delay, unix_ns_to_utc, Clock, ManualClock, SystemClock,
+    NANOS_PER_SEC,
+};
 pub use schedule::{
     catch_up, jitter, next_after, AlreadyRunning, Decision, InFlight, PlanSchedule, RunGuard,
     Schedule, ScheduleError, MAX_COUNTED_SLOTS,

@@ -176,12 +176,21 @@ impl Backoff {
 /// context is renewed), call [`restarting`](Self::restarting) from
 /// `Supervised::restarting` and [`started`](Self::started) from
 /// `Actor::started`.
-#[derive(Debug)]
 pub struct RestartGate {
     backoff: Backoff,
     clock: Arc<dyn Clock>,
     pending: Duration,
     restarts: u64,
+}
+
+impl std::fmt::Debug for RestartGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RestartGate")
+            .field("backoff", &self.backoff)
+            .field("pending", &self.pending)
+            .field("restarts", &self.restarts)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RestartGate {

@@ -488,9 +488,10 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     // Leftovers of restore tests cut short by a crash.
     let _ = std::fs::remove_dir_all(repos.sandbox_root());
 
-    let clock = Arc::new(SystemClock);
+    // One clock for the log's recorded times and every actor's decisions.
+    let clock: Arc<dyn vouch_actors::Clock> = Arc::new(SystemClock);
     let log_dir = data_dir.join("events");
-    let log = EventLog::open(&log_dir, LogOptions::default(), Arc::new(EventsClock))
+    let log = EventLog::open(&log_dir, LogOptions::default(), clock.clone())
         .with_context(|| format!("opening the event log in {}", log_dir.display()))?;
     let log = Arc::new(SharedLog::new(log));
     let (read_store, set_aside) = SledStore::open_or_set_aside(data_dir.join("read-store"))?;
@@ -514,8 +515,21 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         let running = actix_web::rt::spawn(server);
         println!("listening on {scheme}://{addr}");
         tracing::info!(%addr, data_dir = %data_dir.display(), "vouch serve ready");
+        // A log that refuses appends for this long is escalated: the process
+        // stops (non-zero) so its supervisor restarts it and the log is
+        // reopened and repaired, rather than failing silently forever.
+        const LOG_FAILING_EXIT_AFTER: Duration = Duration::from_secs(300);
+        let mut log_failed = None;
         while crate::util::signals() == 0 {
             actix_web::rt::time::sleep(Duration::from_millis(200)).await;
+            let append = handle.append_status();
+            if append.should_escalate(handle.now_unix_ns(), LOG_FAILING_EXIT_AFTER) {
+                log_failed = append.reason;
+                break;
+            }
+        }
+        if let Some(reason) = &log_failed {
+            eprintln!("the event log has refused appends for {}: {reason}; stopping so that a restart reopens it", humantime::format_duration(LOG_FAILING_EXIT_AFTER));
         }
         eprintln!("stopping: no new jobs; waiting up to {} for running jobs", humantime::format_duration(grace));
         let drained = handle.shutdown(grace).await;
@@ -525,18 +539,11 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         }
         server_handle.stop(false).await;
         let _ = running.await;
+        if let Some(reason) = log_failed {
+            anyhow::bail!("the event log refuses appends: {reason}");
+        }
         anyhow::Ok(())
     })?;
     eprintln!("stopped");
     Ok(0)
-}
-
-/// The event log reads time from the service's one clock.
-#[derive(Debug)]
-struct EventsClock;
-
-impl vouch_events::Clock for EventsClock {
-    fn now_unix_ns(&self) -> i64 {
-        vouch_actors::Clock::now_unix_ns(&SystemClock)
-    }
 }

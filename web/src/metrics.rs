@@ -59,6 +59,9 @@ pub const BACKUP_BYTES_READ: &str = "vouch_backup_bytes_read_total";
 pub const BACKUP_BYTES_ADDED: &str = "vouch_backup_bytes_added_total";
 /// `vouch_event_log_last_seq`: seq of the last durable event.
 pub const EVENT_LOG_LAST_SEQ: &str = "vouch_event_log_last_seq";
+/// `vouch_log_append_healthy`: 1 while the event log takes appends, 0 after
+/// an append failed (until one succeeds).
+pub const LOG_APPEND_HEALTHY: &str = "vouch_log_append_healthy";
 /// `vouch_event_log_bytes`: size of the log directory.
 pub const EVENT_LOG_BYTES: &str = "vouch_event_log_bytes";
 /// `vouch_webhook_deliveries_total{receiver,result}`: `delivered` or `failed`.
@@ -93,6 +96,7 @@ pub struct Metrics {
     bytes_read: IntCounter,
     bytes_added: IntCounter,
     last_seq: IntGauge,
+    append_healthy: IntGauge,
     log_bytes: IntGauge,
     webhooks: IntCounterVec,
     coverage: Gauge,
@@ -189,6 +193,13 @@ impl Metrics {
             r,
             IntGauge::new(EVENT_LOG_LAST_SEQ, "Seq of the last durable event.")?,
         )?;
+        let append_healthy = reg(
+            r,
+            IntGauge::new(
+                LOG_APPEND_HEALTHY,
+                "1 while the event log takes appends, 0 after an append failed.",
+            )?,
+        )?;
         let log_bytes = reg(
             r,
             IntGauge::new(EVENT_LOG_BYTES, "Size of the event log directory in bytes.")?,
@@ -234,6 +245,7 @@ impl Metrics {
             bytes_read,
             bytes_added,
             last_seq,
+            append_healthy,
             log_bytes,
             webhooks,
             coverage,
@@ -365,6 +377,8 @@ impl Metrics {
 
     async fn compute(&self, ctx: &Ctx) -> Result<String, WebError> {
         if let Some(handle) = &ctx.service {
+            self.append_healthy
+                .set(i64::from(handle.append_status().healthy));
             let head = handle.last_seq();
             let mut rx = self.applied.subscribe();
             // Counts agree with the log as of this scrape (read your writes).

@@ -762,6 +762,10 @@ pub struct Ready {
     /// The seq of the last durable event (when ready).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
+    /// Why it is not ready (`log_not_writable`: the event log refuses
+    /// appends, with the last error).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Body of `POST /api/v1/points/{id}/lock`.

@@ -81,7 +81,9 @@ impl Handler<RunJob> for FakeEngineWorker {
                 },
             }
             .into()],
-            JobCommand::Retention { .. } | JobCommand::ReadBack { .. } => Vec::new(),
+            JobCommand::Retention { .. }
+            | JobCommand::ReadBack { .. }
+            | JobCommand::Reconcile { .. } => Vec::new(),
         };
         let _ = VerifyDepth::Structure;
         Ok(JobOutput { events })

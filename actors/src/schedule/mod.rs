@@ -232,15 +232,19 @@ impl Decision {
 /// down for a week, say), the answer is one [`Decision::Due`]: after the run
 /// is recorded, asking again at the same `now` gives [`Decision::NotDue`].
 ///
-/// A clock that went backwards (`now` before the reference) is simply not
-/// due until the next slot after the reference.
+/// A reference in the future (the clock went backwards, or the last run was
+/// recorded by a clock that ran fast) falls back to `now`: the schedule goes
+/// on from the next slot after now instead of pausing until the clock
+/// catches up with the reference.
 pub fn catch_up(
     schedule: &Schedule,
     last_run_unix_ns: Option<i64>,
     created_unix_ns: i64,
     now_unix_ns: i64,
 ) -> Result<Decision, ScheduleError> {
-    let reference = last_run_unix_ns.map_or(created_unix_ns, |l| l.max(created_unix_ns));
+    let reference = last_run_unix_ns
+        .map_or(created_unix_ns, |l| l.max(created_unix_ns))
+        .min(now_unix_ns);
     let first = next_after(schedule, reference)?;
     if first > now_unix_ns {
         return Ok(Decision::NotDue {

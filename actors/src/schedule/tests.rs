@@ -167,14 +167,16 @@ fn long_downtime_is_counted_up_to_the_cap() {
 }
 
 #[test]
-fn clock_going_back_is_not_due() {
+fn clock_going_back_is_not_due_but_does_not_pause_the_schedule() {
     let hourly = sched("0 * * * *");
-    let last = at(2026, 3, 1, 12, 0);
+    // The last run was recorded a day ahead (a clock that ran fast).
+    let last = at(2026, 3, 2, 12, 0);
     assert_eq!(
-        catch_up(&hourly, Some(last), 0, at(2026, 3, 1, 11, 0)).ok(),
+        catch_up(&hourly, Some(last), 0, at(2026, 3, 1, 11, 30)).ok(),
         Some(Decision::NotDue {
-            next_unix_ns: at(2026, 3, 1, 13, 0)
-        })
+            next_unix_ns: at(2026, 3, 1, 12, 0)
+        }),
+        "the next slot after now, not after the future reference"
     );
 }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use actix::{Message, Recipient};
 use vouch_events::{
-    Event, JobId, JobKind, KeepPolicy, PlanDefinition, PlanId, RepositoryId, SnapshotId,
+    Event, JobId, JobKind, JobSpec, KeepPolicy, PlanDefinition, PlanId, RepositoryId, SnapshotId,
     VerifyDepth,
 };
 
@@ -57,7 +57,8 @@ pub enum JobCommand {
         protect: Vec<SnapshotId>,
     },
     /// Read back whole packs of a repository: some slices of the rolling
-    /// read-back window (recorded as a verification job with no point).
+    /// read-back window (recorded as `JobKind::ReadBack`; logs before
+    /// `job.scheduled` v2 recorded it as a verification with no point).
     ReadBack {
         /// The repository.
         repository: RepositoryId,
@@ -66,6 +67,21 @@ pub enum JobCommand {
         /// How many slices the pack-name space is cut into.
         of: u32,
     },
+    /// Make a repository's manifests agree with the log's decisions: delete
+    /// the manifests of points the log forgot (retention only decides),
+    /// record `point.vanished` for live points whose manifest is gone and
+    /// `point.discovered` for manifests the log does not know. Never runs
+    /// at the same time as a backup into the same repository.
+    Reconcile {
+        /// The repository.
+        repository: RepositoryId,
+        /// Points the log forgot: their manifests must go.
+        expired: Vec<SnapshotId>,
+        /// Points the log holds live: their manifests must be there. The
+        /// dispatcher fills both lists in from the projections when the job
+        /// starts.
+        live: Vec<SnapshotId>,
+    },
 }
 
 impl JobCommand {
@@ -73,10 +89,34 @@ impl JobCommand {
     pub fn kind(&self) -> JobKind {
         match self {
             JobCommand::Backup { .. } => JobKind::Backup,
-            JobCommand::Verify { .. } | JobCommand::ReadBack { .. } => JobKind::Verify,
+            JobCommand::Verify { .. } => JobKind::Verify,
+            JobCommand::ReadBack { .. } => JobKind::ReadBack,
             JobCommand::RestoreTest { .. } => JobKind::RestoreTest,
             JobCommand::Retention { .. } => JobKind::Forget,
+            JobCommand::Reconcile { .. } => JobKind::Reconcile,
         }
+    }
+
+    /// What `job.scheduled` records of it, beyond kind, plan and point:
+    /// enough to rebuild it after a restart.
+    pub fn spec(&self, why: impl Into<String>) -> JobSpec {
+        let mut spec = JobSpec {
+            repository: Some(self.repository().clone()),
+            why: why.into(),
+            ..JobSpec::default()
+        };
+        match self {
+            JobCommand::Verify { depth, .. } => spec.depth = Some(*depth),
+            JobCommand::RestoreTest { sample_files, .. } => spec.sample_files = *sample_files,
+            JobCommand::ReadBack { slices, of, .. } => {
+                spec.slices = slices.clone();
+                spec.of = *of;
+            }
+            JobCommand::Backup { .. }
+            | JobCommand::Retention { .. }
+            | JobCommand::Reconcile { .. } => {}
+        }
+        spec
     }
 
     /// The plan it serves.
@@ -84,7 +124,7 @@ impl JobCommand {
         match self {
             JobCommand::Backup { plan, .. } | JobCommand::Retention { plan, .. } => Some(plan),
             JobCommand::Verify { plan, .. } | JobCommand::RestoreTest { plan, .. } => plan.as_ref(),
-            JobCommand::ReadBack { .. } => None,
+            JobCommand::ReadBack { .. } | JobCommand::Reconcile { .. } => None,
         }
     }
 
@@ -95,7 +135,8 @@ impl JobCommand {
             JobCommand::Verify { repository, .. }
             | JobCommand::RestoreTest { repository, .. }
             | JobCommand::Retention { repository, .. }
-            | JobCommand::ReadBack { repository, .. } => repository,
+            | JobCommand::ReadBack { repository, .. }
+            | JobCommand::Reconcile { repository, .. } => repository,
         }
     }
 
@@ -229,7 +270,7 @@ pub struct Workers {
     pub verify: Recipient<RunJob>,
     /// Restore tests.
     pub restore_test: Recipient<RunJob>,
-    /// Retention.
+    /// Retention, and reconciliation of a repository with the log.
     pub retention: Recipient<RunJob>,
 }
 
@@ -240,7 +281,7 @@ impl Workers {
             JobCommand::Backup { .. } => &self.backup,
             JobCommand::Verify { .. } | JobCommand::ReadBack { .. } => &self.verify,
             JobCommand::RestoreTest { .. } => &self.restore_test,
-            JobCommand::Retention { .. } => &self.retention,
+            JobCommand::Retention { .. } | JobCommand::Reconcile { .. } => &self.retention,
         }
     }
 }

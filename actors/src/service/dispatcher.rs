@@ -5,9 +5,20 @@
 //! second try, starts the follow-ups the policies ask for, and reports live
 //! progress.
 //!
-//! On start it reads the log: a job that was scheduled or running when the
-//! service stopped (or was killed) gets `job.abandoned` and is scheduled
-//! again while its attempts last.
+//! A retry is a recorded decision: `job.failed` and `job.scheduled
+//! {attempt + 1, due_unix_ns = now + delay, spec}` go to the log in one
+//! batch, and the job waits in the queue until its due time (read from the
+//! injected clock, re-checked on every scheduler tick and on a wake-up
+//! timer). On start it reads the log: a job that was only scheduled is
+//! queued again at its due time, as it was (no attempt is consumed); a job
+//! that was running when the service stopped (or was killed) gets
+//! `job.abandoned` and is scheduled again as its next attempt while its
+//! attempts last. Its command is rebuilt from `job.scheduled.spec`.
+//!
+//! Every running job carries a fencing token, the seq of its `job.started`:
+//! a result is accepted only from the run the dispatcher is waiting for,
+//! and a run that outlives its kind's timeout is abandoned and its slot
+//! freed.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -17,7 +28,8 @@ use actix::prelude::*;
 use tokio::sync::broadcast;
 use vouch_events::{
     AppendReceipt, Event, JobAbandoned, JobFailed, JobFinished, JobId, JobKind, JobProgress,
-    JobScheduled, JobStarted, JobState, PlanId, Projections,
+    JobScheduled, JobSpec, JobStarted, JobState, LogReader, PlanId, Projections, RepositoryId,
+    SnapshotId, VerifyDepth,
 };
 
 use super::command::{
@@ -27,8 +39,63 @@ use super::error::ServiceError;
 use super::policy;
 use super::read_model::{Query, ReadModelActor};
 use super::store::{Append, EventStore};
-use crate::clock::Clock;
+use crate::clock::{duration_to_ns, timer_delay, Clock};
 use crate::supervisor::{BackoffPolicy, RestartGate};
+
+/// How long a job of each kind may run before it is abandoned (its worker
+/// is asked to stop, its slot freed, and it is retried while its attempts
+/// last).
+#[derive(Clone, Debug)]
+pub struct JobTimeouts {
+    /// Backups.
+    pub backup: Duration,
+    /// Verifications.
+    pub verify: Duration,
+    /// Restore tests.
+    pub restore_test: Duration,
+    /// Retention.
+    pub retention: Duration,
+    /// Read-backs.
+    pub read_back: Duration,
+    /// Reconciliations.
+    pub reconcile: Duration,
+}
+
+impl Default for JobTimeouts {
+    fn default() -> Self {
+        const HOUR: u64 = 3600;
+        JobTimeouts {
+            backup: Duration::from_secs(24 * HOUR),
+            verify: Duration::from_secs(12 * HOUR),
+            restore_test: Duration::from_secs(12 * HOUR),
+            retention: Duration::from_secs(HOUR),
+            read_back: Duration::from_secs(6 * HOUR),
+            reconcile: Duration::from_secs(HOUR),
+        }
+    }
+}
+
+impl JobTimeouts {
+    /// The timeout of a kind of job.
+    pub fn of(&self, kind: JobKind) -> Duration {
+        match kind {
+            JobKind::Backup => self.backup,
+            JobKind::Verify => self.verify,
+            JobKind::RestoreTest => self.restore_test,
+            JobKind::Forget | JobKind::Prune => self.retention,
+            JobKind::ReadBack => self.read_back,
+            JobKind::Reconcile => self.reconcile,
+        }
+    }
+}
+
+/// The longest a wake-up timer waits before the queue is looked at again
+/// (the clock may have moved by more than real time did).
+const WAKE_CAP: Duration = Duration::from_secs(30);
+
+/// How long to wait before starting again a job whose `job.started` could
+/// not be recorded (the store may be restarting).
+const START_AGAIN_AFTER: Duration = Duration::from_secs(1);
 
 /// How the dispatcher runs jobs.
 #[derive(Clone, Debug)]
@@ -43,6 +110,8 @@ pub struct DispatchConfig {
     pub progress_every: Duration,
     /// How often progress is also recorded in the log (`job.progress`).
     pub progress_event_every: Duration,
+    /// How long each kind of job may run.
+    pub timeouts: JobTimeouts,
 }
 
 impl Default for DispatchConfig {
@@ -59,6 +128,7 @@ impl Default for DispatchConfig {
             .unwrap_or_default(),
             progress_every: Duration::from_secs(1),
             progress_event_every: Duration::from_secs(15),
+            timeouts: JobTimeouts::default(),
         }
     }
 }
@@ -121,15 +191,27 @@ pub struct Drain;
 #[rtype(result = "(usize, usize)")]
 pub struct Load;
 
+/// Look at the queue now: start what is due by the clock (the scheduler
+/// sends it on every tick).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Wake;
+
+#[derive(Clone)]
 struct Queued {
     job: JobId,
     command: JobCommand,
     attempt: u32,
+    /// Not started before this time, by the clock.
+    due_unix_ns: i64,
 }
 
 struct Running {
     command: JobCommand,
     attempt: u32,
+    /// The seq of this run's `job.started` (0 while it is being recorded):
+    /// only this run's result is accepted.
+    token: u64,
     cancel: CancelToken,
     progress: ProgressCell,
     last: Option<(Instant, u64)>,
@@ -153,18 +235,23 @@ pub struct Dispatcher {
     /// The last sequence number this dispatcher recorded: after a restart
     /// it reads the jobs from projections that include it.
     seen_seq: u64,
-    /// The commands of the jobs a restart cut short: the retry runs the
-    /// very same command (the log cannot rebuild every kind, e.g. a
-    /// read-back's slices).
+    /// The commands of the jobs a restart cut short (the log's spec
+    /// rebuilds them too; these are exact).
     orphans: HashMap<JobId, JobCommand>,
+    /// Reads `job.scheduled` specs on recovery.
+    log: LogReader,
+    /// The pending wake-up for the earliest job not yet due.
+    wake: Option<(i64, SpawnHandle)>,
     gate: RestartGate,
 }
 
 impl Dispatcher {
     /// A dispatcher sending work to `workers`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Addr<EventStore>,
         read: Addr<ReadModelActor>,
+        log: LogReader,
         workers: Workers,
         clock: Arc<dyn Clock>,
         config: DispatchConfig,
@@ -173,6 +260,8 @@ impl Dispatcher {
     ) -> Self {
         Dispatcher {
             gate,
+            log,
+            wake: None,
             seen_seq: 0,
             orphans: HashMap::new(),
             store,
@@ -199,7 +288,9 @@ impl Dispatcher {
             JobCommand::Verify { point, .. } | JobCommand::RestoreTest { point, .. } => {
                 point.short()
             }
-            JobCommand::ReadBack { repository, .. } => format!("read-back-{repository}"),
+            JobCommand::ReadBack { repository, .. } | JobCommand::Reconcile { repository, .. } => {
+                repository.to_string()
+            }
         };
         let salt = blake3::hash(format!("{}{}", self.clock.now_unix_ns(), self.next_id).as_bytes());
         JobId::new(format!(
@@ -268,41 +359,59 @@ impl Dispatcher {
         self.is_open(|c| {
             c.kind() == kind
                 && match kind {
-                    // A read-back has no point: one per repository.
                     JobKind::Verify | JobKind::RestoreTest => {
                         c.point() == point && c.repository() == command.repository()
+                    }
+                    // No point, no plan: one per repository.
+                    JobKind::ReadBack | JobKind::Reconcile => {
+                        c.repository() == command.repository()
                     }
                     _ => c.plan().cloned() == plan,
                 }
         })
     }
 
-    /// Records `job.scheduled` and queues the job.
+    /// The `job.scheduled` of a job's attempt.
+    fn scheduled_event(
+        job: &JobId,
+        command: &JobCommand,
+        attempt: u32,
+        due_unix_ns: i64,
+        why: &str,
+    ) -> Event {
+        JobScheduled {
+            job: job.clone(),
+            kind: command.kind(),
+            plan: command.plan().cloned(),
+            point: command.point(),
+            due_unix_ns,
+            attempt,
+            spec: command.spec(why),
+        }
+        .into()
+    }
+
+    /// Records `job.scheduled` and queues the job (due now).
     fn schedule(
         &mut self,
         ctx: &mut Context<Self>,
         job: JobId,
         command: JobCommand,
         attempt: u32,
+        why: &str,
         reply: Option<tokio::sync::oneshot::Sender<Result<JobId, ServiceError>>>,
     ) {
-        let event = JobScheduled {
-            job: job.clone(),
-            kind: command.kind(),
-            plan: command.plan().cloned(),
-            point: command.point(),
-            due_unix_ns: self.clock.now_unix_ns(),
-            attempt,
-            spec: Default::default(),
-        };
-        tracing::info!(job = %job, kind = kind_name(command.kind()), attempt, "job scheduled");
-        self.record(ctx, vec![event.into()], move |act, ctx, res| {
+        let due_unix_ns = self.clock.now_unix_ns();
+        let event = Self::scheduled_event(&job, &command, attempt, due_unix_ns, why);
+        tracing::info!(job = %job, kind = kind_name(command.kind()), attempt, why, "job scheduled");
+        self.record(ctx, vec![event], move |act, ctx, res| {
             let answer = res.map(|_| job.clone());
             if answer.is_ok() {
                 act.queue.push_back(Queued {
                     job,
                     command,
                     attempt,
+                    due_unix_ns,
                 });
                 act.dispatch(ctx);
             }
@@ -312,28 +421,63 @@ impl Dispatcher {
         });
     }
 
-    /// Starts queued jobs while there is room (never two backups of one
-    /// plan).
+    /// Whether `q` may start now beside what runs: never two backups of one
+    /// plan, never a reconciliation beside a backup into the same
+    /// repository.
+    fn may_start(&self, q: &Queued) -> bool {
+        let kind = q.command.kind();
+        let repo = q.command.repository();
+        self.running.values().all(|r| {
+            let rk = r.command.kind();
+            let same_repo = r.command.repository() == repo;
+            match (kind, rk) {
+                (JobKind::Backup, JobKind::Backup) => {
+                    q.command.plan().is_none() || q.command.plan() != r.command.plan()
+                }
+                (JobKind::Backup, JobKind::Reconcile) | (JobKind::Reconcile, JobKind::Backup) => {
+                    !same_repo
+                }
+                _ => true,
+            }
+        })
+    }
+
+    /// Starts queued jobs that are due while there is room, and arms a
+    /// wake-up for the earliest one that is not due yet.
     fn dispatch(&mut self, ctx: &mut Context<Self>) {
         if self.stopping {
             return;
         }
+        let now = self.clock.now_unix_ns();
         while self.running.len() < self.config.max_concurrent.max(1) {
-            let busy_plans: Vec<PlanId> = self
-                .running
-                .values()
-                .filter(|r| r.command.kind() == JobKind::Backup)
-                .filter_map(|r| r.command.plan().cloned())
-                .collect();
-            let pos = self.queue.iter().position(|q| {
-                q.command.kind() != JobKind::Backup
-                    || q.command.plan().is_none_or(|p| !busy_plans.contains(p))
-            });
+            let pos = self
+                .queue
+                .iter()
+                .position(|q| q.due_unix_ns <= now && self.may_start(q));
             let Some(pos) = pos else { break };
             let Some(q) = self.queue.remove(pos) else {
                 break;
             };
             self.start(ctx, q);
+        }
+        let earliest = self
+            .queue
+            .iter()
+            .filter(|q| q.due_unix_ns > now)
+            .map(|q| q.due_unix_ns)
+            .min();
+        if let Some(due) = earliest {
+            if self.wake.as_ref().is_none_or(|(at, _)| *at != due) {
+                if let Some((_, h)) = self.wake.take() {
+                    ctx.cancel_future(h);
+                }
+                let delay = timer_delay(self.clock.as_ref(), due, WAKE_CAP);
+                let h = ctx.run_later(delay, |act, ctx| {
+                    act.wake = None;
+                    act.dispatch(ctx);
+                });
+                self.wake = Some((due, h));
+            }
         }
     }
 
@@ -349,7 +493,7 @@ impl Dispatcher {
             self.running.insert(job.clone(), self.running_entry(&q));
             self.with_projections(
                 ctx,
-                0,
+                self.seen_seq,
                 move |p| policy::retention_protects(p, &plan, now),
                 move |act, ctx, res| {
                     act.running.remove(&job);
@@ -369,6 +513,33 @@ impl Dispatcher {
             );
             return;
         }
+        if let JobCommand::Reconcile { repository, .. } = &q.command {
+            let repository = repository.clone();
+            let job = q.job.clone();
+            self.running.insert(job.clone(), self.running_entry(&q));
+            self.with_projections(
+                ctx,
+                self.seen_seq,
+                move |p| policy::reconcile_lists(p, &repository),
+                move |act, ctx, res| {
+                    act.running.remove(&job);
+                    match res {
+                        Ok((e, l)) => {
+                            if let JobCommand::Reconcile { expired, live, .. } = &mut q.command {
+                                *expired = e;
+                                *live = l;
+                            }
+                            act.launch(ctx, q);
+                        }
+                        Err(e) => {
+                            tracing::error!(job = %job, error = %e, "could not read the points to reconcile; it is not run");
+                            act.after_change(ctx);
+                        }
+                    }
+                },
+            );
+            return;
+        }
         self.launch(ctx, q);
     }
 
@@ -376,6 +547,7 @@ impl Dispatcher {
         Running {
             command: q.command.clone(),
             attempt: q.attempt,
+            token: 0,
             cancel: CancelToken::default(),
             progress: ProgressCell::default(),
             last: None,
@@ -399,30 +571,105 @@ impl Dispatcher {
         };
         let job = q.job.clone();
         self.record(ctx, vec![started.into()], move |act, ctx, res| {
-            if let Err(e) = res {
-                tracing::error!(job = %job, error = %e, "could not record the start of a job; it is not run");
-                act.running.remove(&job);
-                return;
+            let receipt = match res {
+                Ok(r) => r,
+                Err(e) => {
+                    // Ambiguous: the store may have written `job.started`
+                    // before failing. The job is not dropped: it is queued
+                    // again (a second start is recorded as a retry of the
+                    // same attempt) and the queue goes on.
+                    tracing::error!(job = %job, error = %e, "could not record the start of a job; it is queued again");
+                    act.running.remove(&job);
+                    let mut again = q;
+                    again.due_unix_ns = act
+                        .clock
+                        .now_unix_ns()
+                        .saturating_add(duration_to_ns(START_AGAIN_AFTER));
+                    act.queue.push_front(again);
+                    act.after_change(ctx);
+                    return;
+                }
+            };
+            let token = receipt.last_seq;
+            match act.running.get_mut(&job) {
+                Some(r) => r.token = token,
+                None => return,
             }
-            tracing::info!(job = %job, kind = kind_name(q.command.kind()), "job started");
+            let kind = q.command.kind();
+            let span = tracing::info_span!("job", job = %job, kind = kind_name(kind), attempt = q.attempt, token);
+            let _enter = span.enter();
+            tracing::info!("job started");
             let recipient = act.workers.for_command(&q.command).clone();
-            let run = recipient.send(RunJob {
-                job: job.clone(),
-                command: q.command,
-                cancel,
-                progress,
-            });
-            ctx.spawn(run.into_actor(act).map(move |res, act, ctx| {
-                let outcome = match res {
-                    Ok(outcome) => outcome,
-                    Err(e) => Err(JobFailure::new(
+            let limit = act.config.timeouts.of(kind);
+            let run = actix::clock::timeout(
+                limit,
+                recipient.send(RunJob {
+                    job: job.clone(),
+                    command: q.command,
+                    cancel,
+                    progress,
+                }),
+            );
+            ctx.spawn(run.into_actor(act).map(move |res, act, ctx| match res {
+                Ok(Ok(outcome)) => act.finished(ctx, job, token, outcome),
+                Ok(Err(e)) => act.finished(
+                    ctx,
+                    job,
+                    token,
+                    Err(JobFailure::new(
                         "worker_unavailable",
                         format!("the worker for this job is not available: {e}"),
                         true,
                     )),
-                };
-                act.finished(ctx, job, outcome);
+                ),
+                Err(_) => act.timed_out(ctx, job, token, limit),
             }));
+        });
+    }
+
+    /// A run outlived its kind's timeout: it is asked to stop, abandoned,
+    /// its slot freed, and scheduled again while its attempts last (the run
+    /// consumed one). A result it sends later is dropped (its token is
+    /// stale).
+    fn timed_out(&mut self, ctx: &mut Context<Self>, job: JobId, token: u64, limit: Duration) {
+        if self.running.get(&job).is_none_or(|r| r.token != token) {
+            return;
+        }
+        let Some(run) = self.running.remove(&job) else {
+            return;
+        };
+        run.cancel.cancel();
+        let reason = format!(
+            "the job ran longer than its timeout ({} s); its worker was asked to stop",
+            limit.as_secs()
+        );
+        tracing::warn!(job = %job, reason, "job abandoned");
+        let mut events: Vec<Event> = vec![JobAbandoned {
+            job: job.clone(),
+            reason,
+        }
+        .into()];
+        let retry = run.attempt < self.config.max_attempts;
+        let due = self.clock.now_unix_ns();
+        if retry {
+            events.push(Self::scheduled_event(
+                &job,
+                &run.command,
+                run.attempt + 1,
+                due,
+                "retry after a timeout",
+            ));
+        }
+        self.record(ctx, events, move |act, ctx, res| {
+            if res.is_ok() && retry && !act.stopping {
+                act.queue.push_back(Queued {
+                    job,
+                    command: run.command,
+                    attempt: run.attempt + 1,
+                    due_unix_ns: due,
+                });
+            }
+            act.after_change(ctx);
         });
     }
 
@@ -431,8 +678,14 @@ impl Dispatcher {
         &mut self,
         ctx: &mut Context<Self>,
         job: JobId,
+        token: u64,
         outcome: Result<JobOutput, JobFailure>,
     ) {
+        // Fencing: only the run this dispatcher waits for may end the job.
+        if self.running.get(&job).is_none_or(|r| r.token != token) {
+            tracing::warn!(job = %job, token, "result of a superseded run dropped");
+            return;
+        }
         let Some(run) = self.running.remove(&job) else {
             return;
         };
@@ -460,6 +713,29 @@ impl Dispatcher {
                 );
             }
         }
+        // A retry is a decision recorded with the failure, in one batch:
+        // `job.scheduled {attempt + 1, due = now + delay}`.
+        let retry = failure
+            .as_ref()
+            .filter(|f| f.retryable && run.attempt < self.config.max_attempts)
+            .map(|f| {
+                let delay = self.config.retry_backoff.delay(run.attempt);
+                let due = self
+                    .clock
+                    .now_unix_ns()
+                    .saturating_add(duration_to_ns(delay));
+                (due, delay, format!("retry after {}", f.kind))
+            });
+        if let Some((due, delay, why)) = &retry {
+            tracing::info!(job = %job, attempt = run.attempt + 1, delay_ms = delay.as_millis() as u64, "job will be retried");
+            events.push(Self::scheduled_event(
+                &job,
+                &run.command,
+                run.attempt + 1,
+                *due,
+                why,
+            ));
+        }
         self.record(ctx, events, move |act, ctx, res| {
             let receipt = match res {
                 Ok(r) => r,
@@ -469,29 +745,28 @@ impl Dispatcher {
                     return;
                 }
             };
-            let retry = failure
-                .as_ref()
-                .is_some_and(|f| f.retryable && run.attempt < act.config.max_attempts);
-            if retry && !act.stopping {
-                let delay = act.config.retry_backoff.delay(run.attempt);
-                tracing::info!(job = %job, attempt = run.attempt + 1, delay_ms = delay.as_millis() as u64, "job will be retried");
-                let command = run.command.clone();
-                let attempt = run.attempt + 1;
-                ctx.run_later(delay, move |act, ctx| {
-                    if act.duplicate_of(&command).is_none() && !act.stopping {
-                        act.schedule(ctx, job, command, attempt, None);
-                    }
-                });
+            if let Some((due, _, _)) = retry {
+                // Stopping: the log holds the decision; the next start
+                // queues it at its due time.
+                if !act.stopping {
+                    act.queue.push_back(Queued {
+                        job,
+                        command: run.command.clone(),
+                        attempt: run.attempt + 1,
+                        due_unix_ns: due,
+                    });
+                }
             }
             if failure.is_none() {
+                let (seq, now) = (receipt.last_seq, act.clock.now_unix_ns());
                 act.with_projections(
                     ctx,
                     receipt.last_seq,
-                    move |p| policy::follow_ups(p, kind, &produced),
+                    move |p| policy::follow_ups(p, kind, &produced, seq, now),
                     |act, ctx, res| match res {
                         Ok(next) => {
-                            for command in next {
-                                act.enqueue_internal(ctx, command);
+                            for (command, why) in next {
+                                act.enqueue_internal(ctx, command, &why);
                             }
                         }
                         Err(e) => tracing::error!(error = %e, "could not plan follow-up jobs"),
@@ -513,12 +788,12 @@ impl Dispatcher {
 
     /// Schedules a job the service itself decided on (follow-ups, periodic
     /// checks, retries); duplicates are dropped.
-    fn enqueue_internal(&mut self, ctx: &mut Context<Self>, command: JobCommand) {
+    fn enqueue_internal(&mut self, ctx: &mut Context<Self>, command: JobCommand, why: &str) {
         if self.stopping || self.duplicate_of(&command).is_some() {
             return;
         }
         let job = self.new_job_id(&command);
-        self.schedule(ctx, job, command, 1, None);
+        self.schedule(ctx, job, command, 1, why, None);
     }
 
     /// Sends live progress and, now and then, records it.
@@ -586,8 +861,13 @@ impl Dispatcher {
         }
     }
 
-    /// After a start: every job the log says was scheduled or running is
-    /// abandoned (its worker died with the old process) and retried.
+    /// After a start (or a restart of this actor): every job the log says
+    /// is open is taken up again. One that was only scheduled is queued at
+    /// its recorded due time with its recorded attempt (nothing was lost,
+    /// no attempt is consumed). One that was running was lost with its
+    /// worker: `job.abandoned`, and it is scheduled again as its next
+    /// attempt while its attempts last. Commands are rebuilt from the
+    /// latest `job.scheduled.spec` of each job.
     fn recover(&mut self, ctx: &mut Context<Self>) {
         self.with_projections(
             ctx,
@@ -597,7 +877,7 @@ impl Dispatcher {
                     .jobs
                     .values()
                     .filter(|j| !j.state.is_terminal())
-                    .map(|j| (j.clone(), rebuild_command(p, j)))
+                    .cloned()
                     .collect::<Vec<_>>()
             },
             |act, ctx, res| {
@@ -608,83 +888,227 @@ impl Dispatcher {
                         return;
                     }
                 };
-                let restarted = act.gate.restarts() > 0;
-                let mut orphans = std::mem::take(&mut act.orphans);
-                for (job, rebuilt) in jobs {
-                    let command = orphans.remove(&job.id).or(rebuilt);
-                    let reason = match (restarted, job.state) {
-                        (false, JobState::Running) => "the service stopped while the job was running",
-                        (false, _) => "the service stopped before the job started",
-                        (true, JobState::Running) => "the dispatcher failed and was restarted while the job was running",
-                        (true, _) => "the dispatcher failed and was restarted before the job started",
-                    };
-                    tracing::warn!(job = %job.id, reason, "job abandoned");
-                    let abandoned = JobAbandoned {
-                        job: job.id.clone(),
-                        reason: reason.into(),
-                    };
-                    let attempt = job.attempt;
-                    let max = act.config.max_attempts;
-                    act.record(ctx, vec![abandoned.into()], move |act, ctx, res| {
-                        if res.is_err() {
-                            return;
-                        }
-                        match command {
-                            Some(_) if act.stopping => {}
-                            Some(command) if attempt < max => {
-                                act.schedule(ctx, job.id, command, attempt + 1, None)
-                            }
-                            _ => tracing::warn!(job = %job.id, "abandoned job is not retried (no attempts left or its plan is gone)"),
-                        }
-                    });
+                if jobs.is_empty() {
+                    act.orphans.clear();
+                    return;
                 }
+                let from = jobs.iter().map(|j| j.scheduled.seq).min().unwrap_or(1);
+                let wanted: std::collections::HashSet<JobId> =
+                    jobs.iter().map(|j| j.id.clone()).collect();
+                let log = act.log.clone();
+                let read = tokio::task::spawn_blocking(move || latest_schedules(&log, from, &wanted));
+                ctx.wait(read.into_actor(act).map(move |res, act, ctx| {
+                    let specs = match res {
+                        Ok(Ok(specs)) => specs,
+                        Ok(Err(e)) => {
+                            tracing::error!(error = %e, "could not read the schedules of unfinished jobs from the log");
+                            HashMap::new()
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "could not read the schedules of unfinished jobs from the log");
+                            HashMap::new()
+                        }
+                    };
+                    act.with_projections(
+                        ctx,
+                        act.seen_seq,
+                        move |p| {
+                            jobs.into_iter()
+                                .map(|j| {
+                                    let sched = specs.get(&j.id).cloned();
+                                    let cmd = rebuild_command(p, &j, sched.as_ref().map(|s| &s.spec));
+                                    let due = sched.map_or(j.updated.unix_ns, |s| s.due_unix_ns);
+                                    (j, cmd, due)
+                                })
+                                .collect::<Vec<_>>()
+                        },
+                        |act, ctx, res| match res {
+                            Ok(jobs) => act.take_up(ctx, jobs),
+                            Err(e) => tracing::error!(error = %e, "could not rebuild unfinished jobs"),
+                        },
+                    );
+                }));
             },
         );
     }
+
+    fn take_up(
+        &mut self,
+        ctx: &mut Context<Self>,
+        jobs: Vec<(vouch_events::Job, Option<JobCommand>, i64)>,
+    ) {
+        let restarted = self.gate.restarts() > 0;
+        let mut orphans = std::mem::take(&mut self.orphans);
+        for (job, rebuilt, due) in jobs {
+            let command = orphans.remove(&job.id).or(rebuilt);
+            if self.queue.iter().any(|q| q.job == job.id) || self.running.contains_key(&job.id) {
+                continue;
+            }
+            if job.state != JobState::Running {
+                match command {
+                    Some(command) => {
+                        if self.stopping {
+                            continue;
+                        }
+                        tracing::info!(job = %job.id, attempt = job.attempt, due, "scheduled job queued again at its due time");
+                        self.queue.push_back(Queued {
+                            job: job.id,
+                            command,
+                            attempt: job.attempt.max(1),
+                            due_unix_ns: due,
+                        });
+                    }
+                    None => {
+                        let abandoned = JobAbandoned {
+                            job: job.id.clone(),
+                            reason: "its plan is gone, or the log does not say what it was to do"
+                                .into(),
+                        };
+                        tracing::warn!(job = %job.id, "scheduled job cannot be rebuilt; abandoned");
+                        self.record(ctx, vec![abandoned.into()], |_, _, _| {});
+                    }
+                }
+                continue;
+            }
+            let reason = if restarted {
+                "the dispatcher failed and was restarted while the job was running"
+            } else {
+                "the service stopped while the job was running"
+            };
+            tracing::warn!(job = %job.id, reason, "job abandoned");
+            let mut events: Vec<Event> = vec![JobAbandoned {
+                job: job.id.clone(),
+                reason: reason.into(),
+            }
+            .into()];
+            let attempt = job.attempt.max(1);
+            let retry = command.filter(|_| attempt < self.config.max_attempts && !self.stopping);
+            let now = self.clock.now_unix_ns();
+            if let Some(command) = &retry {
+                events.push(Self::scheduled_event(
+                    &job.id,
+                    command,
+                    attempt + 1,
+                    now,
+                    "retry: its run was lost",
+                ));
+            } else {
+                tracing::warn!(job = %job.id, "abandoned job is not retried (no attempts left or its plan is gone)");
+            }
+            let id = job.id;
+            self.record(ctx, events, move |act, ctx, res| {
+                if let (Ok(_), Some(command)) = (res, retry) {
+                    act.queue.push_back(Queued {
+                        job: id,
+                        command,
+                        attempt: attempt + 1,
+                        due_unix_ns: now,
+                    });
+                }
+                act.after_change(ctx);
+            });
+        }
+        self.after_change(ctx);
+    }
 }
 
-fn repository_of(p: &Projections, point: &vouch_events::SnapshotId) -> vouch_events::RepositoryId {
-    p.points.points.get(point).map_or_else(
-        || vouch_events::RepositoryId::new("default"),
-        |pt| pt.repository.clone(),
-    )
+/// The latest `job.scheduled` of each job in `wanted`, read from the log
+/// from `from` on.
+fn latest_schedules(
+    log: &LogReader,
+    from: u64,
+    wanted: &std::collections::HashSet<JobId>,
+) -> Result<HashMap<JobId, JobScheduled>, ServiceError> {
+    let mut out = HashMap::new();
+    for env in log.replay_from(from.max(1))? {
+        if let Event::JobScheduled(s) = env?.event {
+            if wanted.contains(&s.job) {
+                out.insert(s.job.clone(), s);
+            }
+        }
+    }
+    Ok(out)
 }
 
-/// The command of a job as the log describes it (none when its plan is
-/// gone).
-fn rebuild_command(p: &Projections, j: &vouch_events::Job) -> Option<JobCommand> {
+fn repository_of(p: &Projections, point: &SnapshotId) -> RepositoryId {
+    p.points
+        .points
+        .get(point)
+        .map_or_else(|| RepositoryId::new("default"), |pt| pt.repository.clone())
+}
+
+/// The command of a job as the log describes it: its kind, plan and point,
+/// and the spec of its latest `job.scheduled` (none when its plan is gone,
+/// or when a log from before `job.scheduled` v2 does not say enough, e.g. a
+/// read-back's slices). A v1 spec is empty: the plan's current definition
+/// fills in depth and sample.
+pub(crate) fn rebuild_command(
+    p: &Projections,
+    j: &vouch_events::Job,
+    spec: Option<&JobSpec>,
+) -> Option<JobCommand> {
     let plan = j
         .plan
         .as_ref()
         .and_then(|id| p.plans.plans.get(id))
         .filter(|pl| pl.removed.is_none());
+    let v2 = spec.filter(|s| s.repository.is_some());
+    let repository =
+        |fallback: RepositoryId| v2.and_then(|s| s.repository.clone()).unwrap_or(fallback);
     match j.kind {
         JobKind::Backup => plan.map(|pl| JobCommand::Backup {
             plan: pl.id.clone(),
             definition: pl.definition.clone(),
         }),
-        JobKind::Verify => j.point.map(|point| JobCommand::Verify {
-            point,
-            plan: j.plan.clone(),
-            repository: repository_of(p, &point),
-            depth: plan.map_or(vouch_events::VerifyDepth::Structure, |pl| {
-                pl.definition.verification.depth
+        JobKind::Verify => match j.point {
+            Some(point) => Some(JobCommand::Verify {
+                point,
+                plan: j.plan.clone(),
+                repository: repository(repository_of(p, &point)),
+                depth: v2.and_then(|s| s.depth).unwrap_or_else(|| {
+                    plan.map_or(VerifyDepth::Structure, |pl| {
+                        pl.definition.verification.depth
+                    })
+                }),
             }),
-        }),
+            // A v1 read-back: a verification with no point.
+            None => read_back_of(v2),
+        },
         JobKind::RestoreTest => j.point.map(|point| JobCommand::RestoreTest {
             point,
             plan: j.plan.clone(),
-            repository: repository_of(p, &point),
-            sample_files: plan.and_then(|pl| pl.definition.restore_test.sample_files),
+            repository: repository(repository_of(p, &point)),
+            sample_files: match v2 {
+                Some(s) => s.sample_files,
+                None => plan.and_then(|pl| pl.definition.restore_test.sample_files),
+            },
         }),
         JobKind::Forget => plan.map(|pl| JobCommand::Retention {
             plan: pl.id.clone(),
-            repository: pl.definition.repository.clone(),
+            repository: repository(pl.definition.repository.clone()),
             keep: pl.definition.retention.clone(),
             protect: Vec::new(),
         }),
-        JobKind::Prune | JobKind::ReadBack | JobKind::Reconcile => None,
+        JobKind::ReadBack => read_back_of(v2),
+        JobKind::Reconcile => {
+            v2.and_then(|s| s.repository.clone())
+                .map(|repository| JobCommand::Reconcile {
+                    repository,
+                    expired: Vec::new(),
+                    live: Vec::new(),
+                })
+        }
+        JobKind::Prune => None,
     }
+}
+
+fn read_back_of(spec: Option<&JobSpec>) -> Option<JobCommand> {
+    let s = spec.filter(|s| s.of > 0 && !s.slices.is_empty())?;
+    Some(JobCommand::ReadBack {
+        repository: s.repository.clone()?,
+        slices: s.slices.clone(),
+        of: s.of,
+    })
 }
 
 impl Actor for Dispatcher {
@@ -724,6 +1148,7 @@ impl Supervised for Dispatcher {
         for q in self.queue.drain(..) {
             self.orphans.insert(q.job, q.command);
         }
+        self.wake = None;
     }
 }
 
@@ -744,7 +1169,7 @@ impl Handler<Enqueue> for Dispatcher {
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job = self.new_job_id(&command);
-        self.schedule(ctx, job, command, 1, Some(tx));
+        self.schedule(ctx, job, command, 1, "asked for", Some(tx));
         Box::pin(async move {
             rx.await
                 .map_err(|_| ServiceError::Unavailable("the dispatcher restarted".into()))?
@@ -828,7 +1253,16 @@ impl Handler<EnqueueMany> for Dispatcher {
 
     fn handle(&mut self, msg: EnqueueMany, ctx: &mut Self::Context) {
         for command in msg.0 {
-            self.enqueue_internal(ctx, command);
+            self.enqueue_internal(ctx, command, "schedule");
         }
+        self.dispatch(ctx);
+    }
+}
+
+impl Handler<Wake> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Wake, ctx: &mut Self::Context) {
+        self.dispatch(ctx);
     }
 }

@@ -17,7 +17,7 @@ use super::dispatcher::{Cancel, DispatchConfig, Dispatcher, Drain, Enqueue, Live
 use super::error::ServiceError;
 use super::read_model::{Query, ReadModelActor};
 use super::scheduler::{next_run, Scheduler, SchedulerConfig, Tick};
-use super::store::{Append, EventStore, Subscribe, LIVE_CAPACITY};
+use super::store::{Append, AppendHealth, AppendStatus, EventStore, Subscribe, LIVE_CAPACITY};
 use super::supervise;
 use crate::clock::Clock;
 use crate::{BackoffPolicy, RestartGate};
@@ -37,6 +37,10 @@ pub struct ServiceConfig {
     pub version: String,
 }
 
+/// How far behind the log's last recorded event the wall clock may read at
+/// start before `service.clock_stepped` is recorded.
+pub const CLOCK_STEP_TOLERANCE: Duration = Duration::from_secs(60);
+
 /// The door to the running service: cheap to clone, usable from any
 /// arbiter (HTTP workers included).
 #[derive(Clone)]
@@ -50,6 +54,7 @@ pub struct ServiceHandle {
     live: broadcast::Sender<Arc<Envelope>>,
     progress: broadcast::Sender<Arc<LiveProgress>>,
     clock: Arc<dyn Clock>,
+    health: Arc<AppendHealth>,
     config: Arc<ServiceConfig>,
     stopping: Arc<AtomicBool>,
 }
@@ -74,13 +79,13 @@ pub async fn start(
     let (live, _) = broadcast::channel(LIVE_CAPACITY);
     let (progress, _) = broadcast::channel(256);
 
+    let health = Arc::new(AppendHealth::default());
     let store_arbiter = Arbiter::new();
     let store = {
-        let log = log.clone();
-        let live = live.clone();
+        let (log, live, health, c) = (log.clone(), live.clone(), health.clone(), clock.clone());
         let gate = RestartGate::new(config.restart, clock.clone());
         supervise::start_in_arbiter("event-store", &store_arbiter.handle(), move |_| {
-            EventStore::new(log, live, gate)
+            EventStore::new(log, live, health, c, gate)
         })
     };
     let read = {
@@ -94,12 +99,44 @@ pub async fn start(
     };
     store.send(Subscribe(read.clone().recipient())).await?;
 
-    store
-        .send(Append(vec![ServiceStarted {
+    // A wall clock earlier than the log's last recorded event (by more
+    // than a tolerance) is recorded once, with the start.
+    let last_recorded = {
+        let (reader, last) = (reader.clone(), log.last_seq());
+        tokio::task::spawn_blocking(move || -> Option<i64> {
+            if last == 0 {
+                return None;
+            }
+            let mut replay = reader.replay_from(last).ok()?;
+            replay.next()?.ok().map(|e| e.recorded_unix_ns)
+        })
+        .await?
+    };
+    let mut first: Vec<Event> = Vec::new();
+    let now = clock.now_unix_ns();
+    if let Some(previous) = last_recorded {
+        if now < previous.saturating_sub(crate::duration_to_ns(CLOCK_STEP_TOLERANCE)) {
+            tracing::warn!(
+                previous,
+                now,
+                "the wall clock reads earlier than the log's last event"
+            );
+            first.push(
+                vouch_events::ClockStepped {
+                    previous_unix_ns: previous,
+                    now_unix_ns: now,
+                }
+                .into(),
+            );
+        }
+    }
+    first.push(
+        ServiceStarted {
             version: config.version.clone(),
         }
-        .into()]))
-        .await??;
+        .into(),
+    );
+    store.send(Append(first)).await??;
 
     let dispatcher = {
         let (store, read, clock, dispatch, progress) = (
@@ -110,8 +147,11 @@ pub async fn start(
             progress.clone(),
         );
         let gate = RestartGate::new(config.restart, clock.clone());
+        let reader = reader.clone();
         supervise::start("dispatcher", move |_| {
-            Dispatcher::new(store, read, workers, clock, dispatch, progress, gate)
+            Dispatcher::new(
+                store, read, reader, workers, clock, dispatch, progress, gate,
+            )
         })
     };
     let scheduler = {
@@ -134,8 +174,9 @@ pub async fn start(
             config.alerting.clone(),
         );
         let gate = RestartGate::new(config.restart, clock.clone());
+        let reader = reader.clone();
         supervise::start("alerter", move |_| {
-            Alerter::new(store, read, clock, alerting, gate)
+            Alerter::new(store, read, reader, clock, alerting, gate)
         })
     };
     store.send(Subscribe(alerter.clone().recipient())).await?;
@@ -150,6 +191,7 @@ pub async fn start(
         live,
         progress,
         clock,
+        health,
         config: Arc::new(config),
         stopping: Arc::new(AtomicBool::new(false)),
     })
@@ -160,6 +202,12 @@ impl ServiceHandle {
     #[cfg(test)]
     pub(crate) fn dispatcher(&self) -> &Addr<Dispatcher> {
         &self.dispatcher
+    }
+
+    /// The alerter (tests make it fail).
+    #[cfg(test)]
+    pub(crate) fn alerter(&self) -> &Addr<Alerter> {
+        &self.alerter
     }
 
     /// Appends events durably; answered once they are on disk.
@@ -255,6 +303,11 @@ impl ServiceHandle {
     /// The seq of the last durable event.
     pub fn last_seq(&self) -> u64 {
         self.log.last_seq()
+    }
+
+    /// Whether the log takes writes (readiness, metrics, escalation).
+    pub fn append_status(&self) -> AppendStatus {
+        self.health.status()
     }
 
     /// The rolling read-back's window, when it is on.

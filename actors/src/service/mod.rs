@@ -26,17 +26,18 @@ mod supervise;
 mod tests;
 
 pub use alerting::{
-    delivery_name, incidents, render, AlertingConfig, Evaluate, Incident, Notification, Receiver,
-    WebhookFormat,
+    delivery_name, fact_incidents, incidents, incidents_with, render, AlertFacts, AlertingConfig,
+    Evaluate, Incident, Notification, Receiver, WebhookFormat, ONE_OFF_ALERT_FOR,
 };
 pub use command::{
     CancelToken, JobCommand, JobFailure, JobOutput, ProgressCell, ProgressReading, RunJob, Workers,
 };
-pub use dispatcher::{kind_name, DispatchConfig, LiveProgress};
+pub use dispatcher::{kind_name, DispatchConfig, JobTimeouts, LiveProgress};
 pub use error::ServiceError;
 pub use handle::{start, ServiceConfig, ServiceHandle};
 pub use policy::{
-    follow_ups, live_points, periodic_checks, read_back_due, retention_protects, ReadBackWindow,
+    follow_ups, live_points, periodic_checks, read_back_due, reconcile_lists, repositories_in_use,
+    restore_sample, retention_protects, ReadBackWindow, SUSPECT_POINTS_BOUND,
 };
 pub use scheduler::{next_run, SchedulerConfig};
-pub use store::LIVE_CAPACITY;
+pub use store::{AppendHealth, AppendStatus, LIVE_CAPACITY};

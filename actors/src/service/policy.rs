@@ -4,7 +4,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use vouch_events::{Event, JobKind, Plan, PlanId, Point, PointState, Projections, SnapshotId};
+use vouch_events::{
+    Event, JobKind, Plan, PlanId, Point, PointState, Projections, RepositoryId, SnapshotId,
+    VerifyDepth,
+};
 
 use super::command::JobCommand;
 use crate::clock::duration_to_ns;
@@ -52,11 +55,89 @@ fn open_jobs(p: &Projections) -> HashSet<(JobKind, PlanId)> {
         .collect()
 }
 
-/// What to run after a job ended with `events` recorded: verify a new
-/// point (if the plan says so), apply retention after a backup, and
-/// restore-test a point whose verification passed (if the plan tests).
-pub fn follow_ups(p: &Projections, kind: JobKind, events: &[Event]) -> Vec<JobCommand> {
+/// How many live points a read-back that could not tell which points use
+/// its damaged packs sends to a full verification (newest first).
+pub const SUSPECT_POINTS_BOUND: usize = 32;
+
+/// The sample a restore test of `plan` should take at `now_ns` (none: a
+/// complete test): complete when the plan's proof policy asks for one at
+/// least every `full_every` and its last complete restore test (read from
+/// its points' `last_restore_test.evidence.complete`) is older than that,
+/// or there is none; the plan's `sample_files` otherwise.
+pub fn restore_sample(p: &Projections, plan: &Plan, now_ns: i64) -> Option<u64> {
+    let def = &plan.definition.restore_test;
+    let sample = def.sample_files?;
+    let Some(full_every) = def.full_every else {
+        return Some(sample);
+    };
+    let last_complete = p
+        .points
+        .of_plan(&plan.id)
+        .filter_map(|pt| pt.last_restore_test.as_ref())
+        .filter(|r| r.passed && r.evidence.complete)
+        .map(|r| r.at.unix_ns)
+        .max();
+    match last_complete {
+        Some(t) if now_ns.saturating_sub(t) < duration_to_ns(full_every) => Some(sample),
+        _ => None,
+    }
+}
+
+/// A full (`ReadAll`) verification of every point a read-back found
+/// damage under: the points it names, or, when it could not tell, every
+/// live point of the repository, newest first, at most
+/// [`SUSPECT_POINTS_BOUND`].
+fn verify_damaged(
+    p: &Projections,
+    r: &vouch_events::PacksReadBack,
+    seq: u64,
+) -> Vec<(JobCommand, String)> {
+    if r.damaged_packs.is_empty() && r.damaged.is_empty() {
+        return Vec::new();
+    }
+    let mut live: Vec<&Point> = p
+        .points
+        .points
+        .values()
+        .filter(|pt| pt.expired.is_none() && pt.repository == r.repository)
+        .collect();
+    live.sort_by_key(|pt| std::cmp::Reverse(pt.snapshot_time_unix_ns));
+    let suspects: Vec<&Point> = match &r.affected_points {
+        Some(ids) => live.into_iter().filter(|pt| ids.contains(&pt.id)).collect(),
+        None => live.into_iter().take(SUSPECT_POINTS_BOUND).collect(),
+    };
+    suspects
+        .into_iter()
+        .map(|pt| {
+            (
+                JobCommand::Verify {
+                    point: pt.id,
+                    plan: pt.plan.clone(),
+                    repository: pt.repository.clone(),
+                    depth: VerifyDepth::ReadAll,
+                },
+                format!("follow-up of read-back damage at seq {seq}"),
+            )
+        })
+        .collect()
+}
+
+/// What to run after a job ended with `events` recorded (the last of them
+/// at `seq`, at `now_ns`), each with why: verify a new point (if the plan
+/// says so), apply retention after a backup, restore-test a point whose
+/// verification passed (if the plan tests; a complete test when the proof
+/// policy asks for one), verify in full every point a read-back found
+/// damage under, and reconcile a repository after retention forgot points
+/// in it (retention only decides; the deletion is the reconciliation's).
+pub fn follow_ups(
+    p: &Projections,
+    kind: JobKind,
+    events: &[Event],
+    seq: u64,
+    now_ns: i64,
+) -> Vec<(JobCommand, String)> {
     let mut out = Vec::new();
+    let mut reconciled = false;
     for e in events {
         match (kind, e) {
             (JobKind::Backup, Event::BackupCommitted(c)) => {
@@ -65,21 +146,27 @@ pub fn follow_ups(p: &Projections, kind: JobKind, events: &[Event]) -> Vec<JobCo
                 };
                 let def = &plan.definition;
                 if def.verification.after_backup {
-                    out.push(JobCommand::Verify {
-                        point: c.snapshot,
-                        plan: Some(plan.id.clone()),
-                        repository: c.repository.clone(),
-                        depth: def.verification.depth,
-                    });
+                    out.push((
+                        JobCommand::Verify {
+                            point: c.snapshot,
+                            plan: Some(plan.id.clone()),
+                            repository: c.repository.clone(),
+                            depth: def.verification.depth,
+                        },
+                        "after backup".into(),
+                    ));
                 }
                 if !def.retention.is_empty() {
                     // What it must keep is read when it starts.
-                    out.push(JobCommand::Retention {
-                        plan: plan.id.clone(),
-                        repository: def.repository.clone(),
-                        keep: def.retention.clone(),
-                        protect: Vec::new(),
-                    });
+                    out.push((
+                        JobCommand::Retention {
+                            plan: plan.id.clone(),
+                            repository: def.repository.clone(),
+                            keep: def.retention.clone(),
+                            protect: Vec::new(),
+                        },
+                        "after backup".into(),
+                    ));
                 }
             }
             (JobKind::Verify, Event::VerificationPassed(v)) => {
@@ -89,19 +176,78 @@ pub fn follow_ups(p: &Projections, kind: JobKind, events: &[Event]) -> Vec<JobCo
                 let plan = point.plan.as_ref().and_then(|id| p.plans.plans.get(id));
                 if let Some(plan) = plan {
                     if plan.removed.is_none() && plan.definition.restore_test.every.is_some() {
-                        out.push(JobCommand::RestoreTest {
-                            point: v.point,
-                            plan: Some(plan.id.clone()),
-                            repository: point.repository.clone(),
-                            sample_files: plan.definition.restore_test.sample_files,
-                        });
+                        out.push((
+                            JobCommand::RestoreTest {
+                                point: v.point,
+                                plan: Some(plan.id.clone()),
+                                repository: point.repository.clone(),
+                                sample_files: restore_sample(p, plan, now_ns),
+                            },
+                            "after verification".into(),
+                        ));
                     }
+                }
+            }
+            (JobKind::ReadBack | JobKind::Verify, Event::PacksReadBack(r)) => {
+                out.extend(verify_damaged(p, r, seq));
+            }
+            (JobKind::Forget, Event::PointForgotten(f)) if !reconciled => {
+                if let Some(pt) = p.points.points.get(&f.point) {
+                    reconciled = true;
+                    out.push((
+                        JobCommand::Reconcile {
+                            repository: pt.repository.clone(),
+                            expired: Vec::new(),
+                            live: Vec::new(),
+                        },
+                        "after retention".into(),
+                    ));
                 }
             }
             _ => {}
         }
     }
     out
+}
+
+/// Every repository in use: by a plan, or by a live point.
+pub fn repositories_in_use(p: &Projections) -> std::collections::BTreeSet<RepositoryId> {
+    let mut out: std::collections::BTreeSet<RepositoryId> = active_plans(p)
+        .map(|pl| pl.definition.repository.clone())
+        .collect();
+    out.extend(
+        p.points
+            .points
+            .values()
+            .filter(|pt| pt.expired.is_none())
+            .map(|pt| pt.repository.clone()),
+    );
+    out
+}
+
+/// What a reconciliation of `repository` works from: the points the log
+/// forgot (their manifests must go) and the points it holds live (their
+/// manifests must be there), each sorted.
+pub fn reconcile_lists(
+    p: &Projections,
+    repository: &RepositoryId,
+) -> (Vec<SnapshotId>, Vec<SnapshotId>) {
+    let (mut expired, mut live) = (Vec::new(), Vec::new());
+    for pt in p
+        .points
+        .points
+        .values()
+        .filter(|pt| &pt.repository == repository)
+    {
+        if pt.expired.is_some() {
+            expired.push(pt.id);
+        } else {
+            live.push(pt.id);
+        }
+    }
+    expired.sort();
+    live.sort();
+    (expired, live)
 }
 
 /// Points retention must keep whatever its rules say: every point locked at
@@ -160,7 +306,7 @@ pub fn periodic_checks(p: &Projections, now_ns: i64) -> Vec<JobCommand> {
                         point: pt.id,
                         plan: Some(plan.id.clone()),
                         repository: pt.repository.clone(),
-                        sample_files: def.restore_test.sample_files,
+                        sample_files: restore_sample(p, plan, now_ns),
                     });
                 }
             }
@@ -427,6 +573,228 @@ mod tests {
         assert!(
             worst_gap <= 100,
             "a slice waited {worst_gap} s, the window is 100 s"
+        );
+    }
+
+    fn commit(n: u8, repository: &str, plan: &str, secs: i64, files: u64) -> Event {
+        vouch_events::BackupCommitted {
+            job: None,
+            plan: Some(PlanId::new(plan)),
+            repository: RepositoryId::new(repository),
+            snapshot: SnapshotId([n; 32]),
+            snapshot_time_unix_ns: secs * S,
+            summary: vouch_events::BackupSummary {
+                files,
+                ..Default::default()
+            },
+        }
+        .into()
+    }
+
+    fn damaged(affected: Option<Vec<SnapshotId>>) -> vouch_events::PacksReadBack {
+        vouch_events::PacksReadBack {
+            repository: RepositoryId::new("main"),
+            job: None,
+            slices: vec![0],
+            of: 4,
+            packs: 3,
+            bytes_read: 1,
+            damaged: vec!["pack 00: bad".into()],
+            damaged_packs: vec!["00".into()],
+            affected_points: affected,
+        }
+    }
+
+    fn verified_read_all(cmds: &[(JobCommand, String)]) -> Vec<SnapshotId> {
+        cmds.iter()
+            .map(|(c, why)| match c {
+                JobCommand::Verify { point, depth, .. } => {
+                    assert_eq!(*depth, VerifyDepth::ReadAll, "damage asks for a full read");
+                    assert!(why.contains("read-back damage"), "{why}");
+                    *point
+                }
+                other => panic!("not a verification: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn read_back_damage_verifies_in_full_every_affected_live_point() {
+        let p = state(&[
+            (0, plan("main")),
+            (10, commit(1, "main", "p-main", 10, 5)),
+            (20, commit(2, "main", "p-main", 20, 5)),
+            (30, commit(3, "main", "p-main", 30, 5)),
+            (31, commit(9, "other", "p-main", 31, 5)),
+        ]);
+        let r = damaged(Some(vec![SnapshotId([1; 32]), SnapshotId([3; 32])]));
+        let next = follow_ups(&p, JobKind::ReadBack, &[r.into()], 40, 40 * S);
+        let mut points = verified_read_all(&next);
+        points.sort();
+        assert_eq!(points, vec![SnapshotId([1; 32]), SnapshotId([3; 32])]);
+
+        // Could not tell which points: every live point of the repository,
+        // newest first (not the other repository's).
+        let next = follow_ups(&p, JobKind::ReadBack, &[damaged(None).into()], 40, 40 * S);
+        assert_eq!(
+            verified_read_all(&next),
+            vec![
+                SnapshotId([3; 32]),
+                SnapshotId([2; 32]),
+                SnapshotId([1; 32])
+            ]
+        );
+        // An intact read-back asks for nothing.
+        let next = follow_ups(&p, JobKind::ReadBack, &[read(&[0], 4, false)], 40, 40 * S);
+        assert!(next.is_empty());
+    }
+
+    #[test]
+    fn damage_of_a_repository_with_many_points_is_bounded() {
+        let mut events = vec![(0, plan("main"))];
+        for n in 0..(SUSPECT_POINTS_BOUND as u8 + 5) {
+            events.push((
+                i64::from(n) + 1,
+                commit(n, "main", "p-main", i64::from(n) + 1, 1),
+            ));
+        }
+        let p = state(&events);
+        let next = follow_ups(&p, JobKind::ReadBack, &[damaged(None).into()], 99, 99 * S);
+        let points = verified_read_all(&next);
+        assert_eq!(points.len(), SUSPECT_POINTS_BOUND);
+        assert_eq!(
+            points[0],
+            SnapshotId([SUSPECT_POINTS_BOUND as u8 + 4; 32]),
+            "newest first"
+        );
+    }
+
+    fn tested_plan(sample: Option<u64>, full_every: Option<Duration>) -> Event {
+        let Event::PlanCreated(mut c) = plan("main") else {
+            unreachable!()
+        };
+        c.definition.restore_test.every = Some(Duration::from_secs(60));
+        c.definition.restore_test.sample_files = sample;
+        c.definition.restore_test.full_every = full_every;
+        c.into()
+    }
+
+    fn restore_passed(n: u8, complete: bool) -> Event {
+        vouch_events::RestoreTestPassed {
+            point: SnapshotId([n; 32]),
+            job: None,
+            evidence: vouch_events::RestoreEvidence {
+                files: 5,
+                files_in_point: Some(5),
+                complete,
+                ..Default::default()
+            },
+        }
+        .into()
+    }
+
+    fn verify_passed(n: u8) -> Event {
+        vouch_events::VerificationPassed {
+            point: SnapshotId([n; 32]),
+            job: None,
+            depth: VerifyDepth::Structure,
+            bytes_read: 1,
+            blobs_checked: 1,
+        }
+        .into()
+    }
+
+    fn restore_samples(p: &Projections, now: i64) -> Vec<Option<u64>> {
+        follow_ups(p, JobKind::Verify, &[verify_passed(1)], 9, now * S)
+            .into_iter()
+            .filter_map(|(c, _)| match c {
+                JobCommand::RestoreTest { sample_files, .. } => Some(sample_files),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_proof_policy_asks_for_a_complete_restore_test_when_the_last_is_too_old() {
+        let day = Duration::from_secs(86_400);
+        // Never a complete test: the first is complete.
+        let p = state(&[
+            (0, tested_plan(Some(100), Some(day))),
+            (10, commit(1, "main", "p-main", 10, 5)),
+            (11, verify_passed(1)),
+        ]);
+        assert_eq!(restore_samples(&p, 12), vec![None]);
+        // A complete test an hour ago: a sample now.
+        let p = state(&[
+            (0, tested_plan(Some(100), Some(day))),
+            (10, commit(1, "main", "p-main", 10, 5)),
+            (11, verify_passed(1)),
+            (12, restore_passed(1, true)),
+        ]);
+        assert_eq!(restore_samples(&p, 3600), vec![Some(100)]);
+        // A day later: complete again. A sampled pass does not count.
+        let p = state(&[
+            (0, tested_plan(Some(100), Some(day))),
+            (10, commit(1, "main", "p-main", 10, 5)),
+            (11, verify_passed(1)),
+            (12, restore_passed(1, true)),
+            (80_000, restore_passed(1, false)),
+        ]);
+        assert_eq!(restore_samples(&p, 86_500), vec![None]);
+        // No full_every: the plan's sample, as before.
+        let p = state(&[
+            (0, tested_plan(Some(100), None)),
+            (10, commit(1, "main", "p-main", 10, 5)),
+            (11, verify_passed(1)),
+        ]);
+        assert_eq!(restore_samples(&p, 12), vec![Some(100)]);
+        // The periodic check follows the same policy.
+        let p = state(&[
+            (0, tested_plan(Some(100), Some(day))),
+            (10, commit(1, "main", "p-main", 10, 5)),
+            (11, verify_passed(1)),
+        ]);
+        let checks: Vec<Option<u64>> = periodic_checks(&p, 100 * S)
+            .into_iter()
+            .filter_map(|c| match c {
+                JobCommand::RestoreTest { sample_files, .. } => Some(sample_files),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(checks, vec![None]);
+    }
+
+    #[test]
+    fn retention_that_forgot_points_is_followed_by_one_reconciliation() {
+        let p = state(&[
+            (0, plan("main")),
+            (10, commit(1, "main", "p-main", 10, 5)),
+            (20, commit(2, "main", "p-main", 20, 5)),
+            (30, commit(3, "main", "p-main", 30, 5)),
+        ]);
+        let forgot = |n: u8| -> Event {
+            vouch_events::PointForgotten {
+                point: SnapshotId([n; 32]),
+                rule: "keep_last".into(),
+            }
+            .into()
+        };
+        let next = follow_ups(&p, JobKind::Forget, &[forgot(1), forgot(2)], 40, 40 * S);
+        assert_eq!(next.len(), 1, "{next:?}");
+        assert!(
+            matches!(&next[0].0, JobCommand::Reconcile { repository, .. } if repository.as_str() == "main")
+        );
+        // Retention that forgot nothing asks for nothing.
+        assert!(follow_ups(&p, JobKind::Forget, &[], 40, 40 * S).is_empty());
+        let p = state(&[
+            (0, plan("main")),
+            (10, commit(1, "main", "p-main", 10, 5)),
+            (20, commit(2, "main", "p-main", 20, 5)),
+            (21, forgot(1)),
+        ]);
+        assert_eq!(
+            reconcile_lists(&p, &RepositoryId::new("main")),
+            (vec![SnapshotId([1; 32])], vec![SnapshotId([2; 32])])
         );
     }
 }

@@ -13,7 +13,7 @@ use actix::prelude::*;
 use vouch_events::{PlanDefinition, PlanId, RepositoryId};
 
 use super::command::JobCommand;
-use super::dispatcher::{Dispatcher, EnqueueMany};
+use super::dispatcher::{Dispatcher, EnqueueMany, Wake};
 use super::policy::{self, ReadBackWindow};
 use super::read_model::{Query, ReadModelActor};
 use crate::clock::{duration_to_ns, Clock};
@@ -34,6 +34,10 @@ pub struct SchedulerConfig {
     pub max_jitter: Duration,
     /// The rolling read-back of every repository's packs (none: off).
     pub read_back: Option<ReadBackWindow>,
+    /// How often every repository in use is reconciled with the log (none:
+    /// only after retention). Each repository is also reconciled on the
+    /// first tick after the service starts.
+    pub reconcile_every: Option<Duration>,
 }
 
 impl Default for SchedulerConfig {
@@ -42,6 +46,7 @@ impl Default for SchedulerConfig {
             tick: Duration::from_secs(10),
             max_jitter: Duration::from_secs(300),
             read_back: Some(ReadBackWindow::default()),
+            reconcile_every: Some(Duration::from_secs(24 * 3600)),
         }
     }
 }
@@ -83,6 +88,9 @@ pub struct Scheduler {
     /// same slices (their job failed) are proposed again only a slice's
     /// turn later.
     read_back_proposed: HashMap<RepositoryId, (Vec<u32>, i64)>,
+    /// When each repository was last proposed for reconciliation in this
+    /// process (none yet: on the first tick after start).
+    reconciled: HashMap<RepositoryId, i64>,
     busy: bool,
     gate: RestartGate,
 }
@@ -103,6 +111,7 @@ impl Scheduler {
             config,
             fired: HashMap::new(),
             read_back_proposed: HashMap::new(),
+            reconciled: HashMap::new(),
             busy: false,
             gate,
         }
@@ -137,6 +146,28 @@ impl Scheduler {
                 !again
             })
             .collect()
+    }
+
+    /// Reconciliations due: every repository in use on the first tick, then
+    /// every `reconcile_every`.
+    fn reconciles(&mut self, repositories: Vec<RepositoryId>, now: i64) -> Vec<JobCommand> {
+        let every = self.config.reconcile_every.map(duration_to_ns);
+        let mut out = Vec::new();
+        for repository in repositories {
+            let due = match self.reconciled.get(&repository) {
+                None => true,
+                Some(&at) => every.is_some_and(|e| now.saturating_sub(at) >= e),
+            };
+            if due {
+                self.reconciled.insert(repository.clone(), now);
+                out.push(JobCommand::Reconcile {
+                    repository,
+                    expired: Vec::new(),
+                    live: Vec::new(),
+                });
+            }
+        }
+        out
     }
 
     fn due(&mut self, plans: Vec<PlanView>, now: i64) -> Vec<JobCommand> {
@@ -237,11 +268,20 @@ impl Handler<Tick> for Scheduler {
             let read_backs = read_back
                 .map(|cfg| policy::read_back_due(p, now, &cfg))
                 .unwrap_or_default();
-            (plans, policy::periodic_checks(p, now), read_backs)
+            let repositories: Vec<RepositoryId> =
+                policy::repositories_in_use(p).into_iter().collect();
+            (
+                plans,
+                policy::periodic_checks(p, now),
+                read_backs,
+                repositories,
+            )
         }));
+        // Jobs waiting for their due time are looked at on every tick.
+        self.dispatcher.do_send(Wake);
         Box::pin(query.into_actor(self).map(move |res, act, _ctx| {
             act.busy = false;
-            let (plans, checks, read_backs) = match res {
+            let (plans, checks, read_backs, repositories) = match res {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::error!(error = %e, "scheduler could not read the plans");
@@ -251,6 +291,7 @@ impl Handler<Tick> for Scheduler {
             let mut commands = act.due(plans, now);
             commands.extend(checks);
             commands.extend(act.throttle_read_backs(read_backs, now));
+            commands.extend(act.reconciles(repositories, now));
             let n = commands.len();
             if n > 0 {
                 act.dispatcher.do_send(EnqueueMany(commands));

@@ -9,7 +9,8 @@
 //! later), the web's live stream through a bounded broadcast channel (a
 //! receiver that lags re-reads the log).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use actix::prelude::*;
 use tokio::sync::broadcast;
@@ -36,6 +37,80 @@ pub struct Subscribe(pub Recipient<Committed>);
 /// Capacity of the live broadcast channel.
 pub const LIVE_CAPACITY: usize = 4096;
 
+/// Whether the log takes writes: set by the event store after every
+/// append, read by readiness, metrics and the binary (which exits, so its
+/// supervisor restarts it and the log is reopened and repaired, once
+/// appends have failed for too long).
+#[derive(Debug, Default)]
+pub struct AppendHealth {
+    failing: AtomicBool,
+    consecutive_failures: AtomicU64,
+    failing_since_unix_ns: AtomicI64,
+    reason: Mutex<Option<String>>,
+}
+
+/// What [`AppendHealth`] says now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendStatus {
+    /// The last append succeeded (or none was tried).
+    pub healthy: bool,
+    /// Appends that failed in a row.
+    pub consecutive_failures: u64,
+    /// Since when appends fail (by the service's clock), when they do.
+    pub failing_since_unix_ns: Option<i64>,
+    /// The last failure, when appends fail.
+    pub reason: Option<String>,
+}
+
+impl AppendStatus {
+    /// Whether appends have failed for at least `after` at `now_unix_ns`:
+    /// the service cannot record anything and will not recover by itself
+    /// (a poisoned writer stays poisoned), so it should stop and be
+    /// restarted (the log is reopened and its tail repaired).
+    pub fn should_escalate(&self, now_unix_ns: i64, after: std::time::Duration) -> bool {
+        self.failing_since_unix_ns
+            .is_some_and(|t| now_unix_ns.saturating_sub(t) >= crate::duration_to_ns(after))
+    }
+}
+
+impl AppendHealth {
+    /// Records a successful append.
+    pub fn succeeded(&self) {
+        if self.failing.swap(false, Ordering::SeqCst) {
+            tracing::info!("the event log takes writes again");
+        }
+        self.consecutive_failures.store(0, Ordering::SeqCst);
+        *self.reason.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// Records a failed append at `now_unix_ns`.
+    pub fn failed(&self, reason: String, now_unix_ns: i64) {
+        if !self.failing.swap(true, Ordering::SeqCst) {
+            self.failing_since_unix_ns
+                .store(now_unix_ns, Ordering::SeqCst);
+        }
+        let n = self.consecutive_failures.fetch_add(1, Ordering::SeqCst) + 1;
+        tracing::error!(consecutive_failures = n, reason = %reason, "an append to the event log failed");
+        *self.reason.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason);
+    }
+
+    /// The status now.
+    pub fn status(&self) -> AppendStatus {
+        let failing = self.failing.load(Ordering::SeqCst);
+        AppendStatus {
+            healthy: !failing,
+            consecutive_failures: self.consecutive_failures.load(Ordering::SeqCst),
+            failing_since_unix_ns: failing
+                .then(|| self.failing_since_unix_ns.load(Ordering::SeqCst)),
+            reason: self
+                .reason
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+        }
+    }
+}
+
 /// The single writer of the log.
 pub struct EventStore {
     log: Arc<SharedLog>,
@@ -44,6 +119,8 @@ pub struct EventStore {
     tail: Subscription,
     subscribers: Vec<Recipient<Committed>>,
     live: broadcast::Sender<Arc<Envelope>>,
+    health: Arc<AppendHealth>,
+    clock: Arc<dyn crate::Clock>,
     gate: RestartGate,
 }
 
@@ -52,10 +129,14 @@ impl EventStore {
     pub fn new(
         log: Arc<SharedLog>,
         live: broadcast::Sender<Arc<Envelope>>,
+        health: Arc<AppendHealth>,
+        clock: Arc<dyn crate::Clock>,
         gate: RestartGate,
     ) -> Self {
         let tail = log.subscribe(log.last_seq() + 1);
         EventStore {
+            health,
+            clock,
             log,
             tail,
             subscribers: Vec::new(),
@@ -130,8 +211,12 @@ impl Handler<Append> for EventStore {
                 .map_err(ServiceError::from)
         };
         Box::pin(write.into_actor(self).map(|res, act, _ctx| {
-            if res.is_ok() {
-                act.publish();
+            match &res {
+                Ok(_) => {
+                    act.health.succeeded();
+                    act.publish();
+                }
+                Err(e) => act.health.failed(e.to_string(), act.clock.now_unix_ns()),
             }
             res
         }))
@@ -143,5 +228,34 @@ impl Handler<Subscribe> for EventStore {
 
     fn handle(&mut self, msg: Subscribe, _ctx: &mut Self::Context) {
         self.subscribers.push(msg.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn append_health_follows_the_appends_and_escalates_after_a_while() {
+        let h = AppendHealth::default();
+        assert!(h.status().healthy);
+        h.failed("no space left on device".into(), 100);
+        h.failed("no space left on device".into(), 200);
+        let st = h.status();
+        assert!(!st.healthy);
+        assert_eq!(st.consecutive_failures, 2);
+        assert_eq!(
+            st.failing_since_unix_ns,
+            Some(100),
+            "since the first failure"
+        );
+        assert_eq!(st.reason.as_deref(), Some("no space left on device"));
+        assert!(!st.should_escalate(150, Duration::from_nanos(100)));
+        assert!(st.should_escalate(200, Duration::from_nanos(100)));
+        h.succeeded();
+        let st = h.status();
+        assert!(st.healthy && st.reason.is_none() && st.consecutive_failures == 0);
+        assert!(!st.should_escalate(i64::MAX, Duration::ZERO));
     }
 }

@@ -75,6 +75,14 @@ impl Handler<RunJob> for HoldingWorker {
 #[rtype(result = "()")]
 struct PanicNow;
 
+impl Handler<PanicNow> for super::alerting::Alerter {
+    type Result = ();
+
+    fn handle(&mut self, _: PanicNow, _: &mut Self::Context) {
+        panic!("a bug in the alerter (test)");
+    }
+}
+
 impl Handler<PanicNow> for Dispatcher {
     type Result = ();
 
@@ -84,12 +92,27 @@ impl Handler<PanicNow> for Dispatcher {
 }
 
 async fn service(dir: &std::path::Path, worker: Addr<HoldingWorker>) -> ServiceHandle {
-    let log = EventLog::open(
-        dir.join("events"),
-        LogOptions::default(),
-        Arc::new(vouch_events::SystemClock),
+    service_with(
+        dir,
+        worker,
+        Arc::new(crate::SystemClock),
+        ServiceConfig::default(),
     )
-    .expect("log");
+    .await
+}
+
+/// A service whose log and actors read `clock` (one clock end to end).
+async fn service_with<W>(
+    dir: &std::path::Path,
+    worker: Addr<W>,
+    clock: Arc<dyn crate::Clock>,
+    config: ServiceConfig,
+) -> ServiceHandle
+where
+    W: Actor<Context = Context<W>> + Handler<RunJob>,
+{
+    let log =
+        EventLog::open(dir.join("events"), LogOptions::default(), clock.clone()).expect("log");
     let store = SledStore::open(dir.join("read")).expect("read store");
     let workers = Workers {
         backup: worker.clone().recipient(),
@@ -106,17 +129,11 @@ async fn service(dir: &std::path::Path, worker: Addr<HoldingWorker>) -> ServiceH
         )
         .expect("policy"),
         version: "test".into(),
-        ..ServiceConfig::default()
+        ..config
     };
-    start(
-        Arc::new(SharedLog::new(log)),
-        store,
-        workers,
-        Arc::new(crate::SystemClock),
-        config,
-    )
-    .await
-    .expect("service")
+    start(Arc::new(SharedLog::new(log)), store, workers, clock, config)
+        .await
+        .expect("service")
 }
 
 /// Polls the log until `f` finds what it wants (at most 30 s).
@@ -243,4 +260,426 @@ async fn a_query_that_panics_fails_alone_and_the_read_model_lives_on() {
         .await
         .expect("the read model answers again, with the new event");
     assert_eq!(after, receipt.last_seq);
+}
+
+/// How a [`ScriptedWorker`] answers its n-th job.
+type Answer = Box<dyn Fn(u32, &RunJob) -> Result<JobOutput, JobFailure> + Send>;
+
+/// A worker that answers every job at once, as its script says.
+struct ScriptedWorker {
+    answer: Answer,
+    calls: Arc<AtomicU32>,
+}
+
+impl Actor for ScriptedWorker {
+    type Context = Context<Self>;
+}
+
+impl Handler<RunJob> for ScriptedWorker {
+    type Result = Result<JobOutput, JobFailure>;
+
+    fn handle(&mut self, msg: RunJob, _: &mut Self::Context) -> Self::Result {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        (self.answer)(n, &msg)
+    }
+}
+
+const T0: i64 = 1_800_000_000 * crate::NANOS_PER_SEC;
+
+#[actix::test]
+async fn one_manual_clock_drives_the_log_and_the_dispatcher() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = crate::ManualClock::new(T0);
+    let calls = Arc::new(AtomicU32::new(0));
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: calls.clone(),
+    }
+    .start();
+    let svc = service_with(
+        dir.path(),
+        worker,
+        Arc::new(clock.clone()),
+        ServiceConfig::default(),
+    )
+    .await;
+    let first = svc.events(1, 10).await.expect("events");
+    assert_eq!(
+        first[0].recorded_unix_ns, T0,
+        "service.started at the manual time"
+    );
+
+    clock.advance(3_600 * crate::NANOS_PER_SEC);
+    let job = svc
+        .enqueue(JobCommand::ReadBack {
+            repository: RepositoryId::new("default"),
+            slices: vec![0],
+            of: 1,
+        })
+        .await
+        .expect("enqueued");
+    let scheduled = wait_for(&svc, "job.scheduled", |events| {
+        events.iter().find_map(|e| match e {
+            Event::JobScheduled(s) if s.job == job => Some(s.clone()),
+            _ => None,
+        })
+    })
+    .await;
+    assert_eq!(scheduled.due_unix_ns, T0 + 3_600 * crate::NANOS_PER_SEC);
+    assert!(
+        job.as_str().contains("20270115T"),
+        "the job id carries the manual date: {job}"
+    );
+    let all = svc.events(1, 100).await.expect("events");
+    let rec = all
+        .iter()
+        .find(|e| matches!(&e.event, Event::JobScheduled(s) if s.job == job))
+        .expect("recorded");
+    assert_eq!(rec.recorded_unix_ns, T0 + 3_600 * crate::NANOS_PER_SEC);
+}
+
+fn read_back_ok(job: &JobId, command: &JobCommand) -> JobOutput {
+    let JobCommand::ReadBack {
+        repository,
+        slices,
+        of,
+    } = command.clone()
+    else {
+        return JobOutput::default();
+    };
+    JobOutput {
+        events: vec![PacksReadBack {
+            repository,
+            job: Some(job.clone()),
+            slices,
+            of,
+            packs: 0,
+            bytes_read: 0,
+            damaged: Vec::new(),
+            damaged_packs: Vec::new(),
+            affected_points: Some(Vec::new()),
+        }
+        .into()],
+    }
+}
+
+fn scheduled_attempts(events: &[vouch_events::Envelope], job: &JobId) -> Vec<u32> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::JobScheduled(s) if &s.job == job => Some(s.attempt),
+            _ => None,
+        })
+        .collect()
+}
+
+#[actix::test]
+async fn a_retry_is_recorded_with_its_due_time_and_survives_a_dispatcher_restart_without_consuming_an_attempt(
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = crate::ManualClock::new(T0);
+    let calls = Arc::new(AtomicU32::new(0));
+    let worker = ScriptedWorker {
+        answer: Box::new(|n, msg| {
+            if n == 1 {
+                Err(JobFailure::new("io", "the disk hiccuped", true))
+            } else {
+                Ok(read_back_ok(&msg.job, &msg.command))
+            }
+        }),
+        calls: calls.clone(),
+    }
+    .start();
+    let config = ServiceConfig::default();
+    let delay = config.dispatch.retry_backoff.delay(1);
+    let svc = service_with(dir.path(), worker, Arc::new(clock.clone()), config).await;
+    let job = svc
+        .enqueue(JobCommand::ReadBack {
+            repository: RepositoryId::new("default"),
+            slices: vec![0, 2],
+            of: 4,
+        })
+        .await
+        .expect("enqueued");
+
+    // job.failed and the retry's job.scheduled, one after the other.
+    let (failed_seq, retry) = wait_for(&svc, "the recorded retry", |events| {
+        let f = events
+            .iter()
+            .position(|e| matches!(e, Event::JobFailed(f) if f.job == job))?;
+        match events.get(f + 1) {
+            Some(Event::JobScheduled(s)) if s.job == job => Some((f, s.clone())),
+            _ => None,
+        }
+    })
+    .await;
+    assert!(failed_seq > 0);
+    assert_eq!(retry.attempt, 2);
+    assert_eq!(
+        retry.due_unix_ns,
+        T0 + crate::duration_to_ns(delay),
+        "due after the backoff, by the clock"
+    );
+    assert_eq!(retry.kind, vouch_events::JobKind::ReadBack);
+    assert_eq!(retry.spec.slices, vec![0, 2]);
+    assert_eq!(retry.spec.of, 4);
+    assert_eq!(retry.spec.repository, Some(RepositoryId::new("default")));
+
+    // Not due yet: the worker is not called again, whatever real time does.
+    actix::clock::sleep(Duration::from_millis(300)).await;
+    svc.tick().await.expect("tick");
+    actix::clock::sleep(Duration::from_millis(100)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // The dispatcher fails: the retry waits in the log, not in a timer.
+    assert!(svc.dispatcher().send(PanicNow).await.is_err());
+    actix::clock::sleep(Duration::from_millis(300)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "still not due");
+
+    clock.advance(crate::duration_to_ns(delay));
+    svc.tick().await.expect("tick");
+    wait_for(&svc, "the retry to finish", |events| {
+        events
+            .iter()
+            .any(|e| matches!(e, Event::JobFinished(f) if f.job == job))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let events = svc.events(1, 10_000).await.expect("events");
+    assert_eq!(
+        scheduled_attempts(&events, &job),
+        vec![1, 2],
+        "the restart consumed no attempt"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(&e.event, Event::JobAbandoned(a) if a.job == job)),
+        "a job that was only scheduled is not abandoned"
+    );
+}
+
+#[actix::test]
+async fn a_hung_job_is_abandoned_after_its_timeout_and_its_slot_freed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let attempts = Arc::new(AtomicU32::new(0));
+    let cancelled = Arc::new(AtomicU32::new(0));
+    let worker = HoldingWorker {
+        attempts: attempts.clone(),
+        cancelled: cancelled.clone(),
+    }
+    .start();
+    let mut config = ServiceConfig::default();
+    config.dispatch.max_concurrent = 1;
+    config.dispatch.timeouts.read_back = Duration::from_millis(300);
+    let svc = service_with(dir.path(), worker, Arc::new(crate::SystemClock), config).await;
+    let job = svc
+        .enqueue(JobCommand::ReadBack {
+            repository: RepositoryId::new("default"),
+            slices: vec![0],
+            of: 1,
+        })
+        .await
+        .expect("enqueued");
+    let reason = wait_for(&svc, "job.abandoned", |events| {
+        events.iter().find_map(|e| match e {
+            Event::JobAbandoned(a) if a.job == job => Some(a.reason.clone()),
+            _ => None,
+        })
+    })
+    .await;
+    assert!(reason.contains("timeout"), "{reason}");
+    // The one slot is free again: the retry runs and finishes.
+    wait_for(&svc, "the retry to finish", |events| {
+        events
+            .iter()
+            .any(|e| matches!(e, Event::JobFinished(f) if f.job == job))
+            .then_some(())
+    })
+    .await;
+    let events = svc.events(1, 10_000).await.expect("events");
+    assert_eq!(scheduled_attempts(&events, &job), vec![1, 2]);
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(&e.event, Event::JobFailed(f) if f.job == job)),
+        "the hung run's late answer is not recorded"
+    );
+    let until = Instant::now() + Duration::from_secs(5);
+    while cancelled.load(Ordering::SeqCst) == 0 && Instant::now() < until {
+        actix::clock::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        cancelled.load(Ordering::SeqCst),
+        1,
+        "the hung run was asked to stop"
+    );
+}
+
+/// A webhook receiver on the loopback that keeps every body it is sent.
+async fn webhook() -> (String, Arc<std::sync::Mutex<Vec<serde_json::Value>>>) {
+    use actix_web::{web, App, HttpResponse, HttpServer};
+    let bodies: Arc<std::sync::Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let kept = bodies.clone();
+    let server = HttpServer::new(move || {
+        let kept = kept.clone();
+        App::new().route(
+            "/hook",
+            web::post().to(move |body: web::Json<serde_json::Value>| {
+                let kept = kept.clone();
+                async move {
+                    kept.lock().expect("lock").push(body.into_inner());
+                    HttpResponse::Ok().finish()
+                }
+            }),
+        )
+    })
+    .workers(1)
+    .bind(("127.0.0.1", 0))
+    .expect("bind");
+    let addr = server.addrs()[0];
+    actix::spawn(server.run());
+    (format!("http://{addr}/hook"), bodies)
+}
+
+fn damaged_read(damaged: bool) -> Event {
+    PacksReadBack {
+        repository: RepositoryId::new("default"),
+        job: None,
+        slices: vec![0],
+        of: 1,
+        packs: 1,
+        bytes_read: 1,
+        damaged: if damaged {
+            vec!["pack 00: bad".into()]
+        } else {
+            Vec::new()
+        },
+        damaged_packs: if damaged {
+            vec!["00".into()]
+        } else {
+            Vec::new()
+        },
+        affected_points: Some(Vec::new()),
+    }
+    .into()
+}
+
+#[actix::test]
+async fn a_resolved_notification_after_an_alerter_restart_carries_the_firing_identity() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (url, bodies) = webhook().await;
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let mut config = ServiceConfig::default();
+    config.alerting.receivers = vec![super::alerting::Receiver {
+        name: "am".into(),
+        url,
+        format: super::alerting::WebhookFormat::Alertmanager,
+        max_attempts: 3,
+        retry_initial: Duration::from_millis(50),
+        timeout: Duration::from_secs(5),
+    }];
+    config.scheduler.read_back = None;
+    let clock = crate::ManualClock::new(T0);
+    let svc = service_with(dir.path(), worker, Arc::new(clock.clone()), config).await;
+
+    svc.append(vec![damaged_read(true)]).await.expect("append");
+    svc.evaluate_alerts().await.expect("evaluate");
+    let firing = wait_for_body(&bodies, "firing").await;
+
+    // The alerter fails and is restarted: what it knew in memory is gone.
+    assert!(svc.alerter().send(PanicNow).await.is_err());
+    actix::clock::sleep(Duration::from_millis(200)).await;
+
+    svc.append(vec![damaged_read(false)]).await.expect("append");
+    clock.advance(crate::NANOS_PER_SEC);
+    svc.evaluate_alerts().await.expect("evaluate");
+    let resolved = wait_for_body(&bodies, "resolved").await;
+
+    let labels = |b: &serde_json::Value| b["alerts"][0]["labels"].clone();
+    assert_eq!(labels(&firing)["alertname"], "ReadBackDamaged");
+    assert_eq!(labels(&firing)["repository"], "default");
+    assert_eq!(
+        labels(&resolved),
+        labels(&firing),
+        "the resolved message has the firing one's identity"
+    );
+    assert_eq!(
+        resolved["alerts"][0]["startsAt"],
+        firing["alerts"][0]["startsAt"]
+    );
+}
+
+async fn wait_for_body(
+    bodies: &std::sync::Mutex<Vec<serde_json::Value>>,
+    status: &str,
+) -> serde_json::Value {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(b) = bodies
+            .lock()
+            .expect("lock")
+            .iter()
+            .find(|b| b["status"] == status)
+        {
+            return b.clone();
+        }
+        assert!(Instant::now() < until, "no {status} notification arrived");
+        actix::clock::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[actix::test]
+async fn a_clock_behind_the_log_is_recorded_once_as_a_clock_step() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        // An earlier run whose clock ran a day fast.
+        let ahead = crate::ManualClock::new(T0 + 86_400 * crate::NANOS_PER_SEC);
+        let log = EventLog::open(
+            dir.path().join("events"),
+            LogOptions::default(),
+            Arc::new(ahead),
+        )
+        .expect("log");
+        let shared = SharedLog::new(log);
+        shared
+            .append(vec![vouch_events::ServiceStarted {
+                version: "before".into(),
+            }
+            .into()])
+            .expect("append");
+    }
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let svc = service_with(
+        dir.path(),
+        worker,
+        Arc::new(crate::ManualClock::new(T0)),
+        ServiceConfig::default(),
+    )
+    .await;
+    let steps: Vec<vouch_events::ClockStepped> = svc
+        .events(1, 100)
+        .await
+        .expect("events")
+        .into_iter()
+        .filter_map(|e| match e.event {
+            Event::ClockStepped(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    assert_eq!(
+        steps[0].previous_unix_ns,
+        T0 + 86_400 * crate::NANOS_PER_SEC
+    );
+    assert_eq!(steps[0].now_unix_ns, T0);
 }

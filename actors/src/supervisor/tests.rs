@@ -52,18 +52,18 @@ fn backoff_resets_after_a_stable_period() {
     let clock = ManualClock::new(0);
     let mut b = Backoff::new(policy(1, 2, 60, 600));
     b.started(clock.now_unix_ns());
-    clock.advance(Duration::from_secs(5));
+    clock.advance(crate::duration_to_ns(Duration::from_secs(5)));
     assert_eq!(b.failed(clock.now_unix_ns()), Duration::from_secs(1));
     b.started(clock.now_unix_ns());
-    clock.advance(Duration::from_secs(5));
+    clock.advance(crate::duration_to_ns(Duration::from_secs(5)));
     assert_eq!(b.failed(clock.now_unix_ns()), Duration::from_secs(2));
     b.started(clock.now_unix_ns());
-    clock.advance(Duration::from_secs(599));
+    clock.advance(crate::duration_to_ns(Duration::from_secs(599)));
     assert_eq!(b.failed(clock.now_unix_ns()), Duration::from_secs(4));
     assert_eq!(b.failures(), 3);
     // Up for exactly reset_after: stable, so back to the initial delay.
     b.started(clock.now_unix_ns());
-    clock.advance(Duration::from_secs(600));
+    clock.advance(crate::duration_to_ns(Duration::from_secs(600)));
     assert_eq!(b.failed(clock.now_unix_ns()), Duration::from_secs(1));
     assert_eq!(b.failures(), 1);
 }
@@ -187,7 +187,7 @@ async fn panicking_actor_is_restarted_with_backoff() {
     assert_waited(t0, 1);
 
     // Second failure shortly after: the delay doubles.
-    clock.advance(Duration::from_secs(10));
+    clock.advance(crate::duration_to_ns(Duration::from_secs(10)));
     assert_eq!(addr.send(boom()).await.ok(), Some(Err("job panicked")));
     let t1 = tokio::time::Instant::now();
     assert_eq!(addr.send(ok(3)).await.ok(), Some(Ok(3)));
@@ -195,7 +195,7 @@ async fn panicking_actor_is_restarted_with_backoff() {
     assert_waited(t1, 2);
 
     // After a stable period the delay starts over.
-    clock.advance(Duration::from_secs(600));
+    clock.advance(crate::duration_to_ns(Duration::from_secs(600)));
     assert_eq!(addr.send(boom()).await.ok(), Some(Err("job panicked")));
     let t2 = tokio::time::Instant::now();
     assert_eq!(addr.send(ok(4)).await.ok(), Some(Ok(4)));

@@ -27,7 +27,8 @@ pub(crate) async fn healthz() -> HttpResponse {
     })
 }
 
-/// Ready to serve the API: 503 while starting or stopping.
+/// Ready to serve the API: 503 while starting or stopping, and while the
+/// event log refuses appends (status `log_not_writable`, with the reason).
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses((status = 200, body = Ready), (status = 503, body = Ready)))]
 pub(crate) async fn readyz(ctx: web::Data<Ctx>) -> HttpResponse {
@@ -35,15 +36,32 @@ pub(crate) async fn readyz(ctx: web::Data<Ctx>) -> HttpResponse {
         None => HttpResponse::ServiceUnavailable().json(Ready {
             status: "starting".into(),
             seq: None,
+            reason: None,
         }),
         Some(h) if h.is_stopping() => HttpResponse::ServiceUnavailable().json(Ready {
             status: "stopping".into(),
             seq: None,
+            reason: None,
         }),
-        Some(h) => HttpResponse::Ok().json(Ready {
-            status: "ready".into(),
-            seq: Some(h.last_seq()),
-        }),
+        Some(h) => {
+            let append = h.append_status();
+            if !append.healthy {
+                return HttpResponse::ServiceUnavailable().json(Ready {
+                    status: "log_not_writable".into(),
+                    seq: Some(h.last_seq()),
+                    reason: Some(format!(
+                        "the event log refuses appends ({} in a row): {}",
+                        append.consecutive_failures,
+                        append.reason.unwrap_or_default()
+                    )),
+                });
+            }
+            HttpResponse::Ok().json(Ready {
+                status: "ready".into(),
+                seq: Some(h.last_seq()),
+                reason: None,
+            })
+        }
     }
 }
 
