@@ -167,9 +167,17 @@ pub fn manifest_listed(repo: &Repository, id: &SnapshotId) -> Result<bool> {
 /// machine's (I/O, permissions).
 fn manifest_fault(repo: &Repository, id: &SnapshotId, e: Error) -> Result<PointFault> {
     match e {
-        Error::CorruptMetadata { .. } | Error::SnapshotUnreadable(_) | Error::Damaged(_) => Ok(
+        // Only the manifest's own file (`load_snapshot` names it `snapshot
+        // <id>`); another corrupt file (a restore marker in the sandbox) is
+        // not the point's.
+        Error::CorruptMetadata { ref what, .. } if what.starts_with("snapshot") => Ok(
             PointFault::new(Part::Manifest, FaultCause::CorruptMetadata, e.to_string()),
         ),
+        Error::SnapshotUnreadable(_) => Ok(PointFault::new(
+            Part::Manifest,
+            FaultCause::CorruptMetadata,
+            e.to_string(),
+        )),
         Error::Io { .. } | Error::NotFound(_) => match manifest_listed(repo, id) {
             Ok(false) => Ok(PointFault::new(
                 Part::Manifest,

@@ -679,3 +679,66 @@ fn l8_retention_reads_the_jobs_clock() {
     let out = ok(job(command(), &f.repos, &earlier));
     assert_eq!(forgotten(out), Vec::<PointId>::new());
 }
+
+/// Cost of `snapshots_referencing` on a generated tree (run with
+/// `cargo test --lib bench_snapshots_referencing -- --ignored --nocapture`;
+/// `VOUCH_BENCH_FILES` sets the file count, default 50 000).
+#[test]
+#[ignore]
+fn bench_snapshots_referencing() {
+    let files: usize = std::env::var("VOUCH_BENCH_FILES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50_000);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let repo = new_repo(dir.path());
+    let src = dir.path().join("src");
+    let per_dir = 100;
+    for i in 0..files {
+        let d = src
+            .join(format!("d{:03}", i / per_dir / 50))
+            .join(format!("e{:03}", i / per_dir));
+        if i % per_dir == 0 {
+            std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
+        }
+        std::fs::write(d.join(format!("f{i}")), format!("file {i} ").repeat(20))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut snaps = vec![backup_of(&repo, &src, "bench")];
+    for k in 0..4 {
+        std::fs::write(
+            src.join(format!("d000/e000/changed{k}")),
+            format!("change {k}"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        snaps.push(backup_of(&repo, &src, "bench"));
+    }
+    let packs = pack_files(dir.path());
+    let victim = pack_of(&repo, dir.path(), &first_data_blob(&repo, &snaps[0]));
+    let hex = victim
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let trees = tree_count(&repo, &snaps[0]);
+    for round in 0..3 {
+        let t = std::time::Instant::now();
+        let found = crate::proof::snapshots_referencing(&repo, std::slice::from_ref(&hex))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let el = t.elapsed();
+        eprintln!(
+            "snapshots_referencing round {round}: {files} files, {trees} trees per snapshot, {} snapshots, {} packs: {:?} ({} affected)",
+            snaps.len(),
+            packs.len(),
+            el,
+            found.len()
+        );
+    }
+    let t = std::time::Instant::now();
+    let none = crate::proof::snapshots_referencing(&repo, &["00".repeat(32)])
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "no damaged pack in use (every tree read): {:?} ({} affected)",
+        t.elapsed(),
+        none.len()
+    );
+}
