@@ -671,13 +671,14 @@ fn l8_retention_reads_the_jobs_clock() {
             .collect()
     };
     let now = vouch_actors::Clock::now_unix_ns(&vouch_actors::SystemClock);
-    let out = ok(job(command(), &f.repos, &ManualClock::new(now)));
-    assert_eq!(forgotten(out), vec![point_of(&old)]);
     // By a job clock reading ten days back (the window is measured from
     // the earlier of the newest point and now), the old point is kept.
     let earlier = ManualClock::new(now - 10 * day + 1800 * 1_000_000_000);
     let out = ok(job(command(), &f.repos, &earlier));
     assert_eq!(forgotten(out), Vec::<PointId>::new());
+    // By a clock reading now, it is outside the window.
+    let out = ok(job(command(), &f.repos, &ManualClock::new(now)));
+    assert_eq!(forgotten(out), vec![point_of(&old)]);
 }
 
 /// Cost of `snapshots_referencing` on a generated tree (run with
