@@ -7,6 +7,7 @@
 //! know about actors and events.
 
 mod browse;
+pub mod reconcile;
 mod repos;
 
 use std::sync::Arc;
@@ -14,11 +15,12 @@ use std::time::Instant;
 
 use actix::prelude::*;
 use vouch_actors::service::{JobCommand, JobFailure, JobOutput, ProgressReading, RunJob, Workers};
+use vouch_actors::{Clock, SystemClock};
 use vouch_events::{
     BackupCommitted, BackupSummary, Event, JobId, KeepPolicy, PacksReadBack, PlanId,
-    PointForgotten, RepositoryId, RestoreEvidence, RestoreTestFailed, RestoreTestPassed,
-    RestoreTestStarted, SnapshotId as PointId, VerificationFailed, VerificationPassed,
-    VerificationStarted, VerifyDepth,
+    PointForgotten, PointVanished, RepositoryId, RestoreEvidence, RestoreTestFailed,
+    RestoreTestPassed, RestoreTestStarted, SnapshotId as PointId, VerificationFailed,
+    VerificationPassed, VerificationStarted, VerifyDepth,
 };
 
 pub use browse::EngineBrowser;
@@ -28,7 +30,10 @@ use crate::backup::{backup, BackupOptions};
 use crate::error::Error;
 use crate::id::SnapshotId;
 use crate::progress::Progress;
-use crate::proof::{restore_test, verify_point, ReadBack};
+use crate::proof::{
+    restore_test, snapshots_referencing, verify_point, FaultCause, Part, PointFault, ReadBack,
+    RestoreTestReport,
+};
 use crate::verify::{read_back_slices, SliceReadBack};
 
 /// Paths named in a restore-test evidence at most (the count is complete).
@@ -72,17 +77,28 @@ pub fn failure_of(e: &Error, cancelled: bool) -> JobFailure {
 /// Runs jobs with the engine.
 pub struct EngineWorker {
     repos: Arc<RepoSet>,
+    clock: Arc<dyn Clock>,
 }
 
 impl EngineWorker {
-    /// A worker over the configured repositories.
+    /// A worker over the configured repositories, on the system clock.
     pub fn new(repos: Arc<RepoSet>) -> Self {
-        EngineWorker { repos }
+        Self::with_clock(repos, Arc::new(SystemClock))
+    }
+
+    /// A worker reading time (retention's "now") from the service's clock.
+    pub fn with_clock(repos: Arc<RepoSet>, clock: Arc<dyn Clock>) -> Self {
+        EngineWorker { repos, clock }
     }
 
     /// Starts one worker actor and hands it out for every kind of job.
     pub fn start_all(repos: Arc<RepoSet>) -> Workers {
-        let addr = EngineWorker::new(repos).start();
+        Self::start_all_with_clock(repos, Arc::new(SystemClock))
+    }
+
+    /// [`EngineWorker::start_all`] on the service's clock.
+    pub fn start_all_with_clock(repos: Arc<RepoSet>, clock: Arc<dyn Clock>) -> Workers {
+        let addr = EngineWorker::with_clock(repos, clock).start();
         let r = addr.recipient::<RunJob>();
         Workers {
             backup: r.clone(),
@@ -102,9 +118,10 @@ impl Handler<RunJob> for EngineWorker {
 
     fn handle(&mut self, msg: RunJob, _ctx: &mut Self::Context) -> Self::Result {
         let repos = self.repos.clone();
+        let clock = self.clock.clone();
         Box::pin(async move {
             let job = msg.job.clone();
-            match tokio::task::spawn_blocking(move || run(&repos, msg)).await {
+            match tokio::task::spawn_blocking(move || run(&repos, &*clock, msg)).await {
                 Ok(outcome) => outcome,
                 Err(e) => {
                     tracing::error!(job = %job, error = %e, "a worker thread panicked");
@@ -130,7 +147,7 @@ fn snapshot_of(id: &PointId) -> SnapshotId {
 }
 
 /// Runs one job to its end (on a blocking thread).
-fn run(repos: &RepoSet, msg: RunJob) -> Result<JobOutput, JobFailure> {
+fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, JobFailure> {
     let RunJob {
         job,
         command,
@@ -217,6 +234,9 @@ fn run(repos: &RepoSet, msg: RunJob) -> Result<JobOutput, JobFailure> {
                 f.events.push(started_event.clone());
                 f
             })?;
+            let vanished = report.fault.as_ref().and_then(|f| {
+                vanished_event(f, point, &repository, "verification: manifest missing")
+            });
             let outcome: Event = if report.damaged.is_empty() {
                 VerificationPassed {
                     point,
@@ -238,7 +258,10 @@ fn run(repos: &RepoSet, msg: RunJob) -> Result<JobOutput, JobFailure> {
                 .into()
             };
             Ok(JobOutput {
-                events: vec![started_event, outcome],
+                events: [started_event, outcome]
+                    .into_iter()
+                    .chain(vanished)
+                    .collect(),
             })
         }
         JobCommand::ReadBack {
@@ -249,8 +272,21 @@ fn run(repos: &RepoSet, msg: RunJob) -> Result<JobOutput, JobFailure> {
             let repo = repos.open(&repository).map_err(fail)?;
             let found =
                 read_back_slices(&repo, &slices, of, 0, &cancelled, &progress).map_err(fail)?;
+            // Only when there is damage: the walk reads every tree.
+            let affected = |packs: &[String]| -> Option<Vec<PointId>> {
+                if packs.is_empty() {
+                    return None;
+                }
+                match snapshots_referencing(&repo, packs) {
+                    Ok(ids) => Some(ids.iter().map(point_of).collect()),
+                    Err(e) => {
+                        tracing::warn!(repository = %repository, error = %e, "cannot tell which points use the damaged packs; every live point is suspect");
+                        None
+                    }
+                }
+            };
             Ok(JobOutput {
-                events: read_back_events(&repository, &job, &slices, of, found),
+                events: read_back_events(&repository, &job, &slices, of, found, &affected),
             })
         }
         JobCommand::RestoreTest {
@@ -279,68 +315,8 @@ fn run(repos: &RepoSet, msg: RunJob) -> Result<JobOutput, JobFailure> {
                 f.events.push(started_event.clone());
                 f
             })?;
-            let mut restored: Vec<String> = report
-                .restored
-                .iter()
-                .take(EVIDENCE_PATHS)
-                .cloned()
-                .collect();
-            if report.restored.len() > EVIDENCE_PATHS {
-                restored.push(format!(
-                    "... and {} more",
-                    report.restored.len() - EVIDENCE_PATHS
-                ));
-            }
-            let location = if report.sampled {
-                format!(
-                    "{} (sample of {} of {} files; sandbox deleted)",
-                    sandbox.display(),
-                    report.files,
-                    report.files_in_point
-                )
-            } else {
-                format!("{} (every file; sandbox deleted)", sandbox.display())
-            };
-            let evidence = RestoreEvidence {
-                restored,
-                files: report.files,
-                bytes: report.bytes,
-                digests_compared: report.digests_compared,
-                digests_matched: report.digests_matched,
-                duration_ms: report.duration_ms,
-                location,
-                files_in_point: Some(report.files_in_point),
-                bytes_in_point: None,
-                complete: !report.sampled,
-            };
-            let outcome: Event = if report.mismatches.is_empty()
-                && report.digests_compared == report.digests_matched
-            {
-                RestoreTestPassed {
-                    point,
-                    job: Some(job),
-                    evidence,
-                }
-                .into()
-            } else {
-                let reason = report
-                    .mismatches
-                    .iter()
-                    .take(10)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                RestoreTestFailed {
-                    point,
-                    job: Some(job),
-                    evidence,
-                    reason,
-                    cause: "mismatch".into(),
-                }
-                .into()
-            };
             Ok(JobOutput {
-                events: vec![started_event, outcome],
+                events: restore_test_events(point, &repository, job, &sandbox, report),
             })
         }
         JobCommand::Retention {
@@ -350,7 +326,8 @@ fn run(repos: &RepoSet, msg: RunJob) -> Result<JobOutput, JobFailure> {
             protect,
         } => {
             let repo = repos.open(&repository).map_err(fail)?;
-            let forgotten = retention(&repo, &plan, &keep, &protect).map_err(fail)?;
+            let forgotten =
+                retention(&repo, &plan, &keep, &protect, clock.now_unix_ns()).map_err(fail)?;
             Ok(JobOutput {
                 events: forgotten
                     .into_iter()
@@ -367,46 +344,147 @@ fn run(repos: &RepoSet, msg: RunJob) -> Result<JobOutput, JobFailure> {
     }
 }
 
-/// Applies `keep` to the plan's snapshots, never forgetting `protect`;
-/// returns what was forgotten and why.
-fn retention(
+/// Applies `keep` to the plan's snapshots as of `now_unix_ns` (the job's
+/// clock), never forgetting `protect`; returns what is to be forgotten and
+/// why. It deletes nothing: the decision is recorded first (as
+/// `point.forgotten`), and the reconciliation job deletes the manifests
+/// ([`reconcile::reconcile`]), so a failed or interrupted deletion can
+/// never leave a deleted point live in the log.
+pub fn retention(
     repo: &crate::repo::Repository,
     plan: &PlanId,
     keep: &KeepPolicy,
     protect: &[PointId],
+    now_unix_ns: i64,
 ) -> crate::Result<Vec<(SnapshotId, String)>> {
     if keep.is_empty() {
         return Ok(Vec::new());
     }
-    let _guard = repo.lock(false, "retention")?;
     let tag = plan_tag(plan);
-    let snaps: Vec<_> = repo
+    let candidates: Vec<vouch_events::RetentionCandidate<SnapshotId>> = repo
         .list_snapshots()?
         .into_iter()
         .filter(|(_, m)| m.tags.contains(&tag))
-        .collect();
-    let candidates: Vec<vouch_events::RetentionCandidate<SnapshotId>> = snaps
-        .iter()
         .map(|(id, m)| vouch_events::RetentionCandidate {
-            id: *id,
+            id,
             time_unix_ns: m.time_ns,
-            tags: m.tags.clone(),
+            tags: m.tags,
         })
         .collect();
-    let now = crate::util::now_ns();
-    let mut out = Vec::new();
-    for d in vouch_events::apply_retention(keep, &candidates, now) {
-        if d.keep || protect.iter().any(|p| p.0 == d.id.0) {
-            continue;
+    Ok(
+        vouch_events::apply_retention(keep, &candidates, now_unix_ns)
+            .into_iter()
+            .filter(|d| !d.keep && !protect.iter().any(|p| p.0 == d.id.0))
+            .map(|d| (d.id, "not kept by the plan's keep rules".to_owned()))
+            .collect(),
+    )
+}
+
+/// `point.vanished` for a fault that is the point's manifest gone from the
+/// repository's listing.
+fn vanished_event(
+    fault: &PointFault,
+    point: PointId,
+    repository: &RepositoryId,
+    reason: &str,
+) -> Option<Event> {
+    (fault.part == Part::Manifest && fault.cause == FaultCause::Missing).then(|| {
+        PointVanished {
+            point,
+            repository: repository.clone(),
+            reason: reason.to_owned(),
         }
-        repo.delete_snapshot(&d.id)?;
-        out.push((d.id, "not kept by the plan's keep rules".to_owned()));
+        .into()
+    })
+}
+
+/// Why a point with no files is not proven by restoring it.
+pub const EMPTY_POINT_REASON: &str = "the point holds no files, so restoring it proves nothing: \
+    its source was empty when it was backed up (an unmounted share or an emptied directory?); \
+    check the plan's source, then take a new backup";
+
+/// The events of a restore test that ran to its verdict: started, then
+/// passed or failed (a mismatch, the point's data damaged or missing, or
+/// nothing to restore), then `point.vanished` if its manifest is gone.
+fn restore_test_events(
+    point: PointId,
+    repository: &RepositoryId,
+    job: JobId,
+    sandbox: &std::path::Path,
+    report: RestoreTestReport,
+) -> Vec<Event> {
+    let mut restored: Vec<String> = report
+        .restored
+        .iter()
+        .take(EVIDENCE_PATHS)
+        .cloned()
+        .collect();
+    if report.restored.len() > EVIDENCE_PATHS {
+        restored.push(format!(
+            "... and {} more",
+            report.restored.len() - EVIDENCE_PATHS
+        ));
     }
-    if !out.is_empty() {
-        repo.backend()
-            .sync_deletes(crate::backend::FileKind::Snapshot)?;
+    let complete = report.complete();
+    let evidence = RestoreEvidence {
+        restored,
+        files: report.files,
+        bytes: report.bytes,
+        digests_compared: report.digests_compared,
+        digests_matched: report.digests_matched,
+        duration_ms: report.duration_ms,
+        location: format!(
+            "{}:{} (sandbox deleted)",
+            crate::util::host_name(),
+            sandbox.display()
+        ),
+        // Unknown when the test stopped before the trees were read.
+        files_in_point: (report.fault.is_none() || report.files_in_point > 0)
+            .then_some(report.files_in_point),
+        bytes_in_point: (report.fault.is_none() || report.files_in_point > 0)
+            .then_some(report.bytes_in_point),
+        complete,
+    };
+    let started: Event = RestoreTestStarted {
+        point,
+        job: Some(job.clone()),
     }
-    Ok(out)
+    .into();
+    let failed = |cause: &str, reason: String, evidence| -> Event {
+        RestoreTestFailed {
+            point,
+            job: Some(job.clone()),
+            evidence,
+            reason,
+            cause: cause.into(),
+        }
+        .into()
+    };
+    let mut vanished = None;
+    let outcome = if let Some(fault) = &report.fault {
+        tracing::warn!(point = %point.short(), cause = fault.cause.as_str(), "restore test stopped by the point's data");
+        vanished = vanished_event(fault, point, repository, "restore test: manifest missing");
+        failed(fault.cause.as_str(), fault.reason(), evidence)
+    } else if report.files_in_point == 0 {
+        failed("empty", EMPTY_POINT_REASON.to_owned(), evidence)
+    } else if report.mismatches.is_empty() && report.digests_compared == report.digests_matched {
+        RestoreTestPassed {
+            point,
+            job: Some(job.clone()),
+            evidence,
+        }
+        .into()
+    } else {
+        let reason = report
+            .mismatches
+            .iter()
+            .take(10)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; ");
+        failed("mismatch", reason, evidence)
+    };
+    [started, outcome].into_iter().chain(vanished).collect()
 }
 
 /// What a read-back found, as events: one for the slices read back intact
@@ -417,6 +495,7 @@ fn read_back_events(
     slices: &[u32],
     of: u32,
     found: SliceReadBack,
+    affected: &dyn Fn(&[String]) -> Option<Vec<PointId>>,
 ) -> Vec<Event> {
     let intact: Vec<u32> = slices
         .iter()
@@ -452,6 +531,18 @@ fn read_back_events(
                 (None, None) => d.problem.clone(),
             })
             .collect();
+        let damaged_packs: Vec<String> = damage
+            .iter()
+            .filter_map(|d| d.pack.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        // Damage that names no pack: which points it touches is unknown.
+        let affected_points = if damage.iter().all(|d| d.pack.is_some()) {
+            affected(&damaged_packs)
+        } else {
+            None
+        };
         events.push(
             PacksReadBack {
                 repository: repository.clone(),
@@ -466,14 +557,9 @@ fn read_back_events(
                 } else {
                     0
                 },
-                damaged_packs: damage
-                    .iter()
-                    .filter_map(|d| d.pack.as_ref().map(|p| p.to_string()))
-                    .collect::<std::collections::BTreeSet<_>>()
-                    .into_iter()
-                    .collect(),
+                damaged_packs,
                 damaged,
-                affected_points: None,
+                affected_points,
             }
             .into(),
         );
@@ -494,3 +580,6 @@ pub fn sandbox_name(job: &JobId) -> String {
         })
         .collect()
 }
+
+#[cfg(test)]
+pub(crate) mod tests;
