@@ -281,11 +281,10 @@ fn h3_a_plan_whose_source_is_an_empty_directory_never_shows_a_recoverable_point(
             .chain(events_of(&svc, "restore_test.passed"))
             .next()
     });
-    // This branch records the verdict as a failure with cause `empty`;
-    // the projection's refusal of vacuous proof (lead) would also keep a
-    // `passed` with 0 files from counting.
-    assert_eq!(tested["type"], "restore_test.failed", "{tested}");
-    assert_eq!(tested["data"]["cause"], "empty", "{tested}");
+    // Recorded as what it is, a pass over 0 files, which the projection
+    // refuses as proof (vacuous): the point stays `verified` at best and
+    // the plan is at risk because its source came back empty.
+    assert_eq!(tested["type"], "restore_test.passed", "{tested}");
     assert_eq!(tested["data"]["evidence"]["files"], 0);
     // Give a second periodic test its turn, then look.
     std::thread::sleep(Duration::from_secs(3));
@@ -295,6 +294,26 @@ fn h3_a_plan_whose_source_is_an_empty_directory_never_shows_a_recoverable_point(
     {
         assert_ne!(p["state"], "recoverable", "{p}");
     }
+    // The plan is at risk for the right reason, and someone is told.
+    let plan = eventually("the plan to be at risk because its source is empty", || {
+        let plan = get(&svc, "/api/v1/plans/empty");
+        (plan["protection"]["status"] == "at-risk"
+            && plan["protection"]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("empty")))
+        .then_some(plan)
+    });
+    assert_eq!(plan["protection"]["status"], "at-risk", "{plan}");
+    let alert = eventually("an alert that the source came back empty", || {
+        get(&svc, "/api/v1/alerts?state=open")
+            .as_array()
+            .and_then(|a| {
+                a.iter()
+                    .find(|a| a["message"].as_str().is_some_and(|m| m.contains("empty")))
+                    .cloned()
+            })
+    });
+    assert_eq!(alert["severity"], "critical", "{alert}");
 }
 
 #[test]

@@ -504,7 +504,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
 
     let system = actix_web::rt::System::new();
     system.block_on(async move {
-        let workers = EngineWorker::start_all(repos.clone());
+        let workers = EngineWorker::start_all_with_clock(repos.clone(), clock.clone());
         let handle = service::start(log, read_store, workers, clock, service_config).await?;
         let state = AppState::with_tokens(tokens)?
             .with_service(handle.clone())
