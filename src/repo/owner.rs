@@ -110,7 +110,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::backend::{Backend, LocalBackend};
+    use crate::backend::LocalBackend;
     use crate::crypto::KdfParams;
     use crate::repo::InitOptions;
 
