@@ -24,6 +24,9 @@ pub enum FileKind {
     Snapshot,
     /// `locks/<id>`.
     Lock,
+    /// `owner`: the optional sealed record of the service that owns the
+    /// repository (format v1 extension; older builds never read it).
+    Owner,
 }
 
 impl FileKind {
@@ -38,7 +41,7 @@ impl FileKind {
 
     fn dir(self) -> &'static str {
         match self {
-            FileKind::Config => "",
+            FileKind::Config | FileKind::Owner => "",
             FileKind::Key => "keys",
             FileKind::Pack => "data",
             FileKind::Index => "index",
@@ -131,6 +134,7 @@ impl LocalBackend {
     fn path(&self, kind: FileKind, name: &str) -> PathBuf {
         match kind {
             FileKind::Config => self.root.join("config"),
+            FileKind::Owner => self.root.join("owner"),
             FileKind::Pack => self
                 .root
                 .join("data")
@@ -142,7 +146,7 @@ impl LocalBackend {
 
     fn dirs_of(&self, kind: FileKind) -> Vec<PathBuf> {
         match kind {
-            FileKind::Config => vec![self.root.clone()],
+            FileKind::Config | FileKind::Owner => vec![self.root.clone()],
             FileKind::Pack => (0..=255u8)
                 .map(|b| self.root.join("data").join(hex::encode([b])))
                 .collect(),
@@ -229,12 +233,14 @@ impl Backend for LocalBackend {
     }
 
     fn list(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
-        if kind == FileKind::Config {
+        if matches!(kind, FileKind::Config | FileKind::Owner) {
             let size = fs::metadata(self.path(kind, "")).map(|m| m.len()).ok();
-            return Ok(size
-                .map(|s| ("config".to_string(), s))
-                .into_iter()
-                .collect());
+            let name = if kind == FileKind::Config {
+                "config"
+            } else {
+                "owner"
+            };
+            return Ok(size.map(|s| (name.to_string(), s)).into_iter().collect());
         }
         let mut out = Vec::new();
         for dir in self.dirs_of(kind) {
@@ -265,7 +271,10 @@ impl Backend for LocalBackend {
 
     fn read(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
         let p = self.path(kind, name);
-        if matches!(kind, FileKind::Config | FileKind::Key | FileKind::Lock) {
+        if matches!(
+            kind,
+            FileKind::Config | FileKind::Key | FileKind::Lock | FileKind::Owner
+        ) {
             let f = File::open(&p).ctx(|| format!("reading {}", p.display()))?;
             let mut buf = Vec::new();
             f.take(MAX_SMALL_FILE + 1)

@@ -34,6 +34,9 @@ pub mod exit_code {
     pub const SOURCE_MISSING: i32 = 18;
     /// The snapshot or path asked for does not exist.
     pub const NOT_FOUND: i32 = 19;
+    /// `forget` or `prune` refused: a service owns the repository (or its
+    /// ownership record is damaged) and `--outside-service` was not given.
+    pub const SERVICE_OWNED: i32 = 20;
     /// Interrupted by SIGINT or SIGTERM (128 + 2).
     pub const INTERRUPTED: i32 = 130;
 }

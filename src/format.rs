@@ -36,6 +36,8 @@ pub enum SealedKind {
     Index = 1,
     /// `snapshots/<id>`.
     Snapshot = 2,
+    /// `owner`: which service owns the repository.
+    Owner = 3,
 }
 
 /// Kind of blob; part of each blob's associated data.

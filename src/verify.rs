@@ -48,6 +48,9 @@ pub struct Affected {
     pub paths: Vec<String>,
     /// How many paths in all.
     pub path_count: u64,
+    /// The damaged packs this snapshot's trees reach (hex, sorted).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub packs: Vec<String>,
 }
 
 /// The result of `vouch verify`.
@@ -71,6 +74,13 @@ pub struct VerifyReport {
     pub affected: Vec<Affected>,
     /// Wall time.
     pub duration_ms: u64,
+    /// Every snapshot that was checked (read and walked), whatever its
+    /// verdict: the set a per-point verdict covers.
+    #[serde(skip)]
+    pub checked: Vec<SnapshotId>,
+    /// Snapshot files that did not read (each a damaged point).
+    #[serde(skip)]
+    pub unreadable_snapshots: Vec<SnapshotId>,
 }
 
 impl VerifyReport {
@@ -176,6 +186,7 @@ pub fn verify(
 
     // Snapshots: every tree loads, every blob is indexed; map damage to paths.
     let scanned = repo.scan_snapshots()?;
+    report.unreadable_snapshots = scanned.unreadable.iter().map(|(id, _)| *id).collect();
     for (id, why) in &scanned.unreadable {
         report.damage.push(Damage {
             pack: None,
@@ -185,6 +196,7 @@ pub fn verify(
     }
     let snapshots = scanned.snapshots;
     report.snapshots = snapshots.len() as u64;
+    report.checked = snapshots.iter().map(|(id, _)| *id).collect();
     let mut scan = Scan {
         repo,
         index: &index,
@@ -195,13 +207,14 @@ pub fn verify(
         if !scan.is_dirty(&manifest.tree) {
             continue;
         }
-        let (paths, count, problems) = affected_paths(&mut scan, sid, &manifest.tree);
+        let (paths, count, problems, packs) = affected_paths(&mut scan, sid, &manifest.tree);
         report.damage.extend(problems);
         if count > 0 {
             report.affected.push(Affected {
                 snapshot: sid.to_hex(),
                 paths,
                 path_count: count,
+                packs: packs.iter().map(PackId::to_hex).collect(),
             });
         }
     }
@@ -523,12 +536,17 @@ fn tree_problems(index: &MasterIndex, id: &BlobId, tree: &Tree) -> Vec<(String, 
     out
 }
 
+/// Walks a snapshot's damaged trees: paths (first 100), their count,
+/// problems, and the damaged packs reached (at most one entry per damaged
+/// pack, so bounded by the damage, not by the snapshot).
 fn affected_paths(
     scan: &mut Scan<'_>,
     sid: &SnapshotId,
     root: &BlobId,
-) -> (Vec<String>, u64, Vec<Damage>) {
+) -> (Vec<String>, u64, Vec<Damage>, BTreeSet<PackId>) {
     let (repo, index, bad) = (scan.repo, scan.index, scan.bad);
+    let mut packs: BTreeSet<PackId> = BTreeSet::new();
+    let pack_of = |b: &BlobId| index.get(b).map(|(p, _)| p.id);
     let mut paths = BTreeSet::new();
     let mut count = 0u64;
     let mut problems = Vec::new();
@@ -574,6 +592,7 @@ fn affected_paths(
         let tree = match repo.load_tree(index, &tree_id) {
             Ok(t) => t,
             Err(e) => {
+                packs.extend(pack_of(&tree_id));
                 problems.push(Damage {
                     pack: None,
                     blob: Some(tree_id.to_hex()),
@@ -628,6 +647,7 @@ fn affected_paths(
                             });
                             hit = true;
                         } else if bad.contains(&blob) {
+                            packs.extend(pack_of(&blob));
                             hit = true;
                         }
                     }
@@ -642,7 +662,7 @@ fn affected_paths(
             }
         }
     }
-    (paths.into_iter().collect(), count, problems)
+    (paths.into_iter().collect(), count, problems, packs)
 }
 
 #[cfg(test)]

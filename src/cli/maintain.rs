@@ -20,6 +20,9 @@ pub struct VerifyArgs {
     /// Read back a random subset of packs, e.g. `10%`.
     #[arg(long, value_name = "N%")]
     pub read_data_subset: Option<String>,
+    /// Do not send the findings to the service that owns the repository.
+    #[arg(long)]
+    pub no_report: bool,
 }
 
 /// Checks the repository; exit code 13 on damage.
@@ -50,10 +53,11 @@ pub fn verify(ctx: &Ctx, a: VerifyArgs) -> Result<i32> {
     let reporter = ctx.out.progress("verify", progress.clone());
     let report = crate::verify::verify(&repo, &opts, &progress);
     reporter.finish();
-    let report = report?;
+    let mut report = report?;
+    let service = tell_the_service(&repo, &mut report, &opts, a.no_report)?;
     if ctx.out.json {
         ctx.out.json_line(
-            &json!({"type": "verify", "damaged": report.is_damaged(), "report": report}),
+            &json!({"type": "verify", "damaged": report.is_damaged(), "report": report, "service": service}),
         );
     } else {
         for d in &report.damage {
@@ -116,6 +120,91 @@ pub fn verify(ctx: &Ctx, a: VerifyArgs) -> Result<i32> {
     })
 }
 
+/// Sends the per-point findings to the service that owns the repository,
+/// if one does; warns loudly on stderr when it cannot. A damaged ownership
+/// record is damage of the repository, and is never followed. Returns what
+/// to put under `service` in the JSON output.
+fn tell_the_service(
+    repo: &crate::repo::Repository,
+    report: &mut crate::verify::VerifyReport,
+    opts: &crate::verify::VerifyOptions,
+    no_report: bool,
+) -> Result<serde_json::Value> {
+    use super::service_link::{ownership, report_bodies, send_report, token, Ownership};
+    let owner = match ownership(repo)? {
+        Ownership::Free => return Ok(serde_json::Value::Null),
+        Ownership::Damaged(why) => {
+            eprintln!(
+                "*** WARNING: this repository's ownership record does not authenticate ({why}).
+                 *** It is damaged or was tampered with, so it is not followed: no service was told what this verify found.
+                 *** Restart the service that serves this repository (it rewrites the record), then run verify again."
+            );
+            report.damage.push(crate::verify::Damage {
+                pack: None,
+                blob: None,
+                problem: format!("ownership record (owner) does not authenticate: {why}"),
+            });
+            return Ok(json!({"reported": false, "error": "the ownership record is damaged"}));
+        }
+        Ownership::Owned(r) => r,
+    };
+    let warn = |why: &str| {
+        eprintln!(
+            "*** WARNING: service {} at {} owns this repository (as {:?}) and was NOT told what this verify found: {why}.
+             *** Until it is, the service shows its own, older view of these points{}.
+             *** Run verify again with VOUCH_TOKEN or VOUCH_TOKEN_FILE set to an operator or admin token of that service
+             *** (`vouch token create --role operator` on the service's host), or let the service verify the points itself.",
+            owner.service_id,
+            owner.url,
+            owner.repository,
+            if report.is_damaged() { ", damage included" } else { "" }
+        );
+    };
+    let base =
+        json!({"service_id": owner.service_id, "url": owner.url, "repository": owner.repository});
+    let with = |mut v: serde_json::Value, extra: serde_json::Value| {
+        if let (Some(m), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+            m.extend(e.clone());
+        }
+        v
+    };
+    if no_report {
+        warn("--no-report was given");
+        return Ok(with(
+            base,
+            json!({"reported": false, "error": "--no-report"}),
+        ));
+    }
+    let token = match token() {
+        Ok(Some(t)) => t,
+        Ok(None) => {
+            warn("no token (VOUCH_TOKEN or VOUCH_TOKEN_FILE) is set");
+            return Ok(with(base, json!({"reported": false, "error": "no token"})));
+        }
+        Err(e) => {
+            warn(&e);
+            return Ok(with(base, json!({"reported": false, "error": e})));
+        }
+    };
+    let bodies = report_bodies(report, opts.read_data, opts.subset);
+    if bodies.is_empty() {
+        return Ok(with(base, json!({"reported": true, "recorded": 0})));
+    }
+    match send_report(&owner, &token, &bodies) {
+        Ok(r) => {
+            eprintln!(
+                "reported to service {} at {}: {} verdicts recorded ({} failed); {} points unknown to it, {} forgotten there",
+                owner.service_id, owner.url, r.recorded, r.failed, r.unknown, r.forgotten
+            );
+            Ok(with(base, json!({"reported": true, "result": r})))
+        }
+        Err(e) => {
+            warn(&e);
+            Ok(with(base, json!({"reported": false, "error": e})))
+        }
+    }
+}
+
 /// `vouch forget`.
 #[derive(Args, Debug)]
 pub struct ForgetArgs {
@@ -151,11 +240,22 @@ pub struct ForgetArgs {
     /// Run prune afterwards.
     #[arg(long)]
     pub prune: bool,
+    /// Act on a repository a service owns, behind its back (its
+    /// reconciliation then records the forgotten points as vanished).
+    #[arg(long)]
+    pub outside_service: bool,
 }
 
 /// Forgets snapshots.
 pub fn forget(ctx: &Ctx, a: ForgetArgs) -> Result<i32> {
     let repo = ctx.open()?;
+    if !a.dry_run {
+        if let Some(code) =
+            super::service_link::refuse_if_owned(&repo, "forget", a.outside_service)?
+        {
+            return Ok(code);
+        }
+    }
     let policy = KeepPolicy {
         last: a.keep_last,
         hourly: a.keep_hourly,
@@ -215,6 +315,7 @@ pub fn forget(ctx: &Ctx, a: ForgetArgs) -> Result<i32> {
             PruneArgs {
                 dry_run: false,
                 repack_below: 50.0,
+                outside_service: a.outside_service,
             },
         );
     }
@@ -230,11 +331,20 @@ pub struct PruneArgs {
     /// Repack packs with less than this percentage of used bytes.
     #[arg(long, default_value_t = 50.0)]
     pub repack_below: f64,
+    /// Act on a repository a service owns, behind its back.
+    #[arg(long)]
+    pub outside_service: bool,
 }
 
 /// Prunes.
 pub fn prune(ctx: &Ctx, a: PruneArgs) -> Result<i32> {
     let repo = ctx.open()?;
+    if !a.dry_run {
+        if let Some(code) = super::service_link::refuse_if_owned(&repo, "prune", a.outside_service)?
+        {
+            return Ok(code);
+        }
+    }
     let opts = crate::prune::PruneOptions {
         repack_below: (a.repack_below / 100.0).clamp(0.0, 1.0),
         dry_run: a.dry_run,

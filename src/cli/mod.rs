@@ -10,6 +10,7 @@ mod password;
 mod repo_cmds;
 mod restore_cmd;
 pub mod serve;
+pub mod service_link;
 pub mod tls;
 
 use std::path::PathBuf;

@@ -501,6 +501,14 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     let listener = TcpListener::bind(&s.listen)
         .with_context(|| format!("listening on {} (is another service using it?)", s.listen))?;
     let addr = listener.local_addr()?;
+    // Each served repository records that this service owns it (docs/format.md).
+    let url = super::service_link::base_url(scheme, addr);
+    super::service_link::claim(
+        &repos,
+        &data_dir,
+        &url,
+        s.tls.as_ref().map(|t| t.0.as_path()),
+    )?;
 
     let system = actix_web::rt::System::new();
     system.block_on(async move {

@@ -79,6 +79,16 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<ServerConfig, TlsError> 
     Ok(config)
 }
 
+/// BLAKE3 (hex) of the DER of the first (leaf) certificate in `cert`: what
+/// the ownership record pins, so the CLI trusts exactly this certificate.
+pub fn leaf_digest(cert: &Path) -> Result<String, TlsError> {
+    let chain = read_chain(cert)?;
+    Ok(chain
+        .first()
+        .map(|c| blake3::hash(c.as_ref()).to_hex().to_string())
+        .unwrap_or_default())
+}
+
 fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let bytes = read(path, "certificate")?;
     let pem = |why: String| TlsError::Pem {

@@ -3,6 +3,7 @@
 
 mod index;
 pub mod lock;
+pub mod owner;
 pub mod pack;
 mod sealed;
 

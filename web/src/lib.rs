@@ -52,7 +52,7 @@ pub use metrics::{
 };
 pub use openapi::openapi_json_text;
 
-use api::{events, jobs, misc, plans, points, Ctx};
+use api::{events, jobs, misc, plans, points, verify_reports, Ctx};
 
 /// What every worker of the HTTP server shares.
 #[derive(Clone)]
@@ -177,6 +177,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(resource!("/events/stream", get => events::stream))
             .service(resource!("/alerts", get => misc::alerts))
             .service(resource!("/repositories", get => misc::repositories))
+            .service(resource!("/repositories/{id}/verify-reports",
+                    post => verify_reports::create))
             .default_service(web::to(routes::no_route)),
     );
     crate::configure_console(cfg);

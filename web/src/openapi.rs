@@ -6,7 +6,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi, ToResponse};
 
-use crate::api::{events, jobs, misc, plans, points};
+use crate::api::{events, jobs, misc, plans, points, verify_reports};
 use crate::error::doc as errors;
 
 struct BearerAuth;
@@ -66,7 +66,7 @@ impl Modify for BearerAuth {
         jobs::list, jobs::get, jobs::cancel,
         points::list, points::get, points::lock, points::files, points::file,
         events::list, events::stream,
-        misc::alerts, misc::repositories,
+        misc::alerts, misc::repositories, verify_reports::create,
     ),
     components(
         schemas(crate::error::ErrorBody),

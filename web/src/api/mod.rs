@@ -6,6 +6,7 @@ pub(crate) mod jobs;
 pub(crate) mod misc;
 pub(crate) mod plans;
 pub(crate) mod points;
+pub(crate) mod verify_reports;
 
 use std::path::PathBuf;
 use std::pin::Pin;
