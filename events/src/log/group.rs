@@ -7,11 +7,14 @@
 //! caller returns only once its own events are durable.
 
 use std::collections::HashMap;
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use crate::error::{EventError, Result};
 use crate::event::Event;
+use crate::log::notify::Notifier;
 use crate::log::reader::{LogReader, Subscription};
+use crate::log::verify::{scrub, ScrubReport};
 use crate::log::writer::{AppendReceipt, EventLog};
 
 #[derive(Default)]
@@ -22,11 +25,24 @@ struct Queue {
     done: HashMap<u64, std::result::Result<AppendReceipt, String>>,
 }
 
+/// A test hook of the group commit, called by the leader after it took
+/// the batch and before it commits it (to inject a panic).
+#[cfg(test)]
+pub(crate) type LeaderHook = Box<dyn Fn() + Send + Sync>;
+
 /// An [`EventLog`] shared by threads, with group commit across them.
+///
+/// [`SharedLog::last_seq`], [`SharedLog::reader`] and
+/// [`SharedLog::subscribe`] never take the writer's lock: they answer
+/// while a commit waits on the disk.
 pub struct SharedLog {
     log: Mutex<EventLog>,
+    dir: PathBuf,
+    notifier: Arc<Notifier>,
     queue: Mutex<Queue>,
     committed: Condvar,
+    #[cfg(test)]
+    leader_hook: Mutex<Option<LeaderHook>>,
 }
 
 impl std::fmt::Debug for SharedLog {
@@ -39,13 +55,42 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Held by the leader while it commits a batch: if the commit unwinds, it
+/// fails every caller of the batch, gives up the leadership and wakes the
+/// followers, so no caller waits forever.
+struct LeaderGuard<'a> {
+    shared: &'a SharedLog,
+    tickets: Vec<u64>,
+    armed: bool,
+}
+
+impl Drop for LeaderGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut q = lock(&self.shared.queue);
+        for t in self.tickets.drain(..) {
+            q.done.entry(t).or_insert_with(|| {
+                Err("the group commit panicked; nothing of it was acknowledged".into())
+            });
+        }
+        q.leader = false;
+        self.shared.committed.notify_all();
+    }
+}
+
 impl SharedLog {
     /// Wraps an open log.
     pub fn new(log: EventLog) -> Self {
         SharedLog {
+            dir: log.dir().to_path_buf(),
+            notifier: log.notifier(),
             log: Mutex::new(log),
             queue: Mutex::new(Queue::default()),
             committed: Condvar::new(),
+            #[cfg(test)]
+            leader_hook: Mutex::new(None),
         }
     }
 
@@ -73,7 +118,18 @@ impl SharedLog {
             q.leader = true;
             let batch = std::mem::take(&mut q.pending);
             drop(q);
+            let mut guard = LeaderGuard {
+                shared: self,
+                tickets: batch.iter().map(|(t, _)| *t).collect(),
+                armed: true,
+            };
+            #[cfg(test)]
+            if let Some(h) = lock(&self.leader_hook).as_ref() {
+                h();
+            }
             let results = self.commit(batch);
+            guard.armed = false;
+            drop(guard);
             q = lock(&self.queue);
             q.done.extend(results);
             q.leader = false;
@@ -87,7 +143,18 @@ impl SharedLog {
     ) -> Vec<(u64, std::result::Result<AppendReceipt, String>)> {
         let mut log = lock(&self.log);
         let all: Vec<Event> = batch.iter().flat_map(|(_, e)| e.iter().cloned()).collect();
-        match log.append(&all) {
+        // A panic inside the append leaves the writer's state untrusted
+        // (bytes may be written that its seq does not count): it is
+        // poisoned, and every caller of the batch gets an error.
+        let appended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| log.append(&all)))
+            .unwrap_or_else(|_| {
+                log.poison();
+                Err(EventError::io(
+                    "group commit",
+                    std::io::Error::other("the append panicked; reopen the log"),
+                ))
+            });
+        match appended {
             Ok(r) => {
                 let mut first = r.first_seq;
                 batch
@@ -96,7 +163,7 @@ impl SharedLog {
                         let n = events.len() as u64;
                         let receipt = AppendReceipt {
                             first_seq: first,
-                            last_seq: first + n - 1,
+                            last_seq: (first + n).saturating_sub(1),
                             // The chain head after this caller's last event is
                             // only known for the last caller; give the commit's.
                             last_hash: r.last_hash,
@@ -116,19 +183,44 @@ impl SharedLog {
         }
     }
 
-    /// Seq of the last durable event.
+    /// Seq of the last durable, acknowledged event. One atomic load: it
+    /// never waits for a commit in flight.
     pub fn last_seq(&self) -> u64 {
-        lock(&self.log).last_seq()
+        self.notifier.committed()
     }
 
-    /// A reader of the log.
+    /// The committed seq: every replay of [`SharedLog::reader`] stops at
+    /// it (the same as [`SharedLog::last_seq`]).
+    pub fn committed_seq(&self) -> u64 {
+        self.notifier.committed()
+    }
+
+    /// A reader of the log, bounded by the committed seq (nothing written
+    /// but not yet synced is ever read).
     pub fn reader(&self) -> LogReader {
-        lock(&self.log).reader()
+        LogReader::bounded(self.dir.clone(), self.notifier.clone())
     }
 
     /// A subscription from `from_seq`.
     pub fn subscribe(&self, from_seq: u64) -> Subscription {
-        lock(&self.log).subscribe(from_seq)
+        Subscription::new(self.dir.clone(), from_seq.max(1), self.notifier.clone())
+    }
+
+    /// Re-reads every segment up to the committed seq, checking each
+    /// record's checksum, seq and link, without taking the writer's lock
+    /// (appends go on meanwhile). See [`scrub`](crate::log::scrub).
+    pub fn scrub(&self) -> Result<ScrubReport> {
+        scrub(&self.dir, self.notifier.committed())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_leader_hook(&self, hook: Option<LeaderHook>) {
+        *lock(&self.leader_hook) = hook;
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_sync_hook(&self, hook: Option<crate::log::writer::SyncHook>) {
+        lock(&self.log).before_sync = hook;
     }
 }
 
