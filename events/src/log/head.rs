@@ -91,8 +91,8 @@ pub(crate) struct HeadState {
 }
 
 /// Reads the head of the log in `dir`: `Ok(None)` when there is no head
-/// file (a log written by a build before the head existed) or it holds no
-/// head yet; an error when both slots are damaged.
+/// file (a log written by a build before the head existed), seq 0 when it
+/// holds no head yet; an error when both slots are damaged.
 pub(crate) fn read_head(dir: &Path) -> Result<Option<HeadState>> {
     let path = dir.join(HEAD_FILE);
     let data = match std::fs::read(&path) {
@@ -117,6 +117,17 @@ pub(crate) fn read_head(dir: &Path) -> Result<Option<HeadState>> {
             Ok(None) => {}
             Err(()) => damaged += 1,
         }
+    }
+    if best.is_none() && damaged == 0 {
+        // The file exists but no head was written yet: a new log, nothing
+        // acknowledged (not an older build's log, which has no file).
+        return Ok(Some(HeadState {
+            generation: 0,
+            head: AckHead {
+                seq: 0,
+                hash: crate::format::GENESIS_HASH,
+            },
+        }));
     }
     if damaged == 2 {
         return Err(EventError::BadSegment {
@@ -199,7 +210,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         assert_eq!(read_head(dir.path()).expect("read"), None);
         let mut f = HeadFile::open(dir.path(), None).expect("open");
-        assert_eq!(read_head(dir.path()).expect("read"), None, "created empty");
+        assert_eq!(
+            read_head(dir.path()).expect("read").map(|s| s.head.seq),
+            Some(0),
+            "created empty: nothing acknowledged"
+        );
         let h = |seq: u64| AckHead {
             seq,
             hash: EventHash([seq as u8; 32]),

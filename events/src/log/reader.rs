@@ -204,6 +204,15 @@ impl Cursor {
 
     /// Moves to the segment that starts at `next_seq`, if it exists.
     fn advance_segment(&mut self) -> Result<bool> {
+        // Already in the segment that starts at `next_seq` (it holds only
+        // its header): nothing more yet.
+        if self
+            .segment
+            .as_ref()
+            .is_some_and(|s| s.first_seq == self.next_seq)
+        {
+            return Ok(false);
+        }
         let segments = list_segments(&self.dir)?;
         match segments.into_iter().find(|s| s.first_seq == self.next_seq) {
             Some(seg) => {

@@ -128,7 +128,7 @@ impl EventLog {
         }
         let lock = lock_dir(&dir)?;
         let head_state = read_head(&dir)?;
-        let acked = head_state.map(|s| s.head).filter(|h| h.seq > 0);
+        let acked = head_state.map(|s| s.head);
         let mut segments = list_segments(&dir)?;
         check_first_segment(&segments)?;
         let mut next_seq = 1;
@@ -384,6 +384,16 @@ impl EventLog {
             #[cfg(test)]
             before_sync: None,
         };
+        // What the log holds from now on is what readers are given: it is
+        // acknowledged (the head of an older build's log, or an intact
+        // batch whose head write was cut by a crash, is brought level).
+        let now = AckHead {
+            seq: last_seq,
+            hash: last_hash,
+        };
+        if last_seq > 0 && log.head.current != Some(now) {
+            log.head.write(now)?;
+        }
         if let Some(r) = repaired {
             if r.lost_acknowledged {
                 tracing::error!(
