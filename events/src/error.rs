@@ -64,6 +64,17 @@ pub enum EventError {
     /// The read store failed.
     #[error("read store: {0}")]
     Store(String),
+    /// The read store reflects events the log does not hold (it is ahead
+    /// of the log, or holds another event at its seq): acknowledged events
+    /// are missing from the log, and the log records no repair explaining
+    /// it.
+    #[error("the read store is ahead of the event log at seq {seq}: {message}")]
+    ReadStoreAhead {
+        /// The seq the read store's snapshot is tagged with.
+        seq: u64,
+        /// What was found and what to do.
+        message: String,
+    },
 }
 
 impl EventError {

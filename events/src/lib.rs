@@ -55,8 +55,8 @@ pub use event::{
 pub use format::{EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};
 pub use log::{
-    verify_chain, AppendReceipt, ChainProblem, ChainReport, EventLog, LogOptions, LogReader,
-    Replay, SharedLog, Subscription,
+    scrub, verify_chain, AppendReceipt, ChainProblem, ChainReport, EventLog, LogOptions, LogReader,
+    Replay, ScrubReport, SharedLog, Subscription,
 };
 pub use plan::{PlanDefinition, RestoreTestPolicy, VerificationPolicy, VerifyDepth};
 pub use projection::{

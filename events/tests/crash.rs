@@ -28,6 +28,7 @@ fn options() -> LogOptions {
     // Small segments, so kills also land around segment creation.
     LogOptions {
         segment_max_bytes: 16 << 10,
+        ..LogOptions::default()
     }
 }
 

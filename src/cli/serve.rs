@@ -54,6 +54,13 @@ pub struct ServeArgs {
     /// Log lines as `text` or `json` (on stderr).
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+    /// Open an event log whose acknowledged events are damaged or missing
+    /// by cutting them (set aside in `.torn` files and recorded as a
+    /// `service.log_repaired` event with `lost_acknowledged`), and set the
+    /// read store aside so it is rebuilt from the log as it is. Without it
+    /// such a log refuses to open (docs/events.md, "Log invariants").
+    #[arg(long)]
+    pub repair_log: bool,
 }
 
 /// Options of `vouch token`.
@@ -491,10 +498,28 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     // One clock for the log's recorded times and every actor's decisions.
     let clock: Arc<dyn vouch_actors::Clock> = Arc::new(SystemClock);
     let log_dir = data_dir.join("events");
-    let log = EventLog::open(&log_dir, LogOptions::default(), clock.clone())
+    let log_options = LogOptions {
+        allow_cut_acknowledged: a.repair_log,
+        ..LogOptions::default()
+    };
+    let log = EventLog::open(&log_dir, log_options, clock.clone())
         .with_context(|| format!("opening the event log in {}", log_dir.display()))?;
     let log = Arc::new(SharedLog::new(log));
-    let (read_store, set_aside) = SledStore::open_or_set_aside(data_dir.join("read-store"))?;
+    let read_store_dir = data_dir.join("read-store");
+    if a.repair_log && read_store_dir.exists() {
+        // Derived state that may reflect events the repaired log no longer
+        // holds: kept aside (never deleted), rebuilt from the log.
+        let aside = data_dir.join(format!(
+            "read-store.before-repair-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+        ));
+        std::fs::rename(&read_store_dir, &aside)
+            .with_context(|| format!("setting the read store aside to {}", aside.display()))?;
+        tracing::warn!(path = %aside.display(), "--repair-log: the read store was set aside and is rebuilt from the log");
+    }
+    let (read_store, set_aside) = SledStore::open_or_set_aside(read_store_dir)?;
     if let Some(p) = set_aside {
         tracing::warn!(path = %p.display(), "the read store was unreadable; set aside and rebuilt from the log");
     }

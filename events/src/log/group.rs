@@ -7,11 +7,14 @@
 //! caller returns only once its own events are durable.
 
 use std::collections::HashMap;
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use crate::error::{EventError, Result};
 use crate::event::Event;
+use crate::log::notify::Notifier;
 use crate::log::reader::{LogReader, Subscription};
+use crate::log::verify::{scrub, ScrubReport};
 use crate::log::writer::{AppendReceipt, EventLog};
 
 #[derive(Default)]
@@ -22,11 +25,24 @@ struct Queue {
     done: HashMap<u64, std::result::Result<AppendReceipt, String>>,
 }
 
+/// A test hook of the group commit, called by the leader after it took
+/// the batch and before it commits it (to inject a panic).
+#[cfg(test)]
+pub(crate) type LeaderHook = Box<dyn Fn() + Send + Sync>;
+
 /// An [`EventLog`] shared by threads, with group commit across them.
+///
+/// [`SharedLog::last_seq`], [`SharedLog::reader`] and
+/// [`SharedLog::subscribe`] never take the writer's lock: they answer
+/// while a commit waits on the disk.
 pub struct SharedLog {
     log: Mutex<EventLog>,
+    dir: PathBuf,
+    notifier: Arc<Notifier>,
     queue: Mutex<Queue>,
     committed: Condvar,
+    #[cfg(test)]
+    leader_hook: Mutex<Option<LeaderHook>>,
 }
 
 impl std::fmt::Debug for SharedLog {
@@ -39,13 +55,42 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Held by the leader while it commits a batch: if the commit unwinds, it
+/// fails every caller of the batch, gives up the leadership and wakes the
+/// followers, so no caller waits forever.
+struct LeaderGuard<'a> {
+    shared: &'a SharedLog,
+    tickets: Vec<u64>,
+    armed: bool,
+}
+
+impl Drop for LeaderGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut q = lock(&self.shared.queue);
+        for t in self.tickets.drain(..) {
+            q.done.entry(t).or_insert_with(|| {
+                Err("the group commit panicked; nothing of it was acknowledged".into())
+            });
+        }
+        q.leader = false;
+        self.shared.committed.notify_all();
+    }
+}
+
 impl SharedLog {
     /// Wraps an open log.
     pub fn new(log: EventLog) -> Self {
         SharedLog {
+            dir: log.dir().to_path_buf(),
+            notifier: log.notifier(),
             log: Mutex::new(log),
             queue: Mutex::new(Queue::default()),
             committed: Condvar::new(),
+            #[cfg(test)]
+            leader_hook: Mutex::new(None),
         }
     }
 
@@ -73,7 +118,18 @@ impl SharedLog {
             q.leader = true;
             let batch = std::mem::take(&mut q.pending);
             drop(q);
+            let mut guard = LeaderGuard {
+                shared: self,
+                tickets: batch.iter().map(|(t, _)| *t).collect(),
+                armed: true,
+            };
+            #[cfg(test)]
+            if let Some(h) = lock(&self.leader_hook).as_ref() {
+                h();
+            }
             let results = self.commit(batch);
+            guard.armed = false;
+            drop(guard);
             q = lock(&self.queue);
             q.done.extend(results);
             q.leader = false;
@@ -87,7 +143,18 @@ impl SharedLog {
     ) -> Vec<(u64, std::result::Result<AppendReceipt, String>)> {
         let mut log = lock(&self.log);
         let all: Vec<Event> = batch.iter().flat_map(|(_, e)| e.iter().cloned()).collect();
-        match log.append(&all) {
+        // A panic inside the append leaves the writer's state untrusted
+        // (bytes may be written that its seq does not count): it is
+        // poisoned, and every caller of the batch gets an error.
+        let appended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| log.append(&all)))
+            .unwrap_or_else(|_| {
+                log.poison();
+                Err(EventError::io(
+                    "group commit",
+                    std::io::Error::other("the append panicked; reopen the log"),
+                ))
+            });
+        match appended {
             Ok(r) => {
                 let mut first = r.first_seq;
                 batch
@@ -96,7 +163,7 @@ impl SharedLog {
                         let n = events.len() as u64;
                         let receipt = AppendReceipt {
                             first_seq: first,
-                            last_seq: first + n - 1,
+                            last_seq: (first + n).saturating_sub(1),
                             // The chain head after this caller's last event is
                             // only known for the last caller; give the commit's.
                             last_hash: r.last_hash,
@@ -116,19 +183,44 @@ impl SharedLog {
         }
     }
 
-    /// Seq of the last durable event.
+    /// Seq of the last durable, acknowledged event. One atomic load: it
+    /// never waits for a commit in flight.
     pub fn last_seq(&self) -> u64 {
-        lock(&self.log).last_seq()
+        self.notifier.committed()
     }
 
-    /// A reader of the log.
+    /// The committed seq: every replay of [`SharedLog::reader`] stops at
+    /// it (the same as [`SharedLog::last_seq`]).
+    pub fn committed_seq(&self) -> u64 {
+        self.notifier.committed()
+    }
+
+    /// A reader of the log, bounded by the committed seq (nothing written
+    /// but not yet synced is ever read).
     pub fn reader(&self) -> LogReader {
-        lock(&self.log).reader()
+        LogReader::bounded(self.dir.clone(), self.notifier.clone())
     }
 
     /// A subscription from `from_seq`.
     pub fn subscribe(&self, from_seq: u64) -> Subscription {
-        lock(&self.log).subscribe(from_seq)
+        Subscription::new(self.dir.clone(), from_seq.max(1), self.notifier.clone())
+    }
+
+    /// Re-reads every segment up to the committed seq, checking each
+    /// record's checksum, seq and link, without taking the writer's lock
+    /// (appends go on meanwhile). See [`scrub`](crate::log::scrub).
+    pub fn scrub(&self) -> Result<ScrubReport> {
+        scrub(&self.dir, self.notifier.committed())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_leader_hook(&self, hook: Option<LeaderHook>) {
+        *lock(&self.leader_hook) = hook;
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_sync_hook(&self, hook: Option<crate::log::writer::SyncHook>) {
+        lock(&self.log).before_sync = hook;
     }
 }
 
@@ -190,5 +282,200 @@ mod tests {
             );
         }
         assert!(verify_chain(dir.path()).expect("verify").ok());
+    }
+
+    fn shared(dir: &std::path::Path) -> Arc<SharedLog> {
+        let log = EventLog::open(dir, LogOptions::default(), Arc::new(ManualClock::new(0)))
+            .expect("open");
+        Arc::new(SharedLog::new(log))
+    }
+
+    fn job(i: u64) -> Event {
+        JobFinished {
+            job: JobId::new(format!("j{i}")),
+        }
+        .into()
+    }
+
+    /// Appends from `n` threads while the leader is held in `hold`; each
+    /// thread's result arrives on the channel (a hang shows as a timeout).
+    fn appends_during(
+        shared: &Arc<SharedLog>,
+        n: u64,
+    ) -> std::sync::mpsc::Receiver<std::thread::Result<Result<AppendReceipt>>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        for i in 0..n {
+            let (shared, tx) = (shared.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    shared.append(vec![job(i)])
+                }));
+                let _ = tx.send(r);
+            });
+            // Let the first one become the leader before the others queue.
+            if i == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+        rx
+    }
+
+    #[test]
+    fn regression_l1_a_leader_panic_fails_its_batch_and_hangs_nobody() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let shared = shared(dir.path());
+        shared.append(vec![job(100)]).expect("append");
+        // The first commit is slow, so the three callers behind it queue
+        // up; the leader of their batch panics after taking it.
+        let once = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let o = once.clone();
+        shared.set_sync_hook(Some(Arc::new(move || {
+            if !o.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(400));
+            }
+        })));
+        let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let c = calls.clone();
+        shared.set_leader_hook(Some(Box::new(move || {
+            if c.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+                panic!("injected leader panic");
+            }
+        })));
+        let rx = appends_during(&shared, 4);
+        let mut outcomes = Vec::new();
+        for _ in 0..4 {
+            outcomes.push(
+                rx.recv_timeout(std::time::Duration::from_secs(10))
+                    .expect("an append hung after a leader panic"),
+            );
+        }
+        let panicked = outcomes.iter().filter(|o| o.is_err()).count();
+        let failed = outcomes.iter().filter(|o| matches!(o, Ok(Err(_)))).count();
+        let acked = outcomes.iter().filter(|o| matches!(o, Ok(Ok(_)))).count() as u64;
+        assert_eq!(
+            (panicked, failed, acked),
+            (1, 2, 1),
+            "the leader panics, the two others of its batch fail, the first commit stands"
+        );
+        shared.set_leader_hook(None);
+        shared.set_sync_hook(None);
+        // Appends go on, and nothing of the failed batch is in the log.
+        let r = shared
+            .append(vec![job(200)])
+            .expect("append after the panic");
+        assert_eq!(r.last_seq, 1 + acked + 1);
+        assert!(verify_chain(dir.path()).expect("verify").ok());
+    }
+
+    #[test]
+    fn a_panic_inside_the_append_fails_every_caller_and_poisons_the_writer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let shared = shared(dir.path());
+        shared.append(vec![job(100)]).expect("append");
+        shared.set_sync_hook(Some(Arc::new(|| panic!("injected panic before fdatasync"))));
+        let rx = appends_during(&shared, 3);
+        for _ in 0..3 {
+            let r = rx
+                .recv_timeout(std::time::Duration::from_secs(10))
+                .expect("an append hung after a panic in the append");
+            // No caller panics and none is acknowledged.
+            assert!(matches!(r, Ok(Err(_))), "{r:?}");
+        }
+        shared.set_sync_hook(None);
+        // The writer's state is not trusted any more: appends fail at once.
+        assert!(shared.append(vec![job(5)]).is_err());
+        assert_eq!(shared.last_seq(), 1);
+        drop(shared);
+        // Reopening repairs the written-but-unacknowledged bytes.
+        let log = EventLog::open(
+            dir.path(),
+            LogOptions::default(),
+            Arc::new(ManualClock::new(0)),
+        )
+        .expect("reopen");
+        assert!(log.last_seq() >= 1);
+        assert!(verify_chain(dir.path()).expect("verify").ok());
+    }
+
+    #[test]
+    fn regression_m4_last_seq_answers_while_an_fsync_is_in_flight() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let shared = shared(dir.path());
+        shared.append(vec![job(1)]).expect("append");
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let entered_tx = Mutex::new(entered_tx);
+        shared.set_sync_hook(Some(Arc::new(move || {
+            let _ = lock(&entered_tx).send(());
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+        })));
+        let writer = {
+            let shared = shared.clone();
+            std::thread::spawn(move || shared.append(vec![job(2)]))
+        };
+        entered_rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("sync reached");
+        let t = std::time::Instant::now();
+        assert_eq!(shared.last_seq(), 1, "the unsynced append is not counted");
+        assert_eq!(shared.committed_seq(), 1);
+        let n = shared.reader().replay_from(1).expect("replay").count();
+        let _sub = shared.subscribe(1);
+        let waited = t.elapsed();
+        assert_eq!(n, 1, "a bounded replay stops at the committed seq");
+        assert!(
+            waited < std::time::Duration::from_millis(500),
+            "last_seq/reader/subscribe waited {waited:?} for the fsync"
+        );
+        assert_eq!(writer.join().expect("join").expect("append").last_seq, 2);
+        assert_eq!(shared.last_seq(), 2);
+    }
+
+    #[test]
+    fn scrub_checks_every_committed_record_while_appends_go_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = EventLog::open(
+            dir.path(),
+            LogOptions {
+                segment_max_bytes: 400,
+                ..LogOptions::default()
+            },
+            Arc::new(ManualClock::new(0)),
+        )
+        .expect("open");
+        let shared = Arc::new(SharedLog::new(log));
+        for i in 0..30 {
+            shared.append(vec![job(i)]).expect("append");
+        }
+        let report = shared.scrub().expect("scrub");
+        assert!(report.ok(), "{report:?}");
+        assert_eq!(report.events, 30);
+        assert!(report.segments > 3, "{report:?}");
+        // Scrubbing during a slow commit neither waits for it nor judges
+        // its bytes.
+        shared.set_sync_hook(Some(Arc::new(|| {
+            std::thread::sleep(std::time::Duration::from_millis(800))
+        })));
+        let writer = {
+            let shared = shared.clone();
+            std::thread::spawn(move || shared.append(vec![job(99)]))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let t = std::time::Instant::now();
+        let report = shared.scrub().expect("scrub");
+        assert!(t.elapsed() < std::time::Duration::from_millis(500));
+        assert!(report.ok(), "{report:?}");
+        assert_eq!(report.events, 30);
+        writer.join().expect("join").expect("append");
+        shared.set_sync_hook(None);
+        // Bit rot in a sealed segment is found.
+        let segs = crate::log::segment::list_segments(dir.path()).expect("list");
+        let mut data = std::fs::read(&segs[1].path).expect("read");
+        let at = data.len() - 3;
+        data[at] ^= 0x40;
+        std::fs::write(&segs[1].path, &data).expect("write");
+        let report = shared.scrub().expect("scrub");
+        let problem = report.problem.expect("damage found");
+        assert_eq!(problem.segment, segs[1].path);
+        assert!(problem.message.contains("checksum"), "{problem}");
     }
 }

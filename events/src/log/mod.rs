@@ -3,6 +3,7 @@
 
 mod frame;
 mod group;
+mod head;
 mod notify;
 mod reader;
 mod segment;
@@ -14,5 +15,5 @@ mod tests;
 
 pub use group::SharedLog;
 pub use reader::{LogReader, Replay, Subscription};
-pub use verify::{verify_chain, ChainProblem, ChainReport};
+pub use verify::{scrub, verify_chain, ChainProblem, ChainReport, ScrubReport};
 pub use writer::{AppendReceipt, EventLog, LogOptions};

@@ -24,20 +24,46 @@ use crate::Envelope;
 #[derive(Clone, Debug)]
 pub struct LogReader {
     dir: PathBuf,
+    /// The writer's committed seq, when the writer is in this process: a
+    /// replay never reads beyond it (nothing written but not yet synced is
+    /// ever returned).
+    bound: Option<Arc<Notifier>>,
 }
 
 impl LogReader {
-    /// A reader of the log in `dir` (no writer needed).
+    /// A reader of the log in `dir` (no writer needed). Without a writer
+    /// in the process it cannot know what was acknowledged: it reads every
+    /// whole record there is. Inside the writer's process use
+    /// [`EventLog::reader`](crate::EventLog::reader) or
+    /// [`SharedLog::reader`](crate::SharedLog::reader), which are bounded.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        LogReader { dir: dir.into() }
+        LogReader {
+            dir: dir.into(),
+            bound: None,
+        }
     }
 
-    /// Every event with seq >= `from_seq`, in order. Each record's checksum
-    /// and sequence number are checked; an error is yielded once and ends the
-    /// iteration.
+    pub(crate) fn bounded(dir: PathBuf, notifier: Arc<Notifier>) -> Self {
+        LogReader {
+            dir,
+            bound: Some(notifier),
+        }
+    }
+
+    /// The seq a replay started now would stop at (`None`: unbounded, no
+    /// writer in this process).
+    pub fn committed_seq(&self) -> Option<u64> {
+        self.bound.as_ref().map(|n| n.committed())
+    }
+
+    /// Every event with seq >= `from_seq`, in order, up to the committed
+    /// seq of this moment when the reader is bounded. Each record's
+    /// checksum and sequence number are checked; an error is yielded once
+    /// and ends the iteration.
     pub fn replay_from(&self, from_seq: u64) -> Result<Replay> {
         Ok(Replay {
             cursor: Cursor::new(self.dir.clone(), from_seq.max(1)),
+            limit: self.committed_seq(),
             failed: false,
         })
     }
@@ -57,6 +83,7 @@ impl LogReader {
 #[derive(Debug)]
 pub struct Replay {
     cursor: Cursor,
+    limit: Option<u64>,
     failed: bool,
 }
 
@@ -68,7 +95,12 @@ impl Iterator for Replay {
         if self.failed {
             return None;
         }
-        let item = self.cursor.next(false).transpose();
+        // Bounded: stop at the committed seq; below it every seq was
+        // acknowledged, so even a record cut short is damage.
+        if self.limit.is_some_and(|l| self.cursor.next_seq > l) {
+            return None;
+        }
+        let item = self.cursor.next(self.limit.is_some()).transpose();
         self.failed = matches!(item, Some(Err(_)));
         item
     }
@@ -104,9 +136,29 @@ impl Cursor {
         }
     }
 
-    /// Finds the segment holding `next_seq`, if any.
+    /// Finds the segment holding `next_seq`, if any. Missing leading
+    /// segments (none starts at or before `next_seq` but later ones exist,
+    /// or the first one starts after seq 1) are an error, never an empty
+    /// replay. The last segment with a header not yet whole is one being
+    /// created by the writer (a rollover in progress): the end of the log
+    /// for now, not damage.
     fn locate(&mut self) -> Result<bool> {
         let segments = list_segments(&self.dir)?;
+        if let Some(first) = segments.first() {
+            if first.first_seq > 1 {
+                return Err(EventError::Corrupt {
+                    path: first.path.clone(),
+                    offset: 0,
+                    seq: self.next_seq.min(first.first_seq - 1),
+                    message: format!(
+                        "the first segment starts at seq {}: the segments holding events 1 to {} \
+                         are missing",
+                        first.first_seq,
+                        first.first_seq - 1
+                    ),
+                });
+            }
+        }
         let Some(seg) = segments
             .iter()
             .rev()
@@ -117,6 +169,10 @@ impl Cursor {
         };
         let data = std::fs::read(&seg.path)
             .map_err(|e| EventError::io(format!("reading {}", seg.path.display()), e))?;
+        let is_last = segments.last() == Some(&seg);
+        if data.len() < SEGMENT_HEADER_LEN && is_last && seg.first_seq == self.next_seq {
+            return Ok(false);
+        }
         check_header(&seg, &data)?;
         self.segment = Some(seg);
         self.data = data;
@@ -148,6 +204,15 @@ impl Cursor {
 
     /// Moves to the segment that starts at `next_seq`, if it exists.
     fn advance_segment(&mut self) -> Result<bool> {
+        // Already in the segment that starts at `next_seq` (it holds only
+        // its header): nothing more yet.
+        if self
+            .segment
+            .as_ref()
+            .is_some_and(|s| s.first_seq == self.next_seq)
+        {
+            return Ok(false);
+        }
         let segments = list_segments(&self.dir)?;
         match segments.into_iter().find(|s| s.first_seq == self.next_seq) {
             Some(seg) => {

@@ -28,6 +28,7 @@ fn open_small(dir: &Path, clock: &ManualClock) -> EventLog {
         dir,
         LogOptions {
             segment_max_bytes: 300,
+            ..LogOptions::default()
         },
         Arc::new(clock.clone()),
     )
@@ -143,14 +144,44 @@ fn segments_roll_and_replay_starts_anywhere() {
     }
 }
 
+/// The durable head file's bytes (to rewind it: a crash after a batch's
+/// `fdatasync` and before its head write leaves exactly that).
+fn head_bytes(dir: &Path) -> Vec<u8> {
+    fs::read(dir.join("HEAD")).expect("read HEAD")
+}
+
+fn set_head(dir: &Path, bytes: &[u8]) {
+    fs::write(dir.join("HEAD"), bytes).expect("write HEAD");
+}
+
+/// Appends `events` in one batch, then puts the head back as it was: the
+/// batch is in the segment but was never acknowledged.
+fn append_unacked(dir: &Path, clock: &ManualClock, events: &[Event]) {
+    let mut log = open(dir, clock);
+    let before = head_bytes(dir);
+    log.append(events).expect("append");
+    drop(log);
+    set_head(dir, &before);
+}
+
+fn repaired(env: &crate::Envelope) -> crate::event::LogRepaired {
+    match &env.event {
+        Event::LogRepaired(r) => r.clone(),
+        other => panic!(
+            "expected service.log_repaired at seq {}, got {other:?}",
+            env.seq
+        ),
+    }
+}
+
 #[test]
 fn a_torn_tail_is_cut_kept_aside_and_appends_continue() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = ManualClock::new(0);
-    {
-        let mut log = open(dir.path(), &clock);
-        log.append(&[ev(1), ev(2), ev(3)]).expect("append");
-    }
+    open(dir.path(), &clock)
+        .append(&[ev(1), ev(2)])
+        .expect("append");
+    append_unacked(dir.path(), &clock, &[ev(3)]);
     let seg = only_segment(dir.path());
     let recs = records(&seg);
     let full = fs::read(&seg).expect("read");
@@ -159,8 +190,9 @@ fn a_torn_tail_is_cut_kept_aside_and_appends_continue() {
     fs::write(&seg, &full[..off3 + len3 / 2]).expect("tear");
 
     let mut log = open(dir.path(), &clock);
-    assert_eq!(log.last_seq(), 2);
-    assert_eq!(fs::metadata(&seg).expect("meta").len(), off3 as u64);
+    // The repair is recorded as the first event after opening, at seq 3.
+    assert_eq!(log.last_seq(), 3);
+    assert_eq!(&fs::read(&seg).expect("read")[..off3], &full[..off3]);
     let torn: Vec<_> = fs::read_dir(dir.path())
         .expect("ls")
         .filter_map(|e| e.ok())
@@ -175,9 +207,14 @@ fn a_torn_tail_is_cut_kept_aside_and_appends_continue() {
     let back = all(dir.path());
     assert_eq!(
         back.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        vec![1, 2, 3]
+        vec![1, 2, 3, 4]
     );
-    assert_eq!(back[2].event, ev(30));
+    let r = repaired(&back[2]);
+    assert_eq!(
+        (r.from_seq, r.bytes, r.acknowledged_seq, r.lost_acknowledged),
+        (3, (len3 / 2) as u64, 2, false)
+    );
+    assert_eq!(back[3].event, ev(30));
     assert!(verify_chain(dir.path()).expect("verify").ok());
 }
 
@@ -195,8 +232,10 @@ fn garbage_after_the_last_record_is_cut() {
     data.extend_from_slice(&[0u8; 4096]);
     fs::write(&seg, &data).expect("write");
     let log = open(dir.path(), &clock);
-    assert_eq!(log.last_seq(), 2);
-    assert_eq!(fs::metadata(&seg).expect("meta").len(), good as u64);
+    assert_eq!(log.last_seq(), 3);
+    let back = all(dir.path());
+    assert_eq!(repaired(&back[2]).bytes, 4096);
+    assert_eq!(records(&seg)[2].0, good, "cut right after seq 2");
 }
 
 #[test]
@@ -557,15 +596,17 @@ fn regression_d1_a_second_crash_at_the_same_seq_keeps_both_torn_files() {
         full[off..off + len / 2].to_vec()
     };
     open(dir.path(), &clock)
-        .append(&[ev(1), ev(2), ev(3)])
+        .append(&[ev(1), ev(2)])
         .expect("append");
+    let head_at_2 = head_bytes(dir.path());
+    append_unacked(dir.path(), &clock, &[ev(3)]);
     let first_tail = tear_last(dir.path());
-    assert_eq!(open(dir.path(), &clock).last_seq(), 2);
-    open(dir.path(), &clock)
-        .append_one(&ev(33))
-        .expect("append");
+    // Cut at 3; the repair event takes seq 3.
+    assert_eq!(open(dir.path(), &clock).last_seq(), 3);
+    // The same again: the repair event's own append torn before its ack.
+    set_head(dir.path(), &head_at_2);
     let second_tail = tear_last(dir.path());
-    assert_eq!(open(dir.path(), &clock).last_seq(), 2);
+    assert_eq!(open(dir.path(), &clock).last_seq(), 3);
     let names = torn_files(dir.path());
     assert_eq!(names.len(), 2, "{names:?}");
     let seg = only_segment(dir.path());

@@ -11,8 +11,10 @@ use crate::clock::Clock;
 use crate::codec::encode_body;
 use crate::error::{EventError, Result};
 use crate::event::Event;
+use crate::event::LogRepaired;
 use crate::format::{EventHash, GENESIS_HASH, MAX_BODY_LEN};
 use crate::log::frame::write_frame;
+use crate::log::head::{read_head, AckHead, HeadFile};
 use crate::log::notify::Notifier;
 use crate::log::reader::{LogReader, Subscription};
 use crate::log::segment::{
@@ -25,15 +27,28 @@ use crate::log::segment::{
 pub struct LogOptions {
     /// A new segment is started once the current one reaches this size.
     pub segment_max_bytes: u64,
+    /// Whether open may cut events the writer had acknowledged (damage at
+    /// or below the durable head in `HEAD`). Off by default: such a log is
+    /// refused with [`EventError::Corrupt`] naming the seqs. On (`vouch
+    /// serve --repair-log`), the damaged tail is cut and set aside like a
+    /// torn one, and the `service.log_repaired` event recorded says
+    /// `lost_acknowledged: true`.
+    pub allow_cut_acknowledged: bool,
 }
 
 impl Default for LogOptions {
     fn default() -> Self {
         LogOptions {
             segment_max_bytes: 64 << 20,
+            allow_cut_acknowledged: false,
         }
     }
 }
+
+/// A test hook of the writer, called just before each `fdatasync` of a
+/// segment (to inject a slow sync or a panic).
+#[cfg(test)]
+pub(crate) type SyncHook = Arc<dyn Fn() + Send + Sync>;
 
 /// What an append made durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,8 +79,11 @@ pub struct EventLog {
     next_seq: u64,
     last_hash: EventHash,
     notifier: Arc<Notifier>,
+    head: HeadFile,
     poisoned: bool,
     buf: Vec<u8>,
+    #[cfg(test)]
+    pub(crate) before_sync: Option<SyncHook>,
 }
 
 impl std::fmt::Debug for EventLog {
@@ -79,9 +97,25 @@ impl std::fmt::Debug for EventLog {
 }
 
 impl EventLog {
-    /// Opens (creating if needed) the log in `dir`. A torn tail left by a
-    /// crash is cut at the last whole, chain-valid record; the cut bytes are
-    /// kept beside the segment in a `.torn` file and a warning is logged.
+    /// Opens (creating if needed) the log in `dir`.
+    ///
+    /// A tail left by a crash (damage after the last whole, chain-valid
+    /// record) is cut there when nothing cut was acknowledged: the durable
+    /// head in `HEAD` says up to which seq the writer acknowledged appends,
+    /// so a tail beyond it is cut even when whole records follow the damage
+    /// (pages of an unacknowledged batch reached the disk out of order). The
+    /// cut bytes are kept beside the segment in a `.torn-<seq>` file.
+    ///
+    /// If the repair would cut at or below the acknowledged head, or the
+    /// head is beyond the end of the log, or the event at the head's seq is
+    /// not the acknowledged one, acknowledged events are lost: open refuses
+    /// with [`EventError::Corrupt`] and changes nothing, unless
+    /// [`LogOptions::allow_cut_acknowledged`]. A log without `HEAD` (written
+    /// by an older build) is repaired as before: cut when nothing whole
+    /// follows the damage, refused otherwise.
+    ///
+    /// Whenever a repair cut anything, the first event appended after
+    /// opening is a `service.log_repaired` ([`LogRepaired`]) saying what.
     pub fn open(dir: impl AsRef<Path>, options: LogOptions, clock: Arc<dyn Clock>) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         if !dir.is_dir() {
@@ -93,13 +127,18 @@ impl EventLog {
             }
         }
         let lock = lock_dir(&dir)?;
+        let head_state = read_head(&dir)?;
+        let acked = head_state.map(|s| s.head);
         let mut segments = list_segments(&dir)?;
+        check_first_segment(&segments)?;
         let mut next_seq = 1;
         let mut last_hash = GENESIS_HASH;
         let mut active = None;
+        let mut repaired: Option<LogRepaired> = None;
 
         // A segment whose header never became whole was being created when
-        // the process died: nothing in it was acknowledged.
+        // the process died: nothing in it was acknowledged (if the head
+        // says otherwise, the check below refuses).
         while let Some(seg) = segments.last() {
             let len = fs::metadata(&seg.path)
                 .map_err(|e| EventError::io(format!("reading {}", seg.path.display()), e))?
@@ -129,29 +168,85 @@ impl EventLog {
             } else {
                 previous_segment_head(&segments)?
             };
-            let walk = walk_records(&data, seg.first_seq, prev, |_, _, _| {});
-            if let WalkEnd::Damaged { offset, what } = &walk.end {
-                // A torn tail is damage with nothing whole after it. A whole
-                // record after the damage means acknowledged events were hit
-                // (bit rot, tampering): cutting would lose them and let new
-                // appends reuse their seqs, so refuse and change nothing.
-                if let Some((at, seq)) = find_whole_record(&data, *offset) {
-                    let seq = seq.map_or_else(|| "?".to_string(), |s| s.to_string());
-                    return Err(EventError::Corrupt {
-                        path: seg.path.clone(),
-                        offset: *offset as u64,
-                        seq: walk.next_seq,
-                        message: format!(
-                            "{what}; a whole record (seq {seq}) follows at byte {at}, so this is \
-                             not a torn tail and the log was left unchanged. Restore the segment \
-                             from a backup, or, to give up every event from seq {} on, copy the \
-                             segment aside, truncate it to {offset} bytes and open again",
-                            walk.next_seq
-                        ),
-                    });
+            // The hash of the event at the acknowledged head's seq, if it is
+            // in this segment or is the last one of the segment before.
+            let mut at_head: Option<EventHash> = None;
+            if let (Some(h), Some(p)) = (acked, prev) {
+                if h.seq + 1 == seg.first_seq {
+                    at_head = Some(p);
                 }
+            }
+            let mut seq = seg.first_seq;
+            let walk = walk_records(&data, seg.first_seq, prev, |_, hash, _| {
+                if acked.is_some_and(|h| h.seq == seq) {
+                    at_head = Some(hash);
+                }
+                seq += 1;
+            });
+            if let WalkEnd::Damaged { offset, what } = &walk.end {
+                let from_seq = walk.next_seq;
+                let lost = acked.is_some_and(|h| from_seq <= h.seq);
+                let reason = match acked {
+                    // Beyond the acknowledged head: never acknowledged, so
+                    // it is cut whatever follows (no scan needed).
+                    Some(h) if !lost => format!(
+                        "{what} at seq {from_seq}, beyond the acknowledged head (seq {}): an \
+                         append that was never acknowledged",
+                        h.seq
+                    ),
+                    Some(h) => {
+                        if !options.allow_cut_acknowledged {
+                            return Err(EventError::Corrupt {
+                                path: seg.path.clone(),
+                                offset: *offset as u64,
+                                seq: from_seq,
+                                message: format!(
+                                    "{what}; events {from_seq} to {} had been acknowledged (the \
+                                     durable head in {} says seq {}), so this is not a torn tail \
+                                     and the log was left unchanged. Restore the log directory \
+                                     from a backup, or, to give up events from seq {from_seq} on, \
+                                     open with the repair option (`vouch serve --repair-log`): it \
+                                     sets the damaged bytes aside, truncates the segment to \
+                                     {offset} bytes and records a `service.log_repaired` event \
+                                     with lost_acknowledged",
+                                    h.seq,
+                                    dir.join(crate::log::head::HEAD_FILE).display(),
+                                    h.seq
+                                ),
+                            });
+                        }
+                        format!(
+                            "{what} at seq {from_seq}; acknowledged events {from_seq} to {} were \
+                             cut (repair option)",
+                            h.seq
+                        )
+                    }
+                    // No head (a log of an older build): a whole record
+                    // after the damage means acknowledged events were hit.
+                    None => {
+                        if let Some((at, found)) = find_whole_record(&data, *offset) {
+                            let found = found.map_or_else(|| "?".to_string(), |s| s.to_string());
+                            return Err(EventError::Corrupt {
+                                path: seg.path.clone(),
+                                offset: *offset as u64,
+                                seq: from_seq,
+                                message: format!(
+                                    "{what}; a whole record (seq {found}) follows at byte {at}, so \
+                                     this is not a torn tail and the log was left unchanged. \
+                                     Restore the segment from a backup, or, to give up every \
+                                     event from seq {from_seq} on, copy the segment aside, \
+                                     truncate it to {offset} bytes and open again"
+                                ),
+                            });
+                        }
+                        format!(
+                            "{what} at seq {from_seq} (no acknowledged head: a log written by an \
+                             older build)"
+                        )
+                    }
+                };
                 let cut = data.len() - offset;
-                let side = set_aside_tail(&seg.path, &data[*offset..], walk.next_seq)?;
+                let side = set_aside_tail(&seg.path, &data[*offset..], from_seq)?;
                 let f = OpenOptions::new()
                     .write(true)
                     .open(&seg.path)
@@ -164,15 +259,62 @@ impl EventLog {
                     offset,
                     bytes_cut = cut,
                     kept_in = %side.display(),
-                    last_good_seq = walk.next_seq.saturating_sub(1),
+                    last_good_seq = from_seq.saturating_sub(1),
+                    acknowledged_seq = acked.map_or(0, |h| h.seq),
+                    lost_acknowledged = lost,
                     reason = %what,
-                    "event log: torn tail cut at the last whole, chain-valid event"
+                    "event log: tail cut at the last whole, chain-valid event"
                 );
+                if lost {
+                    // Events up to the head are gone: the head event's hash
+                    // was not seen, and must not be asked for below.
+                    at_head = None;
+                }
+                repaired = Some(LogRepaired {
+                    from_seq,
+                    bytes: cut as u64,
+                    acknowledged_seq: acked.map_or(0, |h| h.seq),
+                    lost_acknowledged: lost,
+                    reason,
+                });
             }
             next_seq = walk.next_seq;
             last_hash = walk.last_hash;
             if walk.records == 0 {
                 last_hash = prev.unwrap_or_default();
+            }
+            // The head event must be the acknowledged one: another event at
+            // that seq means the log was replaced or forked.
+            let lost_already = repaired.as_ref().is_some_and(|r| r.lost_acknowledged);
+            if let (Some(h), Some(found), false) = (acked, at_head, lost_already) {
+                if found != h.hash && h.seq < next_seq {
+                    if !options.allow_cut_acknowledged {
+                        return Err(EventError::Corrupt {
+                            path: seg.path.clone(),
+                            offset: 0,
+                            seq: h.seq,
+                            message: format!(
+                                "the event at seq {} is not the one acknowledged (hash {found}, \
+                                 the durable head says {}): this log is not the one the head was \
+                                 written for, or it was rewritten. Restore the log directory \
+                                 from a backup, or open with the repair option (`vouch serve \
+                                 --repair-log`) to accept the log as it is",
+                                h.seq, h.hash
+                            ),
+                        });
+                    }
+                    repaired = Some(LogRepaired {
+                        from_seq: h.seq,
+                        bytes: repaired.as_ref().map_or(0, |r| r.bytes),
+                        acknowledged_seq: h.seq,
+                        lost_acknowledged: true,
+                        reason: format!(
+                            "the event at seq {} is not the acknowledged one (accepted with the \
+                             repair option)",
+                            h.seq
+                        ),
+                    });
+                }
             }
             let file = OpenOptions::new()
                 .append(true)
@@ -186,8 +328,48 @@ impl EventLog {
                 path: dir.clone(),
                 message: "the log would continue at seq 0; sequence numbers start at 1".into(),
             })?;
+        // The head beyond the end of the log: acknowledged events vanished
+        // without leaving damage (a lost write, a truncated or removed
+        // segment, an older copy of the log).
+        if let Some(h) = acked.filter(|h| h.seq > last_seq) {
+            if repaired.as_ref().is_none_or(|r| !r.lost_acknowledged) {
+                if !options.allow_cut_acknowledged {
+                    return Err(EventError::Corrupt {
+                        path: active
+                            .as_ref()
+                            .map_or_else(|| dir.clone(), |(s, _, _)| s.path.clone()),
+                        offset: active.as_ref().map_or(0, |(_, _, l)| *l),
+                        seq: last_seq + 1,
+                        message: format!(
+                            "the log ends at seq {last_seq}, but events up to seq {} had been \
+                             acknowledged (durable head in {}): events {} to {} are lost. \
+                             Restore the log directory from a backup, or open with the repair \
+                             option (`vouch serve --repair-log`) to go on from seq {last_seq} \
+                             and record a `service.log_repaired` event with lost_acknowledged",
+                            h.seq,
+                            dir.join(crate::log::head::HEAD_FILE).display(),
+                            last_seq + 1,
+                            h.seq
+                        ),
+                    });
+                }
+                let bytes = repaired.as_ref().map_or(0, |r| r.bytes);
+                repaired = Some(LogRepaired {
+                    from_seq: last_seq + 1,
+                    bytes,
+                    acknowledged_seq: h.seq,
+                    lost_acknowledged: true,
+                    reason: format!(
+                        "the log ended at seq {last_seq}, below the acknowledged head (seq {}); \
+                         accepted with the repair option",
+                        h.seq
+                    ),
+                });
+            }
+        }
+        let head = HeadFile::open(&dir, head_state)?;
         tracing::info!(dir = %dir.display(), next_seq, "event log opened");
-        Ok(EventLog {
+        let mut log = EventLog {
             dir,
             options,
             clock,
@@ -196,9 +378,34 @@ impl EventLog {
             next_seq,
             last_hash,
             notifier: Arc::new(Notifier::new(last_seq)),
+            head,
             poisoned: false,
             buf: Vec::new(),
-        })
+            #[cfg(test)]
+            before_sync: None,
+        };
+        // What the log holds from now on is what readers are given: it is
+        // acknowledged (the head of an older build's log, or an intact
+        // batch whose head write was cut by a crash, is brought level).
+        let now = AckHead {
+            seq: last_seq,
+            hash: last_hash,
+        };
+        if last_seq > 0 && log.head.current != Some(now) {
+            log.head.write(now)?;
+        }
+        if let Some(r) = repaired {
+            if r.lost_acknowledged {
+                tracing::error!(
+                    from_seq = r.from_seq,
+                    acknowledged_seq = r.acknowledged_seq,
+                    reason = %r.reason,
+                    "event log: ACKNOWLEDGED EVENTS WERE CUT by the repair; recording service.log_repaired"
+                );
+            }
+            log.append_one(&r.into())?;
+        }
+        Ok(log)
     }
 
     /// The directory of the log.
@@ -263,8 +470,16 @@ impl EventLog {
             let (seg, file) = create_segment(&self.dir, self.next_seq)?;
             self.active = Some((seg, file, crate::format::SEGMENT_HEADER_LEN as u64));
         }
+        #[cfg(test)]
+        let hook = self.before_sync.clone();
         let result = match &mut self.active {
-            Some((seg, file, len)) => match file.write_all(&buf).and_then(|()| file.sync_data()) {
+            Some((seg, file, len)) => match file.write_all(&buf).and_then(|()| {
+                #[cfg(test)]
+                if let Some(h) = &hook {
+                    h();
+                }
+                file.sync_data()
+            }) {
                 Ok(()) => {
                     *len += buf.len() as u64;
                     Ok(())
@@ -292,21 +507,62 @@ impl EventLog {
             last_seq: seq - 1,
             last_hash: hash,
         };
+        // The durable acknowledged head, before anyone is told: every
+        // acknowledged seq is at or below it. If it cannot be written the
+        // events are in the segment but unacknowledged; the writer stops
+        // (reopening reads them back, and the head stays a lower bound).
+        if let Err(e) = self.head.write(AckHead {
+            seq: receipt.last_seq,
+            hash,
+        }) {
+            self.poisoned = true;
+            return Err(e);
+        }
         self.next_seq = seq;
         self.last_hash = hash;
         self.notifier.publish(receipt.last_seq);
         Ok(receipt)
     }
 
-    /// A reader over what is durable now.
+    /// A reader bounded by what this writer has acknowledged: a replay
+    /// stops at the committed seq of the moment it starts.
     pub fn reader(&self) -> LogReader {
-        LogReader::new(self.dir.clone())
+        LogReader::bounded(self.dir.clone(), self.notifier.clone())
+    }
+
+    pub(crate) fn notifier(&self) -> Arc<Notifier> {
+        self.notifier.clone()
+    }
+
+    /// Marks the writer unusable (after a panic in the middle of an
+    /// append, its state is not trusted): appends fail until reopened.
+    pub(crate) fn poison(&mut self) {
+        self.poisoned = true;
     }
 
     /// A subscription delivering every event from `from_seq` on, including
     /// those appended later, each exactly once and in order.
     pub fn subscribe(&self, from_seq: u64) -> Subscription {
         Subscription::new(self.dir.clone(), from_seq.max(1), self.notifier.clone())
+    }
+}
+
+/// Refuses a log whose first segment does not start at seq 1: leading
+/// segments are missing, and a replay from seq 1 would be silently empty.
+pub(crate) fn check_first_segment(segments: &[SegmentFile]) -> Result<()> {
+    match segments.first() {
+        Some(first) if first.first_seq > 1 => Err(EventError::Corrupt {
+            path: first.path.clone(),
+            offset: 0,
+            seq: 1,
+            message: format!(
+                "the first segment starts at seq {}: the segments holding events 1 to {} are \
+                 missing. Restore them from a backup of the log directory",
+                first.first_seq,
+                first.first_seq - 1
+            ),
+        }),
+        _ => Ok(()),
     }
 }
 

@@ -2,7 +2,8 @@
 //! into a [`ReadStore`].
 
 use crate::codec::Envelope;
-use crate::error::Result;
+use crate::error::{EventError, Result};
+use crate::event::Event;
 use crate::format::EventHash;
 use crate::log::LogReader;
 use crate::projection::Projections;
@@ -14,6 +15,18 @@ pub struct ReadModel<S: ReadStore> {
     store: S,
     projections: Projections,
     snapshot_seq: u64,
+    log: LogReader,
+    rebuilds: u64,
+}
+
+/// Where the log stands against a snapshot's tag.
+enum Tag {
+    /// The log holds that very event.
+    Held,
+    /// The log ends before the tag's seq.
+    Beyond,
+    /// The log holds another event at that seq.
+    Other(EventHash),
 }
 
 impl<S: ReadStore> ReadModel<S> {
@@ -21,17 +34,62 @@ impl<S: ReadStore> ReadModel<S> {
     /// log has the event it is tagged with), otherwise from nothing; replays
     /// the log's tail; checkpoints. A store that lost writes is only behind:
     /// it ends up with the same state as a full replay.
+    ///
+    /// A snapshot *ahead* of the log (tagged with a seq the log does not
+    /// reach, or with another event at that seq) is a second witness of
+    /// acknowledged events the log lost: it is an
+    /// [`EventError::ReadStoreAhead`], unless the log itself records the
+    /// loss (a `service.log_repaired` event whose cut starts at or below
+    /// the tag), in which case the state is rebuilt from the log.
     pub fn open(store: S, log: &LogReader) -> Result<Self> {
         let started = std::time::Instant::now();
         let mut projections = Projections::new();
         match store.load_snapshot() {
             Ok(Some(snap)) => match Projections::from_snapshot(&snap.bytes) {
-                Ok(p) if p.last_seq == snap.seq && log_has(log, snap.seq, p.last_hash)? => {
-                    projections = p
-                }
+                Ok(p) if p.last_seq == snap.seq => match tag_in_log(log, snap.seq, p.last_hash)? {
+                    Tag::Held => projections = p,
+                    found => {
+                        let what = match found {
+                            Tag::Other(h) => format!(
+                                "the log holds another event at seq {} (hash {h}, the read \
+                                 store folded {})",
+                                snap.seq, p.last_hash
+                            ),
+                            _ => format!(
+                                "the read store reflects events up to seq {}, but the log ends \
+                                 before it{}",
+                                snap.seq,
+                                log.committed_seq()
+                                    .map(|c| format!(" (at seq {c})"))
+                                    .unwrap_or_default()
+                            ),
+                        };
+                        match repair_in_log(log, snap.seq)? {
+                            Some(r) => tracing::error!(
+                                seq = snap.seq,
+                                repaired_from = r,
+                                "read store snapshot ahead of the log, explained by a recorded \
+                                 service.log_repaired: rebuilding from the log"
+                            ),
+                            None => {
+                                return Err(EventError::ReadStoreAhead {
+                                    seq: snap.seq,
+                                    message: format!(
+                                        "{what}. Acknowledged events are missing from the log \
+                                         and it records no repair: was the log directory \
+                                         restored from an older copy, or replaced? Restore the \
+                                         newer log if there is one; to go on with the log as it \
+                                         is, start with `vouch serve --repair-log` (the read \
+                                         store is set aside and rebuilt)"
+                                    ),
+                                });
+                            }
+                        }
+                    }
+                },
                 Ok(_) => tracing::warn!(
                     seq = snap.seq,
-                    "read store snapshot does not match the log; rebuilding"
+                    "read store snapshot does not match its tag; rebuilding"
                 ),
                 Err(e) => {
                     tracing::warn!(error = %e, "read store snapshot unreadable; rebuilding from the log")
@@ -48,6 +106,8 @@ impl<S: ReadStore> ReadModel<S> {
             store,
             projections,
             snapshot_seq: from,
+            log: log.clone(),
+            rebuilds: 0,
         };
         let applied = model.catch_up(log)?;
         let replayed = started.elapsed();
@@ -68,20 +128,63 @@ impl<S: ReadStore> ReadModel<S> {
         Ok(model)
     }
 
-    /// Applies every event of the log after the last applied one; returns
-    /// how many.
+    /// Applies every event of the log after the last applied one (up to
+    /// the reader's committed seq); returns how many. An event that does not
+    /// chain to the last one folded (the model folded something the log no
+    /// longer holds) makes it rebuild from the start of the log.
     pub fn catch_up(&mut self, log: &LogReader) -> Result<u64> {
         let mut n = 0;
         for env in log.replay_from(self.projections.last_seq + 1)? {
-            self.projections.apply(&env?);
+            let env = env?;
+            if env.prev_hash != self.projections.last_hash {
+                return self.rebuild(log, env.seq);
+            }
+            self.projections.apply(&env);
             n += 1;
         }
         Ok(n)
     }
 
-    /// Applies one envelope (from a subscription).
+    /// Applies one envelope (from a subscription). One at or below the
+    /// last applied seq is ignored; one after a gap is read from the log
+    /// (catch-up); one that does not chain to the last applied event makes
+    /// the model rebuild from the log.
     pub fn apply(&mut self, env: &Envelope) {
-        self.projections.apply(env);
+        let last = self.projections.last_seq;
+        if env.seq <= last {
+            return;
+        }
+        let log = self.log.clone();
+        let result = if env.seq != last + 1 {
+            self.catch_up(&log)
+        } else if env.prev_hash != self.projections.last_hash {
+            self.rebuild(&log, env.seq)
+        } else {
+            self.projections.apply(env);
+            return;
+        };
+        if let Err(e) = result {
+            tracing::error!(error = %e, seq = env.seq, "read model could not read the log");
+        }
+    }
+
+    fn rebuild(&mut self, log: &LogReader, at: u64) -> Result<u64> {
+        tracing::error!(
+            seq = at,
+            last_applied = self.projections.last_seq,
+            "read model: the log does not chain to what was folded (an event read before it was \
+             durable, or a log that changed under the model); rebuilding from the log"
+        );
+        let mut p = Projections::new();
+        let mut n = 0;
+        for env in log.replay_from(1)? {
+            p.apply(&env?);
+            n += 1;
+        }
+        self.projections = p;
+        self.snapshot_seq = 0;
+        self.rebuilds += 1;
+        Ok(n)
     }
 
     /// Writes the snapshot and indexes, tagged with the last applied seq.
@@ -106,6 +209,12 @@ impl<S: ReadStore> ReadModel<S> {
         self.snapshot_seq
     }
 
+    /// How many times the model found the log not chaining to what it had
+    /// folded and rebuilt from the log since it was opened.
+    pub fn rebuilds(&self) -> u64 {
+        self.rebuilds
+    }
+
     /// The store (for index queries).
     pub fn store(&self) -> &S {
         &self.store
@@ -114,15 +223,29 @@ impl<S: ReadStore> ReadModel<S> {
 
 /// Whether the log holds this very event (same seq, same hash); seq 0
 /// trivially.
-fn log_has(log: &LogReader, seq: u64, hash: EventHash) -> Result<bool> {
+fn tag_in_log(log: &LogReader, seq: u64, hash: EventHash) -> Result<Tag> {
     if seq == 0 {
-        return Ok(true);
+        return Ok(Tag::Held);
     }
     match log.replay_from(seq)?.next() {
-        Some(Ok(env)) => Ok(env.seq == seq && env.hash == hash),
+        Some(Ok(env)) if env.seq == seq && env.hash == hash => Ok(Tag::Held),
+        Some(Ok(env)) => Ok(Tag::Other(env.hash)),
         Some(Err(e)) => Err(e),
-        None => Ok(false),
+        None => Ok(Tag::Beyond),
     }
+}
+
+/// The seq of a recorded `service.log_repaired` whose cut starts at or
+/// below `seq`, if the log has one.
+fn repair_in_log(log: &LogReader, seq: u64) -> Result<Option<u64>> {
+    for env in log.replay_from(1)? {
+        if let Event::LogRepaired(r) = env?.event {
+            if r.from_seq <= seq {
+                return Ok(Some(r.from_seq));
+            }
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -131,6 +254,7 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
+    use crate::error::EventError;
     use crate::event::*;
     use crate::ids::*;
     use crate::log::{EventLog, LogOptions};
@@ -295,7 +419,7 @@ mod tests {
     }
 
     #[test]
-    fn a_snapshot_ahead_of_the_log_is_discarded() {
+    fn a_snapshot_ahead_of_the_log_is_an_error_not_a_silent_rebuild() {
         let dir = tempfile::tempdir().expect("tempdir");
         let events = history(6);
         let store = MemoryStore::new();
@@ -304,16 +428,53 @@ mod tests {
             ReadModel::open(store.clone(), &log.reader()).expect("model");
         }
         // The same store against a shorter log (e.g. the log restored from
-        // an older backup): the snapshot does not fit and is not used.
+        // an older backup): acknowledged events are missing from the log.
         let log = log_with(&dir.path().join("b"), &events[..3]);
-        let m = ReadModel::open(store, &log.reader()).expect("model");
-        assert_eq!(m.snapshot_seq(), 0);
+        let err = ReadModel::open(store.clone(), &log.reader()).expect_err("must refuse");
+        match &err {
+            EventError::ReadStoreAhead { seq, message } => {
+                assert_eq!(*seq, events.len() as u64);
+                assert!(message.contains("ends before it (at seq 3)"), "{message}");
+                assert!(message.contains("--repair-log"), "{message}");
+            }
+            other => panic!("expected ReadStoreAhead, got {other:?}"),
+        }
+        // The store was left as it was (the evidence is kept).
+        assert_eq!(store.last_applied_seq().expect("seq"), events.len() as u64);
+        // Set aside (what `--repair-log` does): rebuilt from the log.
+        let m = ReadModel::open(MemoryStore::new(), &log.reader()).expect("model");
         assert_eq!(m.projections().last_seq, 3);
         assert_eq!(m.projections().points.points.len(), 2);
     }
 
     #[test]
-    fn a_snapshot_of_another_log_is_not_used() {
+    fn a_snapshot_ahead_of_a_log_that_records_its_repair_is_rebuilt() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let events = history(6);
+        let store = MemoryStore::new();
+        {
+            let log = log_with(&dir.path().join("a"), &events);
+            ReadModel::open(store.clone(), &log.reader()).expect("model");
+        }
+        let mut log = log_with(&dir.path().join("b"), &events[..3]);
+        log.append_one(
+            &LogRepaired {
+                from_seq: 4,
+                bytes: 100,
+                acknowledged_seq: events.len() as u64,
+                lost_acknowledged: true,
+                reason: "test".into(),
+            }
+            .into(),
+        )
+        .expect("append");
+        let m = ReadModel::open(store, &log.reader()).expect("model");
+        assert_eq!(m.snapshot_seq(), 0);
+        assert_eq!(m.projections().last_seq, 4);
+    }
+
+    #[test]
+    fn a_snapshot_of_another_log_is_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let events = history(6);
         let store = MemoryStore::new();
@@ -329,8 +490,11 @@ mod tests {
         )
         .expect("open");
         other.append(&events).expect("append");
-        let m = ReadModel::open(store, &other.reader()).expect("model");
-        assert_eq!(m.snapshot_seq(), 0);
+        let err = ReadModel::open(store, &other.reader()).expect_err("must refuse");
+        assert!(
+            matches!(&err, EventError::ReadStoreAhead { message, .. } if message.contains("another event")),
+            "{err}"
+        );
     }
 
     #[test]
