@@ -118,8 +118,21 @@ impl PointFacts {
     }
 
     /// The known findings that make the difference between the strict and
-    /// the relaxed rule for this point.
+    /// the relaxed rule for this point: those that alone explain it, or, if
+    /// none does, every known one that may take part.
     fn explain(&self) -> BTreeSet<&'static str> {
+        let kinds = [Neg::CheckJob, Neg::ReadBack, Neg::Vanished];
+        let mut alone: BTreeSet<&'static str> = kinds
+            .iter()
+            .filter(|k| self.may_be_recoverable(&|x: Neg| x != **k, true))
+            .filter_map(|k| k.finding())
+            .collect();
+        if self.may_be_recoverable(&|_| true, false) {
+            alone.insert("H3");
+        }
+        if !alone.is_empty() {
+            return alone;
+        }
         let relaxed_last = self
             .negatives
             .iter()
@@ -598,4 +611,233 @@ pub fn acknowledged(acked: &[(u64, [u8; 32])], envs: &[Envelope], rot: bool) -> 
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    //! The oracles catch what they must, independently of the projection.
+
+    use std::time::Duration;
+
+    use vouch_events::{
+        AlertId, AlertRaised, BackupCommitted, BackupSummary, EventHash, JobFailed, JobId,
+        JobScheduled, JobStarted, KeepPolicy, PlanCreated, RestoreEvidence, RestoreTestPassed,
+        RestoreTestPolicy, Severity, VerificationFailed, VerificationPassed, VerificationPolicy,
+        VerificationStarted, VerifyDepth,
+    };
+
+    use super::*;
+
+    const NOW: i64 = 1_800_000_000 * 1_000_000_000;
+
+    fn envs(events: Vec<Event>) -> Vec<Envelope> {
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(i, event)| Envelope {
+                seq: i as u64 + 1,
+                recorded_unix_ns: NOW,
+                schema_version: 1,
+                prev_hash: EventHash([0; 32]),
+                hash: EventHash([i as u8; 32]),
+                event,
+            })
+            .collect()
+    }
+
+    fn plan() -> Event {
+        PlanCreated {
+            plan: PlanId::new("p"),
+            definition: PlanDefinition {
+                source: "/data".into(),
+                schedule: "0 * * * *".into(),
+                retention: KeepPolicy::default(),
+                verification: VerificationPolicy {
+                    after_backup: true,
+                    every: None,
+                    depth: VerifyDepth::Structure,
+                },
+                restore_test: RestoreTestPolicy {
+                    every: Some(Duration::from_secs(3600)),
+                    max_evidence_age: Duration::from_secs(86_400),
+                    sample_files: None,
+                    full_every: None,
+                },
+                rpo: Duration::from_secs(86_400),
+                repository: RepositoryId::new("main"),
+                paused: false,
+            },
+        }
+        .into()
+    }
+
+    fn proven(point: SnapshotId, files: u64) -> Vec<Event> {
+        vec![
+            plan(),
+            BackupCommitted {
+                job: None,
+                plan: Some(PlanId::new("p")),
+                repository: RepositoryId::new("main"),
+                snapshot: point,
+                snapshot_time_unix_ns: NOW,
+                summary: BackupSummary {
+                    files,
+                    bytes: files,
+                    added_bytes: 0,
+                    stored_bytes: 0,
+                    duration_ms: 0,
+                },
+            }
+            .into(),
+            VerificationPassed {
+                point,
+                job: None,
+                depth: VerifyDepth::ReadAll,
+                bytes_read: 1,
+                blobs_checked: 1,
+            }
+            .into(),
+            RestoreTestPassed {
+                point,
+                job: None,
+                evidence: RestoreEvidence {
+                    files,
+                    digests_compared: files,
+                    digests_matched: files,
+                    ..RestoreEvidence::default()
+                },
+            }
+            .into(),
+        ]
+    }
+
+    #[test]
+    fn a_proven_point_passes() {
+        let log = envs(proven(SnapshotId([1; 32]), 10));
+        let p = Projections::fold(log.iter());
+        assert_eq!(
+            p.points.state_of(&SnapshotId([1; 32])),
+            PointState::Recoverable
+        );
+        assert!(safety(&log, &p, NOW).is_empty());
+    }
+
+    #[test]
+    fn a_failed_check_job_after_the_proof_is_c1() {
+        let point = SnapshotId([1; 32]);
+        let job = JobId::new("verify-1");
+        let mut events = proven(point, 10);
+        events.extend([
+            JobScheduled {
+                job: job.clone(),
+                kind: JobKind::Verify,
+                plan: Some(PlanId::new("p")),
+                point: Some(point),
+                due_unix_ns: NOW,
+                attempt: 1,
+                spec: Default::default(),
+            }
+            .into(),
+            JobStarted {
+                job: job.clone(),
+                agent: None,
+            }
+            .into(),
+            VerificationStarted {
+                point,
+                job: Some(job.clone()),
+                depth: VerifyDepth::ReadAll,
+            }
+            .into(),
+            JobFailed {
+                job,
+                error_kind: "damaged".into(),
+                message: "a pack fails authentication".into(),
+                retryable: false,
+            }
+            .into(),
+        ]);
+        let log = envs(events);
+        let p = Projections::fold(log.iter());
+        let found = safety(&log, &p, NOW);
+        if p.points.state_of(&point) == PointState::Recoverable {
+            assert!(
+                found.iter().any(|v| v.oracle == "point-safety"
+                    && v.findings.contains("C1")
+                    && v.expected()),
+                "{found:?}"
+            );
+        } else {
+            assert!(found.is_empty(), "{found:?}");
+        }
+    }
+
+    #[test]
+    fn an_empty_point_is_h3() {
+        let log = envs(proven(SnapshotId([2; 32]), 0));
+        let p = Projections::fold(log.iter());
+        let found = safety(&log, &p, NOW);
+        if p.points.state_of(&SnapshotId([2; 32])) == PointState::Recoverable {
+            assert!(found.iter().any(|v| v.findings.contains("H3")), "{found:?}");
+        }
+    }
+
+    /// A projection that says `recoverable` after a failed verification
+    /// (as a bug in `derive_state` would) is caught, as no known finding.
+    #[test]
+    fn a_projection_bug_is_caught_and_not_excused() {
+        let point = SnapshotId([3; 32]);
+        let mut events = proven(point, 10);
+        events.push(
+            VerificationFailed {
+                point,
+                job: None,
+                depth: VerifyDepth::ReadAll,
+                bytes_read: 1,
+                damaged: vec!["x".into()],
+            }
+            .into(),
+        );
+        let log = envs(events);
+        let mut p = Projections::fold(log.iter());
+        assert_ne!(p.points.state_of(&point), PointState::Recoverable);
+        if let Some(pt) = p.points.points.get_mut(&point) {
+            pt.state = PointState::Recoverable;
+        }
+        let found = safety(&log, &p, NOW);
+        assert!(
+            found
+                .iter()
+                .any(|v| v.oracle == "point-safety" && !v.expected()),
+            "{found:?}"
+        );
+        // And monotonicity sees the raise.
+        let before = Projections::fold(log.iter());
+        assert!(!monotone("the bug", &before, &p, NOW).is_empty());
+    }
+
+    #[test]
+    fn two_alerts_for_one_incident_and_lost_acknowledged_events_are_caught() {
+        let raise = |id: &str| -> Event {
+            AlertRaised {
+                alert: AlertId::new(id),
+                severity: Severity::Critical,
+                subject: "plan p: backup failed".into(),
+                message: String::new(),
+                rule: "BackupFailed".into(),
+                labels: Default::default(),
+            }
+            .into()
+        };
+        let log = envs(vec![raise("a"), raise("b")]);
+        assert_eq!(alerts_in_log(&log).len(), 1);
+        let acked: Vec<(u64, [u8; 32])> = log.iter().map(|e| (e.seq, e.hash.0)).collect();
+        assert!(acknowledged(&acked, &log, false).is_empty());
+        let found = acknowledged(&acked, &log[..1], false);
+        assert!(found.len() == 1 && !found[0].expected(), "{found:?}");
+        assert!(
+            acknowledged(&acked, &log[..1], true)[0].expected(),
+            "bit rot is M1"
+        );
+    }
 }

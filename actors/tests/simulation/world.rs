@@ -1075,9 +1075,7 @@ impl World {
         // Monotonicity: a negative fact at the end of the log...
         if let Some((what, events)) = self.negative_fact(&replay, now) {
             let mut with = replay.clone();
-            let mut seq = replay.last_seq;
-            for e in &events {
-                seq += 1;
+            for (seq, e) in (replay.last_seq + 1..).zip(events.iter()) {
                 with.apply_event(Recorded { seq, unix_ns: now }, e);
             }
             for v in oracle::monotone(&format!("adding {what} at the end"), &replay, &with, now) {
@@ -1091,9 +1089,7 @@ impl World {
             let at_ns = upto[k - 1].recorded_unix_ns;
             let prefix = with.clone();
             if let Some((what, events)) = self.negative_fact(&prefix, at_ns) {
-                let mut seq = with.last_seq;
-                for e in &events {
-                    seq += 1;
+                for (seq, e) in (with.last_seq + 1..).zip(events.iter()) {
                     with.apply_event(
                         Recorded {
                             seq,
