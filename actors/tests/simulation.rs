@@ -10,7 +10,7 @@
 //! the log. After every step the oracles (`simulation/oracle.rs`) check the
 //! log and the live service. See `docs/simulation.md`.
 //!
-//! * `VOUCH_SIM_SEEDS=N`: run seeds `0..N` (default 6; `VOUCH_SIM_FIRST_SEED`
+//! * `VOUCH_SIM_SEEDS=N`: run seeds `0..N` (default 8; `VOUCH_SIM_FIRST_SEED`
 //!   moves the range), or
 //!   `VOUCH_SIM_SEED=S` for one seed (prints every step);
 //! * `VOUCH_SIM_STEPS=N`: steps per seed (default 300);
@@ -62,7 +62,7 @@ fn simulation() {
     let (seeds, verbose): (Vec<u64>, bool) = match env_u64("VOUCH_SIM_SEED") {
         Some(s) => (vec![s], true),
         None => {
-            let n = env_u64("VOUCH_SIM_SEEDS").unwrap_or(6);
+            let n = env_u64("VOUCH_SIM_SEEDS").unwrap_or(8);
             let first = env_u64("VOUCH_SIM_FIRST_SEED").unwrap_or(0);
             ((first..first + n).collect(), false)
         }
@@ -96,6 +96,14 @@ fn simulation() {
             let e = expected.entry(name).or_insert((0, (usize::MAX, seed)));
             e.0 += 1;
             e.1 = e.1.min((step, seed));
+        }
+        if verbose || std::env::var("VOUCH_SIM_PROFILE").is_ok() {
+            eprintln!(
+                "seed {seed}: opening {:.1} s, settling {:.1} s, oracles {:.1} s",
+                report.time_open.as_secs_f64(),
+                report.time_settle.as_secs_f64(),
+                report.time_check.as_secs_f64()
+            );
         }
         if verbose {
             eprintln!(
