@@ -39,6 +39,10 @@ fn replay_line(seed: u64, steps: usize) -> String {
     format!("VOUCH_SIM_SEED={seed} VOUCH_SIM_STEPS={steps} VOUCH_SIM_STRICT=1 cargo test -p vouch-actors --test simulation -- --nocapture")
 }
 
+fn open_files() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
 fn quiet_simulated_panics() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -99,10 +103,11 @@ fn simulation() {
         }
         if verbose || std::env::var("VOUCH_SIM_PROFILE").is_ok() {
             eprintln!(
-                "seed {seed}: opening {:.1} s, settling {:.1} s, oracles {:.1} s",
+                "seed {seed}: opening {:.1} s, settling {:.1} s, oracles {:.1} s, {} open files",
                 report.time_open.as_secs_f64(),
                 report.time_settle.as_secs_f64(),
-                report.time_check.as_secs_f64()
+                report.time_check.as_secs_f64(),
+                open_files()
             );
         }
         if verbose {
@@ -153,7 +158,16 @@ fn a_seed_replays_the_same_steps() {
             .collect()
     };
     let a = World::new(4242, 60, false).run();
+    let files = open_files();
     let b = World::new(4242, 60, false).run();
+    // Each run has about ten lifetimes of the service: none may leave its
+    // threads and files behind.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(
+        open_files() <= files + 8,
+        "open files grew from {files} to {}",
+        open_files()
+    );
     assert_eq!(actions(&a), actions(&b), "the same steps");
     assert!(a.events > 20, "the run did something: {} events", a.events);
     eprintln!(

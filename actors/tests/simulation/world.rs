@@ -300,7 +300,13 @@ impl World {
         let end = self.lifetime_inner().await;
         drop(hold);
         let _ = inhibitor.await;
+        // Let the system's controller run, so it tells every arbiter (the
+        // event store's thread) to stop: an arbiter left running keeps its
+        // thread and its runtime's file descriptors for good.
         System::current().stop();
+        for _ in 0..64 {
+            tokio::task::yield_now().await;
+        }
         end
     }
 
