@@ -1,0 +1,1330 @@
+//! One simulated run: a seed, a few hundred steps, the whole service.
+//!
+//! Each lifetime of the service is one actix system on a current-thread
+//! tokio runtime with paused time. A blocking task held for the whole
+//! lifetime keeps tokio from advancing time on its own while the runtime
+//! waits for the event store's thread, so tokio time and the `ManualClock`
+//! move only when the simulator moves them, together. Between steps the
+//! simulator waits until the service is quiet (no append in flight, the
+//! dispatcher and the read model answer, nothing changes for a few rounds),
+//! so the same seed gives the same steps and the same events.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use vouch_actors::service::{
+    start, AlertingConfig, DispatchConfig, JobCommand, JobFailure, JobOutput, ReadBackWindow,
+    SchedulerConfig, ServiceConfig, ServiceHandle, Workers,
+};
+use vouch_actors::BackoffPolicy;
+use vouch_events::{
+    BackupCommitted, BackupSummary, Envelope, Event, EventError, EventLog, JobFailed, JobId,
+    JobKind, JobScheduled, JobStarted, KeepPolicy, LogOptions, PacksReadBack, PlanChanged,
+    PlanCreated, PlanDefinition, PlanId, PlanRemoved, PointForgotten, PointVanished, Projections,
+    Recorded, RepositoryId, RestoreEvidence, RestoreTestFailed, RestoreTestPassed,
+    RestoreTestPolicy, RestoreTestStarted, SharedLog, SledStore, SnapshotId, UnknownEvent,
+    VerificationFailed, VerificationPassed, VerificationPolicy, VerificationStarted, VerifyDepth,
+};
+
+use super::disk::{power_cut, read_log, read_log_from, Cut};
+use super::oracle::{self, Violation};
+use super::rng::Rng;
+use super::worker::{Ending, Inbox, SimWorker};
+
+const HOUR: u64 = 3600;
+const START_NS: i64 = 1_800_000_000 * 1_000_000_000;
+const FAR: Duration = Duration::from_secs(365 * 24 * HOUR);
+
+/// The one clock of a run, read by the log, the service and the oracles.
+#[derive(Clone, Debug)]
+pub struct SimClock(Arc<AtomicI64>);
+
+impl SimClock {
+    fn now(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+    fn advance(&self, d: Duration) {
+        self.0.fetch_add(d.as_nanos() as i64, Ordering::SeqCst);
+    }
+}
+
+impl vouch_events::Clock for SimClock {
+    fn now_unix_ns(&self) -> i64 {
+        self.now()
+    }
+}
+
+impl vouch_actors::Clock for SimClock {
+    fn now_unix_ns(&self) -> i64 {
+        self.now()
+    }
+}
+
+/// What a run found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Steps run.
+    pub steps: usize,
+    /// Events in the log at the end.
+    pub events: u64,
+    /// Lifetimes of the service (1 + restarts, crashes and power cuts).
+    pub lifetimes: usize,
+    /// Times the log refused to open after a power cut.
+    pub refusals: Vec<String>,
+    /// Violations, each with the step it was first seen at.
+    pub violations: Vec<(usize, Violation)>,
+    /// The hash of the log's head at the end (the same seed must give the
+    /// same head: every recorded time comes from the simulated clock).
+    pub head: String,
+    /// Every step taken.
+    pub trace: Vec<String>,
+    /// Time spent opening the log, the read store and the service.
+    pub time_open: Duration,
+    /// Time spent waiting for the service to be quiet.
+    pub time_settle: Duration,
+    /// Time spent in the oracles.
+    pub time_check: Duration,
+}
+
+#[derive(Debug)]
+enum Action {
+    Advance(Duration),
+    Tick,
+    RunNow(PlanId),
+    Complete(usize),
+    Cancel(usize),
+    Evaluate,
+    ChangePlan(PlanId, bool),
+    RemovePlan(PlanId),
+    CreatePlan(PlanId),
+    Vanish(SnapshotId),
+    Unknown,
+    Restart,
+    Crash,
+    PowerCut(Cut),
+}
+
+enum End {
+    Done,
+    Restart,
+    Crash,
+    PowerCut(Cut),
+    Refused,
+}
+
+/// A run in progress.
+pub struct World {
+    seed: u64,
+    rng: Rng,
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    clock: SimClock,
+    step: usize,
+    steps: usize,
+    /// Plan slots and their definition (none: removed or not yet created).
+    plans: Vec<(PlanId, Option<PlanDefinition>, u32)>,
+    acked: Vec<(u64, [u8; 32])>,
+    /// The log as read so far in this lifetime, and its fold.
+    envs: Vec<Envelope>,
+    replay: Projections,
+    proj: Projections,
+    seen: BTreeSet<String>,
+    unknown_injected: bool,
+    injected: u64,
+    last_cut: Option<Cut>,
+    report: Report,
+    verbose: bool,
+}
+
+fn base_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+fn config() -> ServiceConfig {
+    let policy = |a: u64, b: u64| {
+        BackoffPolicy::new(
+            Duration::from_secs(a),
+            2,
+            Duration::from_secs(b),
+            Duration::from_secs(b),
+        )
+        .expect("backoff policy")
+    };
+    ServiceConfig {
+        dispatch: DispatchConfig {
+            max_concurrent: 3,
+            max_attempts: 3,
+            retry_backoff: policy(300, HOUR),
+            progress_every: FAR,
+            progress_event_every: FAR,
+        },
+        scheduler: SchedulerConfig {
+            tick: Duration::from_secs(10 * 60),
+            max_jitter: Duration::from_secs(300),
+            read_back: Some(ReadBackWindow {
+                window: Duration::from_secs(6 * HOUR),
+                slices: 4,
+            }),
+        },
+        alerting: AlertingConfig {
+            receivers: Vec::new(),
+            evaluate_every: Duration::from_secs(10 * 60),
+            agent_lost_after: Duration::from_secs(600),
+            external_url: String::new(),
+        },
+        restart: policy(1, 60),
+        version: "simulation".into(),
+    }
+}
+
+impl World {
+    /// A run of `steps` steps for `seed`.
+    pub fn new(seed: u64, steps: usize, verbose: bool) -> World {
+        let tmp = tempfile::Builder::new()
+            .prefix("vouch-sim-")
+            .tempdir_in(base_dir())
+            .expect("temporary directory");
+        let dir = tmp.path().to_path_buf();
+        let mut rng = Rng::new(seed);
+        let plans = (0..3)
+            .map(|i| (PlanId::new(format!("plan-{i}")), None, 0))
+            .collect();
+        let clock = SimClock(Arc::new(AtomicI64::new(
+            START_NS + (rng.below(86_400) as i64) * 1_000_000_000,
+        )));
+        World {
+            seed,
+            rng,
+            _tmp: tmp,
+            dir,
+            clock,
+            step: 0,
+            steps,
+            plans,
+            acked: Vec::new(),
+            envs: Vec::new(),
+            replay: Projections::new(),
+            proj: Projections::new(),
+            seen: BTreeSet::new(),
+            unknown_injected: false,
+            injected: 0,
+            last_cut: None,
+            report: Report::default(),
+            verbose,
+        }
+    }
+
+    fn log_dir(&self) -> PathBuf {
+        self.dir.join("events")
+    }
+
+    fn note(&mut self, line: String) {
+        if self.verbose {
+            eprintln!("seed {} step {}: {line}", self.seed, self.step);
+        }
+        self.report.trace.push(format!("{}: {line}", self.step));
+    }
+
+    fn found(&mut self, v: Violation) {
+        let key = format!("{}|{}", v.oracle, v.detail);
+        if self.seen.insert(key) {
+            if self.verbose {
+                eprintln!("seed {} step {}: VIOLATION {v}", self.seed, self.step);
+            }
+            self.report.violations.push((self.step, v));
+        }
+    }
+
+    /// Runs every lifetime until the steps are used up.
+    pub fn run(mut self) -> Report {
+        loop {
+            let end = {
+                let sys = System::with_tokio_rt(|| {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .start_paused(true)
+                        .build()
+                        .expect("runtime")
+                });
+                let end = sys.block_on(self.lifetime());
+                drop(sys);
+                end
+            };
+            self.report.lifetimes += 1;
+            match end {
+                End::Done => break,
+                End::Refused => {}
+                End::Restart | End::Crash => self.last_cut = None,
+                End::PowerCut(cut) => {
+                    self.last_cut = Some(cut);
+                    wait_unlocked(&self.log_dir());
+                    let now = self.clock.now();
+                    match power_cut(&self.log_dir(), cut, &mut self.rng, now) {
+                        Ok(what) => self.note(format!("power cut: {what}")),
+                        Err(e) => self.note(format!("power cut could not be applied: {e}")),
+                    }
+                }
+            }
+            if self.step >= self.steps {
+                break;
+            }
+        }
+        if let Ok(envs) = read_log(&self.log_dir()) {
+            if std::env::var("VOUCH_SIM_DUMP").is_ok_and(|v| v == "1") {
+                for e in &envs {
+                    eprintln!("{:>5} {} {:?}", e.seq, e.recorded_unix_ns, e.event);
+                }
+            }
+            self.report.events = envs.last().map_or(0, |e| e.seq);
+            self.report.head = envs.last().map_or_else(String::new, |e| hex(&e.hash.0));
+        }
+        self.report.steps = self.step;
+        self.report
+    }
+
+    async fn lifetime(&mut self) -> End {
+        // Keeps tokio from moving time by itself (see the module doc).
+        let (hold, held) = std::sync::mpsc::channel::<()>();
+        let inhibitor = tokio::task::spawn_blocking(move || {
+            let _ = held.recv();
+        });
+        let end = self.lifetime_inner().await;
+        drop(hold);
+        let _ = inhibitor.await;
+        // Let the system's controller run, so it tells every arbiter (the
+        // event store's thread) to stop: an arbiter left running keeps its
+        // thread and its runtime's file descriptors for good.
+        System::current().stop();
+        for _ in 0..64 {
+            tokio::task::yield_now().await;
+        }
+        end
+    }
+
+    async fn lifetime_inner(&mut self) -> End {
+        let t_open = std::time::Instant::now();
+        let log = match open_log(&self.log_dir(), &self.clock) {
+            Ok(log) => log,
+            Err(e) => {
+                // Refusing, and saying why, is allowed; the operator then
+                // gives up the unacknowledged tail (L4 when only that was
+                // damaged) by cutting the segment back to what was
+                // acknowledged.
+                self.note(format!("the log refused to open: {e}"));
+                self.report.refusals.push(e.clone());
+                if let Err(e) = operator_cuts_back(&self.log_dir(), &self.acked) {
+                    self.note(format!("the operator could not repair the log: {e}"));
+                    self.step = self.steps;
+                }
+                return End::Refused;
+            }
+        };
+        match read_log(&self.log_dir()) {
+            Ok(envs) => {
+                for v in oracle::acknowledged(&self.acked, &envs, self.last_cut == Some(Cut::Rot)) {
+                    self.found(v);
+                }
+                self.acked = envs.iter().map(|e| (e.seq, e.hash.0)).collect();
+                // A reopen may have cut the tail: read it again.
+                self.replay = Projections::fold(envs.iter());
+                self.envs = envs;
+            }
+            Err(e) => self.found(Violation {
+                oracle: "log-read",
+                findings: BTreeSet::new(),
+                detail: format!("the log opened but cannot be read: {e}"),
+            }),
+        }
+        let shared = Arc::new(SharedLog::new(log));
+        let store = match open_store(&self.dir.join("read")) {
+            Ok(s) => s,
+            Err(e) => {
+                self.note(format!("the read store could not be opened: {e}"));
+                self.step = self.steps;
+                return End::Done;
+            }
+        };
+        let inbox = Inbox::default();
+        let worker = SimWorker {
+            inbox: inbox.clone(),
+        }
+        .start();
+        let workers = Workers {
+            backup: worker.clone().recipient(),
+            verify: worker.clone().recipient(),
+            restore_test: worker.clone().recipient(),
+            retention: worker.recipient(),
+        };
+        let svc = match start(
+            shared.clone(),
+            store,
+            workers,
+            Arc::new(self.clock.clone()),
+            config(),
+        )
+        .await
+        {
+            Ok(svc) => svc,
+            Err(e) => {
+                self.found(Violation {
+                    oracle: "start",
+                    findings: BTreeSet::new(),
+                    detail: format!("the service did not start: {e}"),
+                });
+                self.step = self.steps;
+                return End::Done;
+            }
+        };
+        let sim = Live {
+            svc: &svc,
+            log: &shared,
+            inbox: &inbox,
+        };
+        if self.step == 0 {
+            for i in 0..1 + self.rng.below(3) {
+                let id = self.plans[i].0.clone();
+                self.create_plan(&sim, id).await;
+            }
+        }
+        sim.settle().await;
+        self.report.time_open += t_open.elapsed();
+        self.check(&sim).await;
+        while self.step < self.steps {
+            self.step += 1;
+            let advanced;
+            let action = self.choose(&inbox);
+            self.note(format!("{action:?}"));
+            match action {
+                Action::Restart => {
+                    let drained = {
+                        let sd = svc.shutdown(Duration::from_secs(1));
+                        let adv = async {
+                            for _ in 0..16 {
+                                tokio::task::yield_now().await;
+                            }
+                            self.clock.advance(Duration::from_secs(2));
+                            tokio::time::advance(Duration::from_secs(2)).await;
+                        };
+                        tokio::join!(sd, adv).0
+                    };
+                    sim.settle().await;
+                    self.note(format!("shut down (jobs drained: {drained})"));
+                    return End::Restart;
+                }
+                Action::Crash => return End::Crash,
+                Action::PowerCut(cut) => return End::PowerCut(cut),
+                other => {
+                    advanced = matches!(other, Action::Advance(_));
+                    self.act(&sim, other).await
+                }
+            }
+            let t = std::time::Instant::now();
+            sim.settle().await;
+            // Time-based incidents (a plan older than its RPO) change only
+            // when time moves; every other change reaches the alerter as
+            // committed events, which it evaluates on its own.
+            if advanced {
+                let _ = svc.evaluate_alerts().await;
+                sim.settle().await;
+            }
+            let t2 = std::time::Instant::now();
+            self.check(&sim).await;
+            self.report.time_settle += t2 - t;
+            self.report.time_check += t2.elapsed();
+        }
+        End::Done
+    }
+
+    fn choose(&mut self, inbox: &Inbox) -> Action {
+        let pending = inbox.len();
+        let active: Vec<PlanId> = self
+            .plans
+            .iter()
+            .filter(|p| p.1.is_some())
+            .map(|p| p.0.clone())
+            .collect();
+        let free: Vec<PlanId> = self
+            .plans
+            .iter()
+            .filter(|p| p.1.is_none())
+            .map(|p| p.0.clone())
+            .collect();
+        let live: Vec<SnapshotId> = self
+            .proj
+            .points
+            .points
+            .values()
+            .filter(|p| p.expired.is_none())
+            .map(|p| p.id)
+            .collect();
+        // A fixed step, not a share of the run: a shorter replay (VOUCH_SIM_STEPS)
+        // must take the same first steps.
+        let late = self.step >= 200 && !self.unknown_injected;
+        let w = |ok: bool, w: u32| if ok { w } else { 0 };
+        let weights = [
+            w(pending > 0, 30),       // 0 complete
+            16,                       // 1 advance
+            6,                        // 2 tick
+            w(!active.is_empty(), 8), // 3 run now
+            w(pending > 0, 3),        // 4 cancel
+            2,                        // 5 evaluate
+            w(!active.is_empty(), 3), // 6 change plan
+            w(active.len() > 1, 1),   // 7 remove plan
+            w(!free.is_empty(), 2),   // 8 create plan
+            w(!live.is_empty(), 1),   // 9 vanish
+            w(late, 2),               // 10 unknown event
+            2,                        // 11 restart
+            2,                        // 12 crash
+            2,                        // 13 power cut
+        ];
+        match self.rng.weighted(&weights) {
+            0 => Action::Complete(self.rng.below(pending)),
+            1 => {
+                let mins = [1u64, 5, 10, 30, 60, 180, 360];
+                let i = self.rng.weighted(&[3, 4, 4, 4, 3, 2, 1]);
+                Action::Advance(Duration::from_secs(mins[i] * 60))
+            }
+            2 => Action::Tick,
+            3 => Action::RunNow(self.rng.pick(&active).cloned().expect("a plan")),
+            4 => Action::Cancel(self.rng.below(pending)),
+            5 => Action::Evaluate,
+            6 => {
+                let source = self.rng.chance(2, 3);
+                Action::ChangePlan(self.rng.pick(&active).cloned().expect("a plan"), source)
+            }
+            7 => Action::RemovePlan(self.rng.pick(&active).cloned().expect("a plan")),
+            8 => Action::CreatePlan(self.rng.pick(&free).cloned().expect("a slot")),
+            9 => Action::Vanish(*self.rng.pick(&live).expect("a point")),
+            10 => Action::Unknown,
+            11 => Action::Restart,
+            12 => Action::Crash,
+            _ => Action::PowerCut(Cut::draw(&mut self.rng)),
+        }
+    }
+
+    fn definition(&mut self, id: &PlanId, generation: u32) -> PlanDefinition {
+        let depth = [
+            VerifyDepth::Structure,
+            VerifyDepth::ReadSample(10),
+            VerifyDepth::ReadAll,
+        ][self.rng.below(3)];
+        PlanDefinition {
+            source: format!("/data/{id}/{generation}"),
+            schedule: ["0 * * * *", "0 */2 * * *", "30 */6 * * *"][self.rng.below(3)].into(),
+            retention: KeepPolicy {
+                last: Some(2 + self.rng.below(3) as u32),
+                ..KeepPolicy::default()
+            },
+            verification: VerificationPolicy {
+                after_backup: self.rng.chance(9, 10),
+                every: Some(Duration::from_secs(6 * HOUR)),
+                depth,
+            },
+            restore_test: RestoreTestPolicy {
+                every: Some(Duration::from_secs(6 * HOUR)),
+                max_evidence_age: Duration::from_secs(12 * HOUR),
+                sample_files: if self.rng.chance(1, 2) {
+                    Some(100)
+                } else {
+                    None
+                },
+                full_every: None,
+            },
+            rpo: Duration::from_secs([2 * HOUR, 6 * HOUR, 12 * HOUR][self.rng.below(3)]),
+            repository: RepositoryId::new(["main", "offsite"][self.rng.below(2)]),
+            paused: false,
+        }
+    }
+
+    async fn create_plan(&mut self, sim: &Live<'_>, id: PlanId) {
+        let Some(slot) = self.plans.iter().position(|p| p.0 == id) else {
+            return;
+        };
+        let generation = self.plans[slot].2 + 1;
+        let def = self.definition(&id, generation);
+        let ev = PlanCreated {
+            plan: id.clone(),
+            definition: def.clone(),
+        };
+        if sim.svc.append(vec![ev.into()]).await.is_ok() {
+            self.plans[slot].1 = Some(def);
+            self.plans[slot].2 = generation;
+        }
+    }
+
+    async fn act(&mut self, sim: &Live<'_>, action: Action) {
+        let now = self.clock.now();
+        match action {
+            Action::Advance(d) => {
+                self.clock.advance(d);
+                tokio::time::advance(d).await;
+            }
+            Action::Tick => {
+                let _ = sim.svc.tick().await;
+            }
+            Action::RunNow(plan) => {
+                let r = sim.svc.run_now(plan).await;
+                self.note(format!(
+                    "run now: {}",
+                    r.map(|j| j.to_string()).unwrap_or_else(|e| e.to_string())
+                ));
+            }
+            Action::Evaluate => {
+                let _ = sim.svc.evaluate_alerts().await;
+            }
+            Action::Cancel(i) => {
+                if let Some((job, _, _)) = sim.inbox.list().get(i).cloned() {
+                    let r = sim.svc.cancel(job).await;
+                    self.note(format!("cancel: {r:?}"));
+                }
+            }
+            Action::Complete(i) => {
+                let Some(p) = sim.inbox.take(i) else { return };
+                let ending = self.ending(&p.job, &p.command, p.cancel.is_cancelled(), now);
+                p.end(ending);
+            }
+            Action::ChangePlan(plan, source) => {
+                let Some(slot) = self.plans.iter().position(|p| p.0 == plan) else {
+                    return;
+                };
+                let generation = self.plans[slot].2 + 1;
+                let Some(old) = self.plans[slot].1.clone() else {
+                    return;
+                };
+                let def = if source {
+                    PlanDefinition {
+                        source: format!("/data/{plan}/{generation}"),
+                        ..old
+                    }
+                } else {
+                    let fresh = self.definition(&plan, generation);
+                    PlanDefinition {
+                        source: old.source,
+                        repository: old.repository,
+                        ..fresh
+                    }
+                };
+                let ev = PlanChanged {
+                    plan,
+                    definition: def.clone(),
+                };
+                if sim.svc.append(vec![ev.into()]).await.is_ok() {
+                    self.plans[slot].1 = Some(def);
+                    self.plans[slot].2 = generation;
+                }
+            }
+            Action::RemovePlan(plan) => {
+                let ev = PlanRemoved { plan: plan.clone() };
+                if sim.svc.append(vec![ev.into()]).await.is_ok() {
+                    if let Some(slot) = self.plans.iter_mut().find(|p| p.0 == plan) {
+                        slot.1 = None;
+                    }
+                }
+            }
+            Action::CreatePlan(plan) => self.create_plan(sim, plan).await,
+            Action::Vanish(point) => {
+                let repository = self
+                    .proj
+                    .points
+                    .points
+                    .get(&point)
+                    .map(|p| p.repository.clone());
+                if let Some(repository) = repository {
+                    let ev = PointVanished {
+                        point,
+                        repository,
+                        reason: "its manifest is gone (simulated reconciliation)".into(),
+                    };
+                    let _ = sim.svc.append(vec![ev.into()]).await;
+                }
+            }
+            Action::Unknown => {
+                self.unknown_injected = true;
+                let ev = self.unknown_event(&self.proj.clone());
+                self.note(format!("a newer build wrote {}", ev.event_type()));
+                let _ = sim.svc.append(vec![ev]).await;
+            }
+            Action::Restart | Action::Crash | Action::PowerCut(_) => {}
+        }
+    }
+
+    /// How a job ends, drawn from the seed.
+    fn ending(&mut self, job: &JobId, command: &JobCommand, cancelled: bool, now: i64) -> Ending {
+        let job = job.clone();
+        let fail = |kind: &str, retryable: bool, events: Vec<Event>| {
+            Ending::Answer(Err(JobFailure {
+                kind: kind.into(),
+                message: format!("simulated {kind}"),
+                retryable,
+                events,
+            }))
+        };
+        let ok = |events: Vec<Event>| Ending::Answer(Ok(JobOutput { events }));
+        if cancelled {
+            return fail("cancelled", false, self.started_events(&job, command));
+        }
+        match command {
+            JobCommand::Backup { plan, definition } => match self.rng.weighted(&[14, 1, 2, 1, 1]) {
+                0 | 1 => {
+                    let empty = self.rng.chance(1, 12);
+                    let files = if empty {
+                        0
+                    } else {
+                        1 + self.rng.below(5000) as u64
+                    };
+                    ok(vec![BackupCommitted {
+                        job: Some(job),
+                        plan: Some(plan.clone()),
+                        repository: definition.repository.clone(),
+                        snapshot: SnapshotId(self.rng.bytes32()),
+                        snapshot_time_unix_ns: now - 1_000_000_000,
+                        summary: BackupSummary {
+                            files,
+                            bytes: files * 4096,
+                            added_bytes: files * 100,
+                            stored_bytes: files * 50,
+                            duration_ms: 1000,
+                        },
+                    }
+                    .into()])
+                }
+                2 => fail("source_missing", true, Vec::new()),
+                3 => fail("repository_corrupt", false, Vec::new()),
+                _ => Ending::Panic,
+            },
+            JobCommand::Verify { point, depth, .. } => {
+                let started: Event = VerificationStarted {
+                    point: *point,
+                    job: Some(job.clone()),
+                    depth: *depth,
+                }
+                .into();
+                match self.rng.weighted(&[12, 2, 2, 2, 1]) {
+                    0 => ok(vec![
+                        started,
+                        VerificationPassed {
+                            point: *point,
+                            job: Some(job),
+                            depth: *depth,
+                            bytes_read: 4096,
+                            blobs_checked: 10,
+                        }
+                        .into(),
+                    ]),
+                    1 => ok(vec![
+                        started,
+                        VerificationFailed {
+                            point: *point,
+                            job: Some(job),
+                            depth: *depth,
+                            bytes_read: 4096,
+                            damaged: vec!["pack 3f2a: blob fails authentication".into()],
+                        }
+                        .into(),
+                    ]),
+                    // What today's engine worker does when the data is damaged (C1).
+                    2 => fail("damaged", false, vec![started]),
+                    3 => fail("io", true, vec![started]),
+                    _ => Ending::Panic,
+                }
+            }
+            JobCommand::RestoreTest {
+                point,
+                sample_files,
+                ..
+            } => {
+                let files_in_point = self
+                    .proj
+                    .points
+                    .points
+                    .get(point)
+                    .and_then(|p| p.summary.as_ref())
+                    .map_or(100, |s| s.files);
+                let files = sample_files.map_or(files_in_point, |n| n.min(files_in_point));
+                let evidence = RestoreEvidence {
+                    restored: vec!["etc/hosts".into()],
+                    files,
+                    bytes: files * 4096,
+                    digests_compared: files,
+                    digests_matched: files,
+                    duration_ms: 1000,
+                    location: "sandbox (simulated)".into(),
+                    files_in_point: Some(files_in_point),
+                    bytes_in_point: Some(files_in_point * 4096),
+                    complete: files == files_in_point,
+                };
+                let started: Event = RestoreTestStarted {
+                    point: *point,
+                    job: Some(job.clone()),
+                }
+                .into();
+                match self.rng.weighted(&[12, 2, 2, 2, 1]) {
+                    0 => ok(vec![
+                        started,
+                        RestoreTestPassed {
+                            point: *point,
+                            job: Some(job),
+                            evidence,
+                        }
+                        .into(),
+                    ]),
+                    1 => ok(vec![
+                        started,
+                        RestoreTestFailed {
+                            point: *point,
+                            job: Some(job),
+                            evidence,
+                            reason: "a pack is damaged".into(),
+                            cause: ["damaged", "mismatch", "missing"][self.rng.below(3)].into(),
+                        }
+                        .into(),
+                    ]),
+                    2 => fail("damaged", false, vec![started]),
+                    3 => fail("io", true, vec![started]),
+                    _ => Ending::Panic,
+                }
+            }
+            JobCommand::Retention { plan, protect, .. } => {
+                if self.rng.chance(1, 10) {
+                    return fail("repository_locked", true, Vec::new());
+                }
+                let mut live: Vec<(i64, SnapshotId)> = self
+                    .proj
+                    .points
+                    .of_plan(plan)
+                    .filter(|p| p.expired.is_none() && !protect.contains(&p.id))
+                    .map(|p| (p.snapshot_time_unix_ns, p.id))
+                    .collect();
+                live.sort();
+                let keep = 2;
+                let forget = live.len().saturating_sub(keep);
+                let events = live
+                    .into_iter()
+                    .take(forget)
+                    .filter(|_| self.rng.chance(1, 2))
+                    .map(|(_, id)| {
+                        PointForgotten {
+                            point: id,
+                            rule: "keep-last 2".into(),
+                        }
+                        .into()
+                    })
+                    .collect();
+                ok(events)
+            }
+            JobCommand::ReadBack {
+                repository,
+                slices,
+                of,
+            } => {
+                if self.rng.chance(1, 10) {
+                    return fail("io", true, Vec::new());
+                }
+                let damage = self.rng.chance(1, 5);
+                let points: Vec<SnapshotId> = self
+                    .proj
+                    .points
+                    .points
+                    .values()
+                    .filter(|p| &p.repository == repository && p.expired.is_none())
+                    .map(|p| p.id)
+                    .collect();
+                let (damaged, damaged_packs, affected) = if damage {
+                    let pack = hex(&self.rng.bytes32());
+                    let affected = if self.rng.chance(1, 4) {
+                        None
+                    } else {
+                        Some(
+                            points
+                                .into_iter()
+                                .filter(|_| self.rng.chance(1, 2))
+                                .collect(),
+                        )
+                    };
+                    (
+                        vec![format!("pack {pack}: fails authentication")],
+                        vec![pack],
+                        affected,
+                    )
+                } else {
+                    (Vec::new(), Vec::new(), Some(Vec::new()))
+                };
+                ok(vec![PacksReadBack {
+                    repository: repository.clone(),
+                    job: Some(job),
+                    slices: slices.clone(),
+                    of: *of,
+                    packs: 5,
+                    bytes_read: 5 << 20,
+                    damaged,
+                    damaged_packs,
+                    affected_points: affected,
+                }
+                .into()])
+            }
+        }
+    }
+
+    fn started_events(&self, job: &JobId, command: &JobCommand) -> Vec<Event> {
+        match command {
+            JobCommand::Verify { point, depth, .. } => vec![VerificationStarted {
+                point: *point,
+                job: Some(job.clone()),
+                depth: *depth,
+            }
+            .into()],
+            JobCommand::RestoreTest { point, .. } => vec![RestoreTestStarted {
+                point: *point,
+                job: Some(job.clone()),
+            }
+            .into()],
+            _ => Vec::new(),
+        }
+    }
+
+    /// An event a newer build wrote: of a family this build cannot read.
+    fn unknown_event(&mut self, p: &Projections) -> Event {
+        let backups: Vec<&vouch_events::Job> = p
+            .jobs
+            .jobs
+            .values()
+            .filter(|j| j.kind == JobKind::Backup)
+            .collect();
+        let live: Vec<SnapshotId> = p
+            .points
+            .points
+            .values()
+            .filter(|x| x.expired.is_none())
+            .map(|x| x.id)
+            .collect();
+        match self.rng.below(3) {
+            0 if !backups.is_empty() => {
+                let job = backups[self.rng.below(backups.len())].id.to_string();
+                unknown("job.failed", msgpack_str_array(&job))
+            }
+            1 if !live.is_empty() => unknown(
+                "verification.failed",
+                msgpack_point_array(&live[self.rng.below(live.len())]),
+            ),
+            _ => {
+                let plan = self.plans[self.rng.below(self.plans.len())].0.to_string();
+                unknown("plan.changed", msgpack_str_array(&plan))
+            }
+        }
+    }
+
+    /// A negative fact about something `p` knows (for monotonicity).
+    fn negative_fact(&mut self, p: &Projections, now: i64) -> Option<(String, Vec<Event>)> {
+        let live: Vec<&vouch_events::Point> = p
+            .points
+            .points
+            .values()
+            .filter(|x| x.expired.is_none())
+            .collect();
+        let plans: Vec<&vouch_events::Plan> = p
+            .plans
+            .plans
+            .values()
+            .filter(|x| x.removed.is_none())
+            .collect();
+        self.injected += 1;
+        let kind = self.rng.below(8);
+        if kind == 7 {
+            let plan = *self.rng.pick(&plans)?;
+            let definition = PlanDefinition {
+                source: format!("{}-moved", plan.definition.source),
+                ..plan.definition.clone()
+            };
+            return Some((
+                "plan.changed (source)".into(),
+                vec![PlanChanged {
+                    plan: plan.id.clone(),
+                    definition,
+                }
+                .into()],
+            ));
+        }
+        if kind == 6 {
+            return Some((
+                "an unknown event of the job family".into(),
+                vec![self.unknown_event(p)],
+            ));
+        }
+        let pt = *self.rng.pick(&live)?;
+        let point = pt.id;
+        let job = JobId::new(format!("injected-{}", self.injected));
+        let events: Vec<Event> = match kind {
+            0 => vec![VerificationFailed {
+                point,
+                job: None,
+                depth: VerifyDepth::ReadAll,
+                bytes_read: 0,
+                damaged: vec!["injected".into()],
+            }
+            .into()],
+            1 => vec![RestoreTestFailed {
+                point,
+                job: None,
+                evidence: RestoreEvidence::default(),
+                reason: "injected".into(),
+                cause: "damaged".into(),
+            }
+            .into()],
+            2 => vec![
+                JobScheduled {
+                    job: job.clone(),
+                    kind: JobKind::Verify,
+                    plan: pt.plan.clone(),
+                    point: Some(point),
+                    due_unix_ns: now,
+                    attempt: 1,
+                    spec: Default::default(),
+                }
+                .into(),
+                JobStarted {
+                    job: job.clone(),
+                    agent: None,
+                }
+                .into(),
+                VerificationStarted {
+                    point,
+                    job: Some(job.clone()),
+                    depth: VerifyDepth::Structure,
+                }
+                .into(),
+                JobFailed {
+                    job,
+                    error_kind: "damaged".into(),
+                    message: "injected".into(),
+                    retryable: false,
+                }
+                .into(),
+            ],
+            3 => vec![PacksReadBack {
+                repository: pt.repository.clone(),
+                job: None,
+                slices: vec![0],
+                of: 4,
+                packs: 1,
+                bytes_read: 0,
+                damaged: vec!["pack 00: injected".into()],
+                damaged_packs: vec!["00".repeat(32)],
+                affected_points: if self.rng.chance(1, 2) {
+                    Some(vec![point])
+                } else {
+                    None
+                },
+            }
+            .into()],
+            4 => vec![PointVanished {
+                point,
+                repository: pt.repository.clone(),
+                reason: "injected".into(),
+            }
+            .into()],
+            _ => vec![unknown("restore_test.failed", msgpack_point_array(&point))],
+        };
+        let what = events
+            .iter()
+            .map(|e| e.event_type())
+            .collect::<Vec<_>>()
+            .join("+");
+        Some((format!("{what} about point {}", point.short()), events))
+    }
+
+    async fn check(&mut self, sim: &Live<'_>) {
+        let from = self.envs.last().map_or(1, |e| e.seq + 1);
+        let envs = match read_log_from(&self.log_dir(), from) {
+            Ok(new) => {
+                for e in &new {
+                    self.replay.apply(e);
+                }
+                self.envs.extend(new);
+                std::mem::take(&mut self.envs)
+            }
+            Err(e) => {
+                self.found(Violation {
+                    oracle: "log-read",
+                    findings: BTreeSet::new(),
+                    detail: format!("the live log cannot be read: {e}"),
+                });
+                return;
+            }
+        };
+        self.acked = envs.iter().map(|e| (e.seq, e.hash.0)).collect();
+        let now = self.clock.now();
+        let live = match sim.svc.query(0, |p| p.clone()).await {
+            Ok(p) => p,
+            Err(e) => {
+                self.found(Violation {
+                    oracle: "query",
+                    findings: BTreeSet::new(),
+                    detail: format!("the read model did not answer: {e}"),
+                });
+                return;
+            }
+        };
+        let upto: &[Envelope] = &envs[..envs.partition_point(|e| e.seq <= live.last_seq)];
+        let replay = if live.last_seq == self.replay.last_seq {
+            self.replay.clone()
+        } else {
+            Projections::fold(upto.iter())
+        };
+        if replay != live {
+            let d = differences(&replay, &live);
+            self.found(Violation {
+                oracle: "replay",
+                findings: BTreeSet::new(),
+                detail: format!(
+                    "replaying the log to seq {} differs from the live service in {d}",
+                    live.last_seq
+                ),
+            });
+        }
+        for v in oracle::safety(upto, &replay, now) {
+            self.found(v);
+        }
+        for v in oracle::alerts_in_log(upto) {
+            self.found(v);
+        }
+        for v in oracle::alerts_match(&live, now) {
+            self.found(v);
+        }
+        // Monotonicity: a negative fact at the end of the log...
+        if let Some((what, events)) = self.negative_fact(&replay, now) {
+            let mut with = replay.clone();
+            for (seq, e) in (replay.last_seq + 1..).zip(events.iter()) {
+                with.apply_event(Recorded { seq, unix_ns: now }, e);
+            }
+            for v in oracle::monotone(&format!("adding {what} at the end"), &replay, &with, now) {
+                self.found(v);
+            }
+        }
+        // ... and, now and then, in the middle of it.
+        if self.step % 8 == 0 && upto.len() > 2 {
+            let k = 1 + self.rng.below(upto.len() - 1);
+            let mut with = Projections::fold(upto[..k].iter());
+            let at_ns = upto[k - 1].recorded_unix_ns;
+            let prefix = with.clone();
+            if let Some((what, events)) = self.negative_fact(&prefix, at_ns) {
+                for (seq, e) in (with.last_seq + 1..).zip(events.iter()) {
+                    with.apply_event(
+                        Recorded {
+                            seq,
+                            unix_ns: at_ns,
+                        },
+                        e,
+                    );
+                }
+                let shift = events.len() as u64;
+                for e in &upto[k..] {
+                    with.apply_event(
+                        Recorded {
+                            seq: e.seq + shift,
+                            unix_ns: e.recorded_unix_ns,
+                        },
+                        &e.event,
+                    );
+                }
+                let what = format!("inserting {what} after seq {}", upto[k - 1].seq);
+                for v in oracle::monotone(&what, &replay, &with, now) {
+                    self.found(v);
+                }
+            }
+        }
+        self.proj = replay;
+        self.envs = envs;
+    }
+}
+
+/// The live service of one lifetime.
+struct Live<'a> {
+    svc: &'a ServiceHandle,
+    log: &'a SharedLog,
+    inbox: &'a Inbox,
+}
+
+impl Live<'_> {
+    /// Waits until nothing changes. Each round passes three barriers: an
+    /// empty append (answered by the event store only after every append
+    /// queued before it is durable and published), the dispatcher (which
+    /// answers only once it waits on nothing) and the read model; the
+    /// service is quiet once the log, the job inbox and the projections
+    /// stay the same for two rounds in a row.
+    async fn settle(&self) {
+        let rounds = self.settle_inner().await;
+        assert!(rounds < 20_000, "the service never became quiet");
+    }
+
+    async fn settle_inner(&self) -> usize {
+        let mut last = None;
+        let mut stable = 0;
+        for round in 0..20_000 {
+            for _ in 0..8 {
+                tokio::task::yield_now().await;
+            }
+            let _ = self.svc.append(Vec::new()).await;
+            let load = self.svc.load().await.ok();
+            let folded = self.svc.query(0, |p| p.last_seq).await.ok();
+            let sig = (self.log.last_seq(), self.inbox.len(), load, folded);
+            if last == Some(sig) && folded == Some(sig.0) {
+                stable += 1;
+                if stable >= 2 {
+                    return round;
+                }
+            } else {
+                stable = 0;
+                last = Some(sig);
+            }
+        }
+        20_000
+    }
+}
+
+fn differences(a: &Projections, b: &Projections) -> String {
+    let mut d = Vec::new();
+    if a.last_hash != b.last_hash {
+        d.push("last_hash");
+    }
+    if a.points.points != b.points.points {
+        d.push("points");
+    }
+    if a.plans != b.plans {
+        d.push("plans");
+    }
+    if a.jobs != b.jobs {
+        d.push("jobs");
+    }
+    if a.alerts != b.alerts {
+        d.push("alerts");
+    }
+    if a.read_back != b.read_back {
+        d.push("read_back");
+    }
+    if a.inconsistencies != b.inconsistencies {
+        d.push("inconsistencies");
+    }
+    if a.unknown_events != b.unknown_events {
+        d.push("unknown_events");
+    }
+    if d.is_empty() {
+        d.push("derived indexes");
+    }
+    d.join(", ")
+}
+
+fn open_log(dir: &Path, clock: &SimClock) -> Result<EventLog, String> {
+    for _ in 0..2000 {
+        match EventLog::open(
+            dir,
+            LogOptions {
+                segment_max_bytes: 64 << 10,
+            },
+            Arc::new(clock.clone()),
+        ) {
+            Ok(log) => return Ok(log),
+            Err(EventError::Locked(_)) => std::thread::sleep(Duration::from_millis(2)),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Err("the log stayed locked by the previous lifetime".into())
+}
+
+fn wait_unlocked(dir: &Path) {
+    let clock = SimClock(Arc::new(AtomicI64::new(0)));
+    if dir.exists() {
+        // Opening and dropping the log waits for the lock; a damaged log
+        // is left for the next lifetime to find.
+        let _ = open_log(dir, &clock);
+    }
+}
+
+fn open_store(path: &Path) -> Result<SledStore, String> {
+    let mut last = String::new();
+    for _ in 0..1000 {
+        match SledStore::open(path) {
+            Ok(s) => return Ok(s),
+            Err(e) => {
+                last = e.to_string();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+    Err(last)
+}
+
+/// After a refusal: cut the last segment back to the acknowledged events
+/// (what an operator does per docs/events.md, giving up the torn batch).
+fn operator_cuts_back(dir: &Path, acked: &[(u64, [u8; 32])]) -> Result<(), String> {
+    let last_acked = acked.last().map_or(0, |a| a.0);
+    let mut segs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    segs.sort();
+    let seg = segs.pop().ok_or("no segment")?;
+    let bytes = std::fs::read(&seg).map_err(|e| e.to_string())?;
+    // Walk the records and keep those up to the last acknowledged seq.
+    let first: u64 = seg
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.parse().ok())
+        .ok_or("segment name")?;
+    let mut at = 24usize;
+    let mut seq = first;
+    while seq <= last_acked && at + 36 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().map_err(|_| "length")?) as usize;
+        at += 36 + len;
+        seq += 1;
+    }
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .map_err(|e| e.to_string())?;
+    f.set_len(at.min(bytes.len()) as u64)
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn unknown(event_type: &str, payload: Vec<u8>) -> Event {
+    Event::Unknown(UnknownEvent {
+        event_type: event_type.into(),
+        schema_version: 99,
+        payload,
+    })
+}
+
+fn msgpack_str_array(s: &str) -> Vec<u8> {
+    let mut out = vec![0x92];
+    let b = s.as_bytes();
+    if b.len() < 32 {
+        out.push(0xa0 | b.len() as u8);
+    } else {
+        out.push(0xd9);
+        out.push(b.len().min(255) as u8);
+    }
+    out.extend_from_slice(&b[..b.len().min(255)]);
+    out.extend_from_slice(&[0xa1, b'x']);
+    out
+}
+
+fn msgpack_point_array(id: &SnapshotId) -> Vec<u8> {
+    let mut out = vec![0x92, 0xc4, 0x20];
+    out.extend_from_slice(&id.0);
+    out.extend_from_slice(&[0xa1, b'x']);
+    out
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
