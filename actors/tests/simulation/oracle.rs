@@ -461,7 +461,10 @@ pub fn safety(envs: &[Envelope], p: &Projections, now: i64) -> Vec<Violation> {
 /// The order on point states of the monotonicity oracle.
 pub fn rank(s: PointState) -> u8 {
     match s {
-        PointState::Expired | PointState::Corrupt | PointState::Unrecoverable => 0,
+        PointState::Expired
+        | PointState::Vanished
+        | PointState::Corrupt
+        | PointState::Unrecoverable => 0,
         PointState::Unknown => 1,
         PointState::Unverified => 2,
         PointState::Verified => 3,

@@ -58,12 +58,6 @@ impl vouch_events::Clock for SimClock {
     }
 }
 
-impl vouch_actors::Clock for SimClock {
-    fn now_unix_ns(&self) -> i64 {
-        self.now()
-    }
-}
-
 /// What a run found.
 #[derive(Debug, Default)]
 pub struct Report {
@@ -166,6 +160,7 @@ fn config() -> ServiceConfig {
             retry_backoff: policy(300, HOUR),
             progress_every: FAR,
             progress_event_every: FAR,
+            ..DispatchConfig::default()
         },
         scheduler: SchedulerConfig {
             tick: Duration::from_secs(10 * 60),
@@ -174,6 +169,7 @@ fn config() -> ServiceConfig {
                 window: Duration::from_secs(6 * HOUR),
                 slices: 4,
             }),
+            ..SchedulerConfig::default()
         },
         alerting: AlertingConfig {
             receivers: Vec::new(),
@@ -821,6 +817,14 @@ impl World {
                     .collect();
                 ok(events)
             }
+            JobCommand::Reconcile { .. } => {
+                // Manifests are the simulator's to lose (`point.vanished`
+                // steps); a reconcile finds nothing new, or fails on I/O.
+                if self.rng.chance(1, 10) {
+                    return fail("io", true, Vec::new());
+                }
+                ok(Vec::new())
+            }
             JobCommand::ReadBack {
                 repository,
                 slices,
@@ -1228,6 +1232,7 @@ fn open_log(dir: &Path, clock: &SimClock) -> Result<EventLog, String> {
             dir,
             LogOptions {
                 segment_max_bytes: 64 << 10,
+                ..LogOptions::default()
             },
             Arc::new(clock.clone()),
         ) {
