@@ -457,23 +457,27 @@ fn kill_9_during_a_backup_keeps_every_committed_event_and_the_job_is_abandoned_a
     for (b, a) in before.iter().zip(after_list) {
         assert_eq!(b, a, "a committed event changed across the kill");
     }
-    // The job is abandoned, then retried (attempt 2) to success.
-    let abandoned = get(&svc, "/api/v1/events?type=job.abandoned&limit=100");
-    let ours: Vec<&Value> = abandoned["events"]
-        .as_array()
-        .expect("array")
-        .iter()
-        .filter(|e| e["data"]["job"] == job.as_str())
-        .collect();
-    assert_eq!(
-        ours.len(),
-        1,
-        "one job.abandoned for the killed job: {abandoned}"
-    );
+    // The job is abandoned, then retried (attempt 2) to success. Recovery
+    // runs once the service is up (it reads the log), not before readiness.
+    let abandoned_of_ours = || {
+        let abandoned = get(&svc, "/api/v1/events?type=job.abandoned&limit=100");
+        let n = abandoned["events"]
+            .as_array()
+            .expect("array")
+            .iter()
+            .filter(|e| e["data"]["job"] == job.as_str())
+            .count();
+        (n, abandoned)
+    };
+    eventually("the killed job to be abandoned", || {
+        (abandoned_of_ours().0 > 0).then_some(())
+    });
     let done = eventually("the retried job to end", || {
         let j = get(&svc, &format!("/api/v1/jobs/{job}"));
         (j["state"] == "succeeded" || j["state"] == "failed").then_some(j)
     });
+    let (n, abandoned) = abandoned_of_ours();
+    assert_eq!(n, 1, "one job.abandoned for the killed job: {abandoned}");
     assert_eq!(done["state"], "succeeded", "{done}");
     assert_eq!(done["attempt"], 2);
     eventually("the retried backup's point to be recoverable", || {
