@@ -386,13 +386,25 @@ mod tests {
         assert!(shared.append(vec![job(5)]).is_err());
         assert_eq!(shared.last_seq(), 1);
         drop(shared);
-        // Reopening repairs the written-but-unacknowledged bytes.
-        let log = EventLog::open(
-            dir.path(),
-            LogOptions::default(),
-            Arc::new(ManualClock::new(0)),
-        )
-        .expect("reopen");
+        // Reopening repairs the written-but-unacknowledged bytes. The lock
+        // goes with the last clone of the log, which the appending threads
+        // may still be dropping: wait for it (bounded).
+        let reopen = || {
+            EventLog::open(
+                dir.path(),
+                LogOptions::default(),
+                Arc::new(ManualClock::new(0)),
+            )
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let log = loop {
+            match reopen() {
+                Err(crate::EventError::Locked(_)) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other.expect("reopen"),
+            }
+        };
         assert!(log.last_seq() >= 1);
         assert!(verify_chain(dir.path()).expect("verify").ok());
     }
