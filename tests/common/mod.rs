@@ -8,6 +8,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+pub mod served;
+
 pub const PASSWORD: &str = "correct horse battery staple";
 
 /// A scratch area with a repository path.

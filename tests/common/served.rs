@@ -1,0 +1,149 @@
+//! A running `vouch serve` for end-to-end tests: the binary on
+//! 127.0.0.1:0, plain HTTP/1.1 requests, bounded waits.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub const WAIT: Duration = Duration::from_secs(120);
+
+/// A running `vouch serve`, killed on drop.
+pub struct Service {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub token: String,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn start(data_dir: &Path, config: &Path, token: Option<&str>) -> Service {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .arg("--config")
+        .arg(config)
+        .env("VOUCH_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("vouch serve starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let mut token = token.map(str::to_owned);
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("vouch serve printed its address before exiting")
+            .expect("stdout readable");
+        if let Some(t) = line.strip_prefix("admin token: ") {
+            token = Some(t.trim().to_owned());
+        }
+        if let Some(a) = line.strip_prefix("listening on http://") {
+            break a.trim().parse().expect("an address");
+        }
+    };
+    // Keep draining stdout so the service never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Service {
+        child,
+        addr,
+        token: token.expect("the first start prints an admin token"),
+    }
+}
+
+/// One HTTP/1.1 exchange (Connection: close): status and body.
+pub fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(t) = token {
+        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    if !body.is_empty() {
+        req.push_str("Content-Type: application/json\r\n");
+    }
+    req.push_str("\r\n");
+    req.push_str(&body);
+    s.write_all(req.as_bytes()).expect("send");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status line");
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_owned()
+    };
+    (status, body)
+}
+
+pub fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+pub fn get(svc: &Service, path: &str) -> Value {
+    let (status, body) = http(svc.addr, "GET", path, Some(&svc.token), None);
+    assert_eq!(status, 200, "GET {path}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {body}"))
+}
+
+pub fn post(svc: &Service, path: &str, body: &Value) -> (u16, Value) {
+    let (status, text) = http(svc.addr, "POST", path, Some(&svc.token), Some(body));
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Every pack file of the service's default repository.
+pub fn pack_files(data_dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![data_dir.join("repository/data")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
