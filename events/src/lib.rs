@@ -70,5 +70,7 @@ pub use projection::{
 pub use retention::{
     apply_retention, KeepPolicy, KeepReason, RetentionCandidate, RetentionDecision,
 };
-pub use store::{MemoryStore, PointRow, ReadModel, ReadStore, SledStore, StoredSnapshot};
+pub use store::{
+    Checkpoint, CheckpointWritten, MemoryStore, ReadModel, ReadStore, SledStore, StoredSnapshot,
+};
 pub use upcast::{pack_of_damage_line, Upcaster, UPCASTERS, V1_FULL_EVERY_SECS};

@@ -605,3 +605,36 @@ fn write_phantom_at(seg: &Path, len: u64, scratch: &Path, dir: &Path) {
     let mut f = fs::OpenOptions::new().append(true).open(seg).expect("open");
     std::io::Write::write_all(&mut f, &bytes).expect("write");
 }
+
+/// A bounded reader (the service's) whose log files disappear under it
+/// says so: a replay that ends before the committed seq is an error,
+/// never a silently short (or empty) replay.
+#[test]
+fn a_bounded_replay_short_of_the_committed_seq_is_an_error() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("log");
+    let mut log = open(&dir);
+    log.append(&[ev(1), ev(2), ev(3)]).expect("append");
+    let shared = vouch_events::SharedLog::new(log);
+    let reader = shared.reader();
+    assert_eq!(reader.replay_from(1).expect("replay").count(), 3);
+    let aside = tmp.path().join("aside");
+    fs::rename(&dir, &aside).expect("move away");
+    fs::create_dir(&dir).expect("mkdir");
+    let got: Vec<_> = reader.replay_from(1).expect("replay").collect();
+    assert_eq!(got.len(), 1, "one error, then the end: {got:?}");
+    match &got[0] {
+        Err(EventError::Corrupt { seq, message, .. }) => {
+            assert_eq!(*seq, 1);
+            assert!(
+                message.contains("up to seq 3 was acknowledged"),
+                "{message}"
+            );
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    // Part of the log: the replay ends with the error where it stops.
+    fs::remove_dir(&dir).expect("rmdir");
+    fs::rename(&aside, &dir).expect("move back");
+    assert_eq!(reader.replay_from(2).expect("replay").count(), 2);
+}

@@ -34,19 +34,38 @@ pub struct Request {
     pub path: String,
     /// `Authorization: Bearer` token, if any.
     pub token: Option<String>,
+    /// A JSON body: the request is a POST (a GET without one).
+    pub json: Option<String>,
 }
 
 impl Request {
+    /// A GET of `path`.
+    pub fn get(path: &str, token: Option<&str>) -> Self {
+        Request {
+            path: path.into(),
+            token: token.map(str::to_owned),
+            json: None,
+        }
+    }
+
     /// The request's bytes.
     pub fn bytes(&self) -> Vec<u8> {
+        let method = if self.json.is_some() { "POST" } else { "GET" };
         let mut s = format!(
-            "GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: vouch-bench\r\nAccept: */*\r\n",
+            "{method} {} HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: vouch-bench\r\nAccept: */*\r\n",
             self.path
         );
         if let Some(t) = &self.token {
             s.push_str("Authorization: Bearer ");
             s.push_str(t);
             s.push_str("\r\n");
+        }
+        if let Some(body) = &self.json {
+            s.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            ));
+            return s.into_bytes();
         }
         s.push_str("\r\n");
         s.into_bytes()

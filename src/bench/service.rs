@@ -38,6 +38,19 @@ const START_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long serve gets to stop on SIGTERM.
 const STOP_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The read store's checkpoint interval serve is started with (its
+/// default is 30 s): short, so that every load run sees several.
+pub const CHECKPOINT_EVERY: &str = "2s";
+/// The repository the generated history's points are in. It is not one
+/// serve knows: the points exist only in the log, so the service must not
+/// reconcile or read back a real repository against them (it would rightly
+/// find every one of them gone and record 10 000 `point.vanished`). Its
+/// reconciliation and read-back jobs fail (no such repository), as they
+/// would for a repository that is offline.
+pub const SYNTHETIC_REPOSITORY: &str = "bench-synthetic";
+/// How often the writer of the load under writes appends.
+const WRITE_EVERY: Duration = Duration::from_millis(100);
+
 /// The endpoints under load.
 pub const POINTS_PATH: &str = "/api/v1/points?state=recoverable";
 /// `/metrics`.
@@ -128,6 +141,9 @@ pub struct Checks {
     pub points_page_len: usize,
     /// Whether every entry of it is recoverable.
     pub points_page_all_recoverable: bool,
+    /// Whether every write of the load under writes was answered (201
+    /// then 200).
+    pub writes_ok: bool,
     /// Whether every measured request was answered 200.
     pub all_requests_ok: bool,
 }
@@ -184,6 +200,10 @@ struct Marker {
     events: u64,
     points: u64,
     plans: u64,
+    /// The repository of the generated points (markers of builds that
+    /// generated them in `default` have none: regenerated).
+    #[serde(default)]
+    repository: String,
     summary: HistorySummaryFile,
 }
 
@@ -230,6 +250,61 @@ impl From<HistorySummaryFile> for HistorySummary {
     }
 }
 
+/// What the writer beside a load did.
+struct Writes {
+    sent: u64,
+    ok: u64,
+}
+
+/// A thread that creates a plan (never due: its schedule is once a year)
+/// and pauses it, every [`WRITE_EVERY`], until stopped: two appends each
+/// time, so the read model always has a change to checkpoint.
+struct Writer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Writes>,
+}
+
+impl Writer {
+    fn start(addr: SocketAddr, token: &str) -> Writer {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (flag, token) = (stop.clone(), token.to_owned());
+        let thread = std::thread::spawn(move || {
+            let mut conn = Conn::new(addr);
+            let mut w = Writes { sent: 0, ok: 0 };
+            let tag = format!("bench-writer-{}-{}", std::process::id(), now_unix_ns());
+            while !flag.load(Ordering::Relaxed) {
+                let id = format!("{tag}-{}", w.sent);
+                let create = Request {
+                    path: "/api/v1/plans".into(),
+                    token: Some(token.clone()),
+                    json: Some(format!(
+                        "{{\"id\":\"{id}\",\"source\":\"/nonexistent/vouch-bench\",\"schedule\":\"0 3 1 1 *\",\"rpo\":\"400d\"}}"
+                    )),
+                };
+                let pause = Request {
+                    path: format!("/api/v1/plans/{id}/pause"),
+                    token: Some(token.clone()),
+                    json: Some(String::new()),
+                };
+                w.sent += 1;
+                let created = conn.get(&create.bytes()).is_ok_and(|r| r.status == 201);
+                if created && conn.get(&pause.bytes()).is_ok_and(|r| r.status == 200) {
+                    w.ok += 1;
+                }
+                std::thread::sleep(WRITE_EVERY);
+            }
+            w
+        });
+        Writer { stop, thread }
+    }
+
+    fn stop(self) -> Writes {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap_or(Writes { sent: 0, ok: 0 })
+    }
+}
+
 /// A running `vouch serve`, killed when dropped.
 struct Server {
     child: Option<Child>,
@@ -242,12 +317,20 @@ struct Server {
 impl Server {
     fn spawn(vouch: &Path, data_dir: &Path, log: &Path) -> Result<Server> {
         let err = std::fs::File::create(log).ctx(|| format!("creating {}", log.display()))?;
+        let config = log.with_extension("toml");
+        std::fs::write(
+            &config,
+            format!("[read_store]\ncheckpoint_every = \"{CHECKPOINT_EVERY}\"\n"),
+        )
+        .ctx(|| format!("writing {}", config.display()))?;
         let mut cmd = Command::new(vouch);
         cmd.arg("serve")
             .arg("--listen")
             .arg("127.0.0.1:0")
             .arg("--data-dir")
             .arg(data_dir)
+            .arg("--config")
+            .arg(&config)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(err);
@@ -344,11 +427,7 @@ impl Server {
     /// the body.
     fn wait_200(&self, path: &str, token: Option<&str>) -> Result<(f64, Vec<u8>)> {
         let addr = self.addr()?;
-        let req = Request {
-            path: path.into(),
-            token: token.map(str::to_owned),
-        };
-        let bytes = req.bytes();
+        let bytes = Request::get(path, token).bytes();
         let deadline = self.spawned + START_TIMEOUT;
         let mut conn = Conn::new(addr);
         while Instant::now() < deadline {
@@ -432,6 +511,21 @@ fn now_unix_ns() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
+/// Copies the plain files of `from` into a new directory `to` (a log
+/// directory: segment files and its head, no subdirectories).
+fn copy_files(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to).ctx(|| format!("creating {}", to.display()))?;
+    for entry in std::fs::read_dir(from).ctx(|| format!("listing {}", from.display()))? {
+        let entry = entry.ctx(|| format!("listing {}", from.display()))?;
+        let path = entry.path();
+        if path.is_file() {
+            std::fs::copy(&path, to.join(entry.file_name()))
+                .ctx(|| format!("copying {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
 fn rm(path: &Path) -> Result<()> {
     match std::fs::remove_dir_all(path) {
         Ok(()) => Ok(()),
@@ -487,6 +581,7 @@ impl Run<'_> {
         let o = self.o;
         let marker_path = self.o.workdir.join("bench-data.json");
         let token_path = self.o.workdir.join("bench-admin-token");
+        let pristine = self.o.workdir.join("generated-events");
         if o.reuse {
             if let (Ok(m), Ok(t)) = (
                 std::fs::read(&marker_path),
@@ -494,9 +589,15 @@ impl Run<'_> {
             ) {
                 if let Ok(m) = serde_json::from_slice::<Marker>(&m) {
                     if (m.events, m.points, m.plans) == (o.events, o.points, o.plans)
-                        && self.data.join("events").is_dir()
+                        && m.repository == SYNTHETIC_REPOSITORY
+                        && pristine.is_dir()
                     {
-                        self.say("reusing the generated data directory");
+                        // Every run appends (starts, the writer's plans):
+                        // each one starts from the generated log as it was.
+                        self.say("reusing the generated log (a fresh copy of it)");
+                        rm(&self.data.join("events"))?;
+                        rm(&self.data.join("read-store"))?;
+                        copy_files(&pristine, &self.data.join("events"))?;
                         return Ok((m.summary.into(), t.trim().to_owned(), 0.0));
                     }
                 }
@@ -529,7 +630,7 @@ impl Run<'_> {
                 events: o.events,
                 points: o.points,
                 plans: o.plans,
-                repository: "default".into(),
+                repository: SYNTHETIC_REPOSITORY.into(),
             },
             now_unix_ns(),
             &mut |share| {
@@ -540,10 +641,13 @@ impl Run<'_> {
             },
         )?;
         let took = t.elapsed().as_secs_f64();
+        rm(&pristine)?;
+        copy_files(&self.data.join("events"), &pristine)?;
         let marker = Marker {
             events: o.events,
             points: o.points,
             plans: o.plans,
+            repository: SYNTHETIC_REPOSITORY.into(),
             summary: (&summary).into(),
         };
         let json = serde_json::to_vec_pretty(&marker)
@@ -651,13 +755,7 @@ pub fn run_service(o: &ServiceOptions) -> Result<ServiceReport> {
     let (mut s, mut r) = run.start("restart after SIGTERM", &token)?;
     let addr = s.addr()?;
     let page = Conn::new(addr)
-        .get(
-            &Request {
-                path: POINTS_PATH.into(),
-                token: Some(token.clone()),
-            }
-            .bytes(),
-        )
+        .get(&Request::get(POINTS_PATH, Some(&token)).bytes())
         .ctx(|| "reading the points list".into())?;
     if let Ok(serde_json::Value::Array(v)) = serde_json::from_slice(&page.body) {
         checks.points_page_len = v.len();
@@ -673,12 +771,26 @@ pub fn run_service(o: &ServiceOptions) -> Result<ServiceReport> {
             "load: {path}, {} clients, {:?} warm-up, up to {:?} or {} requests",
             o.load.clients, o.load.warmup, o.load.duration, o.load.max_requests
         ));
-        let req = Request {
-            path: path.into(),
-            token: Some(token.clone()),
-        };
-        loads.push(loadgen::run(addr, &req, &o.load));
+        loads.push(loadgen::run(
+            addr,
+            &Request::get(path, Some(&token)),
+            &o.load,
+        ));
     }
+    // The points list again, while a writer appends (so that the read
+    // model has changes to checkpoint, every CHECKPOINT_EVERY).
+    run.say(&format!(
+        "load: {POINTS_PATH} while a writer appends every {WRITE_EVERY:?}, checkpoints every {CHECKPOINT_EVERY}"
+    ));
+    let writer = Writer::start(addr, &token);
+    let mut under_writes = loadgen::run(addr, &Request::get(POINTS_PATH, Some(&token)), &o.load);
+    let writes = writer.stop();
+    under_writes.endpoint = format!(
+        "{POINTS_PATH} (beside {} writes: {} answered 201/200, checkpoints every {CHECKPOINT_EVERY})",
+        writes.sent, writes.ok
+    );
+    checks.writes_ok = writes.sent > 0 && writes.ok == writes.sent;
+    loads.push(under_writes);
     let (_, text) = s.wait_200(METRICS_PATH, Some(&token))?;
     checks.metrics_points_by_state = points_from_metrics(&String::from_utf8_lossy(&text));
     checks.points_match = checks.metrics_points_by_state == generated.points_by_state;
@@ -854,7 +966,7 @@ impl ServiceReport {
         }
         let k = &self.checks;
         s.push_str(&format!(
-            "\nChecks: points by state in `/metrics` {} the generated ones; a points page held {} entries, {}; {}.\n",
+            "\nChecks: points by state in `/metrics` {} the generated ones; a points page held {} entries, {}; {}; {}.\n",
             if k.points_match { "equal" } else { "DIFFER FROM" },
             k.points_page_len,
             if k.points_page_all_recoverable {
@@ -866,6 +978,11 @@ impl ServiceReport {
                 "every measured request answered 200"
             } else {
                 "SOME REQUESTS FAILED"
+            },
+            if k.writes_ok {
+                "every write beside the load was answered"
+            } else {
+                "SOME WRITES FAILED"
             }
         ));
         for n in &self.notes {

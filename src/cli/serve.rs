@@ -131,6 +131,9 @@ pub struct Config {
     /// `[verification]`.
     #[serde(default)]
     pub verification: VerificationSection,
+    /// `[read_store]`.
+    #[serde(default)]
+    pub read_store: ReadStoreSection,
     /// `[[webhooks]]`.
     #[serde(default)]
     pub webhooks: Vec<WebhookSection>,
@@ -197,6 +200,16 @@ pub struct VerificationSection {
     /// Slices the pack-name space is cut into (default 720: one slice's
     /// turn an hour over 30 days).
     pub read_back_slices: Option<u32>,
+}
+
+/// `[read_store]`: the derived state's checkpoints.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadStoreSection {
+    /// How often the projections are checkpointed when they changed
+    /// (default 30s; at least 1s). A shorter interval makes restarts
+    /// replay less of the log and costs a snapshot encoding each time.
+    pub checkpoint_every: Option<String>,
 }
 
 /// `[[webhooks]]`.
@@ -427,10 +440,21 @@ fn service_config(c: &Config) -> anyhow::Result<ServiceConfig> {
             },
         });
     }
+    let checkpoint_every = match &c.read_store.checkpoint_every {
+        Some(s) => {
+            let d = dur(s, "read_store.checkpoint_every")?;
+            if d < Duration::from_secs(1) {
+                bail!("read_store.checkpoint_every must be at least 1s (it is {s:?})");
+            }
+            d
+        }
+        None => vouch_actors::service::CHECKPOINT_EVERY,
+    };
     Ok(ServiceConfig {
         dispatch,
         scheduler,
         alerting,
+        checkpoint_every,
         restart: BackoffPolicy::default(),
         version: env!("CARGO_PKG_VERSION").into(),
     })

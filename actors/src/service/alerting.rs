@@ -171,28 +171,50 @@ impl AlertFacts {
     }
 }
 
-/// The rules over the log's facts (see [`AlertFacts`]): a vanished point
-/// (critical), a log repair (critical when it lost acknowledged events,
+/// Vanished points named in an alert's message (the rest are counted).
+const VANISHED_NAMED: usize = 10;
+
+/// The rules over the log's facts (see [`AlertFacts`]): vanished points
+/// (critical, one alert per repository), a log repair (critical when it lost acknowledged events,
 /// warning otherwise), a clock step (warning); one-off facts stay open for
 /// [`ONE_OFF_ALERT_FOR`].
 pub fn fact_incidents(facts: &AlertFacts, now_ns: i64) -> Vec<Incident> {
     let mut out = Vec::new();
+    // One alert per repository, however many of its points vanished (a
+    // replaced or emptied repository loses all of them at once: one page,
+    // not thousands).
+    let mut by_repository: BTreeMap<&RepositoryId, Vec<(&SnapshotId, &str)>> = BTreeMap::new();
     for (point, (repository, reason)) in &facts.vanished {
+        by_repository
+            .entry(repository)
+            .or_default()
+            .push((point, reason.as_str()));
+    }
+    for (repository, points) in by_repository {
+        let shown: Vec<String> = points
+            .iter()
+            .take(VANISHED_NAMED)
+            .map(|(p, reason)| format!("{} ({reason})", p.to_hex()))
+            .collect();
+        let more = points.len().saturating_sub(VANISHED_NAMED);
         out.push(Incident {
-            subject: format!(
-                "point {} of repository {repository}: vanished",
-                point.short()
-            ),
+            subject: format!("repository {repository}: recovery points vanished"),
             severity: Severity::Critical,
             message: format!(
-                "the manifest of point {} is gone from repository {repository}: {reason}",
-                point.to_hex()
+                "{} live point(s) of repository {repository} have no manifest any more: {}{}",
+                points.len(),
+                shown.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
             ),
             rule: "PointVanished",
-            labels: labels(&[
-                ("point", point.to_hex()),
-                ("repository", repository.to_string()),
-            ]),
+            // The count is in the message, not a label: labels are the
+            // alert's identity (Alertmanager), and it must not change as
+            // more points are found gone.
+            labels: labels(&[("repository", repository.to_string())]),
         });
     }
     let fresh = |at: i64| now_ns.saturating_sub(at) < duration_to_ns(ONE_OFF_ALERT_FOR);
@@ -765,13 +787,14 @@ impl Alerter {
         }));
         ctx.spawn(query.into_actor(self).map(move |res, act, ctx| {
             act.evaluating = false;
-            let (wanted, open, undelivered, statuses) = match res {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!(error = %e, "alerting could not read the projections");
-                    return;
-                }
-            };
+            let (wanted, open, undelivered, statuses) =
+                match res.map_err(super::ServiceError::from).and_then(|r| r) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::error!(error = %e, "alerting could not read the projections");
+                        return;
+                    }
+                };
             let mut seen = HashMap::new();
             for (plan, status) in statuses {
                 if matches!(status, Protection::Unknown | Protection::AtRisk) {
@@ -1259,6 +1282,31 @@ mod tests {
             }
             .into(),
         ));
+        f.apply(&env(
+            4,
+            S,
+            vouch_events::PointVanished {
+                point: SnapshotId([8; 32]),
+                repository: RepositoryId::new("main"),
+                reason: "manifest missing".into(),
+            }
+            .into(),
+        ));
+        let vanished: Vec<Incident> = fact_incidents(&f, 2 * S)
+            .into_iter()
+            .filter(|i| i.rule == "PointVanished")
+            .collect();
+        assert_eq!(vanished.len(), 1, "one alert per repository: {vanished:?}");
+        assert!(
+            vanished[0].message.starts_with("2 live point(s) of repository main"),
+            "{}",
+            vanished[0].message
+        );
+        assert!(vanished[0].message.contains(&SnapshotId([8; 32]).to_hex()));
+        assert_eq!(
+            vanished[0].labels.keys().collect::<Vec<_>>(),
+            vec!["repository"]
+        );
         let got: Vec<(&str, Severity)> = fact_incidents(&f, 2 * S)
             .into_iter()
             .map(|i| (i.rule, i.severity))
@@ -1276,13 +1324,25 @@ mod tests {
         let later = S + duration_to_ns(ONE_OFF_ALERT_FOR);
         assert_eq!(fact_incidents(&f, later).len(), 1);
         f.apply(&env(
-            4,
+            5,
             later,
             vouch_events::PointDiscovered {
                 repository: RepositoryId::new("main"),
                 snapshot: SnapshotId([7; 32]),
                 snapshot_time_unix_ns: S,
                 plan: None,
+            }
+            .into(),
+        ));
+        let left = fact_incidents(&f, later);
+        assert_eq!(left.len(), 1);
+        assert!(left[0].message.starts_with("1 live point(s)"), "{}", left[0].message);
+        f.apply(&env(
+            6,
+            later,
+            vouch_events::PointForgotten {
+                point: SnapshotId([8; 32]),
+                rule: "retention".into(),
             }
             .into(),
         ));

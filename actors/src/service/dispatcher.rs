@@ -332,10 +332,9 @@ impl Dispatcher {
         F: FnOnce(&mut Self, &mut Context<Self>, Result<R, ServiceError>) + 'static,
     {
         let send = self.read.send(Query::new(min_seq, q));
-        ctx.wait(
-            send.into_actor(self)
-                .map(move |res, act, ctx| then(act, ctx, res.map_err(ServiceError::from))),
-        );
+        ctx.wait(send.into_actor(self).map(move |res, act, ctx| {
+            then(act, ctx, res.map_err(ServiceError::from).and_then(|r| r))
+        }));
     }
 
     fn is_open(&self, f: impl Fn(&JobCommand) -> bool) -> Option<JobId> {
@@ -1209,7 +1208,7 @@ impl Handler<Cancel> for Dispatcher {
                 .send(Query::new(0, move |p| {
                     p.jobs.jobs.get(&id).map(|j| j.state)
                 }))
-                .await?;
+                .await??;
             match state {
                 Some(_) => Err(ServiceError::AlreadyEnded(job)),
                 None => Err(ServiceError::NoSuchJob(job)),

@@ -15,7 +15,7 @@ use super::alerting::{Alerter, AlertingConfig, Evaluate};
 use super::command::{JobCommand, Workers};
 use super::dispatcher::{Cancel, DispatchConfig, Dispatcher, Drain, Enqueue, LiveProgress, Load};
 use super::error::ServiceError;
-use super::read_model::{Query, ReadModelActor};
+use super::read_model::{Query, ReadModelActor, CHECKPOINT_EVERY};
 use super::scheduler::{next_run, Scheduler, SchedulerConfig, Tick};
 use super::store::{Append, AppendHealth, AppendStatus, EventStore, Subscribe, LIVE_CAPACITY};
 use super::supervise;
@@ -23,7 +23,7 @@ use crate::clock::Clock;
 use crate::{BackoffPolicy, RestartGate};
 
 /// Everything the service's actors are configured with.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ServiceConfig {
     /// The job queue.
     pub dispatch: DispatchConfig,
@@ -31,10 +31,26 @@ pub struct ServiceConfig {
     pub scheduler: SchedulerConfig,
     /// Alerting.
     pub alerting: AlertingConfig,
+    /// How often the read model checkpoints its projections (when they
+    /// changed).
+    pub checkpoint_every: Duration,
     /// How a failed actor is restarted (see [`super::supervise`]).
     pub restart: BackoffPolicy,
     /// The version recorded in `service.started`.
     pub version: String,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            dispatch: DispatchConfig::default(),
+            scheduler: SchedulerConfig::default(),
+            alerting: AlertingConfig::default(),
+            checkpoint_every: CHECKPOINT_EVERY,
+            restart: BackoffPolicy::default(),
+            version: String::new(),
+        }
+    }
 }
 
 /// How far behind the log's last recorded event the wall clock may read at
@@ -93,8 +109,12 @@ pub async fn start(
             reader.clone(),
             RestartGate::new(config.restart, clock.clone()),
         );
-        supervise::start("read-model", move |_| {
-            ReadModelActor::new(model, reader, gate)
+        let every = config.checkpoint_every;
+        // Its own thread: queries, catch-ups and rebuilds never hold up
+        // the dispatcher, the scheduler or the alerter (review M4).
+        let arbiter = Arbiter::new();
+        supervise::start_in_arbiter("read-model", &arbiter.handle(), move |_| {
+            ReadModelActor::new(model, reader, gate, every)
         })
     };
     store.send(Subscribe(read.clone().recipient())).await?;
@@ -221,7 +241,7 @@ impl ServiceHandle {
         R: Send + 'static,
         F: FnOnce(&Projections) -> R + Send + 'static,
     {
-        Ok(self.read.send(Query::new(min_seq, f)).await?)
+        self.read.send(Query::new(min_seq, f)).await?
     }
 
     /// Schedules a job.

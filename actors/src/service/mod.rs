@@ -39,5 +39,6 @@ pub use policy::{
     follow_ups, live_points, periodic_checks, read_back_due, reconcile_lists, repositories_in_use,
     restore_sample, retention_protects, ReadBackWindow, SUSPECT_POINTS_BOUND,
 };
+pub use read_model::CHECKPOINT_EVERY;
 pub use scheduler::{next_run, SchedulerConfig};
 pub use store::{AppendHealth, AppendStatus, LIVE_CAPACITY};

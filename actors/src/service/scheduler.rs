@@ -281,7 +281,10 @@ impl Handler<Tick> for Scheduler {
         self.dispatcher.do_send(Wake);
         Box::pin(query.into_actor(self).map(move |res, act, _ctx| {
             act.busy = false;
-            let (plans, checks, read_backs, repositories) = match res {
+            let (plans, checks, read_backs, repositories) = match res
+                .map_err(crate::service::ServiceError::from)
+                .and_then(|r| r)
+            {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::error!(error = %e, "scheduler could not read the plans");

@@ -13,6 +13,7 @@ use vouch_events::{
 
 use super::command::{JobCommand, JobFailure, JobOutput, RunJob, Workers};
 use super::dispatcher::Dispatcher;
+use super::error::ServiceError;
 use super::handle::{start, ServiceConfig, ServiceHandle};
 use crate::BackoffPolicy;
 
@@ -682,4 +683,57 @@ async fn a_clock_behind_the_log_is_recorded_once_as_a_clock_step() {
         T0 + 86_400 * crate::NANOS_PER_SEC
     );
     assert_eq!(steps[0].now_unix_ns, T0);
+}
+
+/// L10: a read model that panicked while folding and cannot be reopened
+/// refuses queries (the service is unavailable) instead of answering from
+/// projections a panic may have half-applied, and answers again once a
+/// reopen succeeds.
+#[actix::test]
+async fn a_read_model_that_cannot_reopen_refuses_queries_until_it_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let attempts = Arc::new(AtomicU32::new(0));
+    let worker = HoldingWorker {
+        attempts: attempts.clone(),
+        cancelled: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let svc = service(dir.path(), worker).await;
+    let last = svc.query(0, |p| p.last_seq).await.expect("query");
+    assert!(last > 0);
+
+    // The log's files go away (an unmounted disk): a reopen fails.
+    let events = dir.path().join("events");
+    let aside = dir.path().join("events-aside");
+    std::fs::rename(&events, &aside).expect("move the log away");
+    std::fs::create_dir(&events).expect("empty log directory");
+    let panicked = svc
+        .query(0, |_| -> u64 { panic!("simulated panic while folding") })
+        .await;
+    assert!(panicked.is_err(), "the query that panicked gets no answer");
+    let refused = svc.query(0, |p| p.last_seq).await;
+    match refused {
+        Err(ServiceError::Unavailable(why)) => {
+            assert!(why.contains("could not be reopened"), "{why}")
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+
+    // The disk comes back: within the retry interval, queries are answered.
+    std::fs::remove_dir(&events).expect("rmdir");
+    std::fs::rename(&aside, &events).expect("move the log back");
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        match svc.query(0, |p| p.last_seq).await {
+            Ok(seq) => {
+                assert_eq!(seq, last, "the reopened state is the log's");
+                break;
+            }
+            Err(ServiceError::Unavailable(_)) => {
+                assert!(Instant::now() < until, "never reopened");
+                actix::clock::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
 }

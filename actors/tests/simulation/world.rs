@@ -177,6 +177,7 @@ fn config() -> ServiceConfig {
             agent_lost_after: Duration::from_secs(600),
             external_url: String::new(),
         },
+        checkpoint_every: vouch_actors::service::CHECKPOINT_EVERY,
         restart: policy(1, 60),
         version: "simulation".into(),
     }

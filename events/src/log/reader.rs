@@ -100,7 +100,28 @@ impl Iterator for Replay {
         if self.limit.is_some_and(|l| self.cursor.next_seq > l) {
             return None;
         }
-        let item = self.cursor.next(self.limit.is_some()).transpose();
+        let mut item = self.cursor.next(self.limit.is_some()).transpose();
+        if item.is_none() {
+            if let Some(l) = self.limit {
+                // The log ends before the committed seq: acknowledged
+                // events are gone (files removed, a directory replaced).
+                // Never a silently short replay.
+                item = Some(Err(EventError::Corrupt {
+                    path: self
+                        .cursor
+                        .segment
+                        .as_ref()
+                        .map_or_else(|| self.cursor.dir.clone(), |s| s.path.clone()),
+                    offset: self.cursor.base + self.cursor.pos as u64,
+                    seq: self.cursor.next_seq,
+                    message: format!(
+                        "the log ends before seq {}, but every event up to seq {l} was \
+                         acknowledged: its files were removed or replaced",
+                        self.cursor.next_seq
+                    ),
+                }));
+            }
+        }
         self.failed = matches!(item, Some(Err(_)));
         item
     }

@@ -4,15 +4,13 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::Result;
-use crate::ids::{PlanId, SnapshotId};
-use crate::projection::PointState;
-use crate::store::{PointRow, ReadStore, StoredSnapshot};
+use crate::store::{ReadStore, StoredSnapshot};
 
 #[derive(Debug, Default)]
 struct Inner {
     seq: u64,
     snapshot: Option<Vec<u8>>,
-    rows: Vec<PointRow>,
+    stores: u64,
 }
 
 /// A read store in memory.
@@ -28,11 +26,11 @@ impl MemoryStore {
     fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
         f(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner))
     }
-}
 
-fn sorted(mut ids: Vec<SnapshotId>) -> Vec<SnapshotId> {
-    ids.sort();
-    ids
+    /// How many snapshots were stored (tests: checkpoints skipped or not).
+    pub fn stores(&self) -> u64 {
+        self.with(|i| i.stores)
+    }
 }
 
 impl ReadStore for MemoryStore {
@@ -48,45 +46,13 @@ impl ReadStore for MemoryStore {
         }))
     }
 
-    fn store(&self, seq: u64, snapshot: &[u8], points: &[PointRow]) -> Result<()> {
+    fn store(&self, seq: u64, snapshot: &[u8]) -> Result<()> {
         self.with(|i| {
-            i.rows = points.to_vec();
             i.snapshot = Some(snapshot.to_vec());
             i.seq = seq;
+            i.stores += 1;
         });
         Ok(())
-    }
-
-    fn points_by_state(&self, state: PointState) -> Result<Vec<SnapshotId>> {
-        Ok(sorted(self.with(|i| {
-            i.rows
-                .iter()
-                .filter(|r| r.state == state)
-                .map(|r| r.id)
-                .collect()
-        })))
-    }
-
-    fn points_by_plan(&self, plan: &PlanId) -> Result<Vec<SnapshotId>> {
-        Ok(sorted(self.with(|i| {
-            i.rows
-                .iter()
-                .filter(|r| r.plan.as_ref() == Some(plan))
-                .map(|r| r.id)
-                .collect()
-        })))
-    }
-
-    fn points_between(&self, from_unix_ns: i64, to_unix_ns: i64) -> Result<Vec<SnapshotId>> {
-        let mut rows: Vec<(i64, SnapshotId)> = self.with(|i| {
-            i.rows
-                .iter()
-                .filter(|r| r.time_unix_ns >= from_unix_ns && r.time_unix_ns < to_unix_ns)
-                .map(|r| (r.time_unix_ns, r.id))
-                .collect()
-        });
-        rows.sort();
-        Ok(rows.into_iter().map(|(_, id)| id).collect())
     }
 
     fn flush(&self) -> Result<()> {

@@ -7,7 +7,7 @@ use crate::event::Event;
 use crate::format::EventHash;
 use crate::log::LogReader;
 use crate::projection::Projections;
-use crate::store::{PointRow, ReadStore};
+use crate::store::ReadStore;
 
 /// Projections plus the store they are checkpointed into.
 #[derive(Debug)]
@@ -15,8 +15,54 @@ pub struct ReadModel<S: ReadStore> {
     store: S,
     projections: Projections,
     snapshot_seq: u64,
+    /// The seq and hash of the state last written to the store (or found
+    /// there at open): a checkpoint of the same state is skipped.
+    stored: Option<(u64, EventHash)>,
     log: LogReader,
     rebuilds: u64,
+}
+
+/// A checkpoint taken from a [`ReadModel`]: a copy of its projections and
+/// a handle on its store, to be encoded and written on another thread
+/// while the model goes on folding and answering ([`Checkpoint::write`]).
+#[derive(Debug)]
+pub struct Checkpoint<S: ReadStore> {
+    store: S,
+    projections: Projections,
+}
+
+/// What a written checkpoint cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckpointWritten {
+    /// The seq it is tagged with.
+    pub seq: u64,
+    /// Its hash (of the last event folded).
+    pub hash: EventHash,
+    /// Snapshot bytes.
+    pub bytes: usize,
+}
+
+impl<S: ReadStore> Checkpoint<S> {
+    /// The seq the checkpoint is tagged with.
+    pub fn seq(&self) -> u64 {
+        self.projections.last_seq
+    }
+
+    /// Encodes the snapshot and stores it with its tag, then flushes.
+    pub fn write(self) -> Result<CheckpointWritten> {
+        write_snapshot(&self.store, &self.projections)
+    }
+}
+
+fn write_snapshot<S: ReadStore>(store: &S, p: &Projections) -> Result<CheckpointWritten> {
+    let bytes = p.to_snapshot()?;
+    store.store(p.last_seq, &bytes)?;
+    store.flush()?;
+    Ok(CheckpointWritten {
+        seq: p.last_seq,
+        hash: p.last_hash,
+        bytes: bytes.len(),
+    })
 }
 
 /// Where the log stands against a snapshot's tag.
@@ -102,10 +148,12 @@ impl<S: ReadStore> ReadModel<S> {
         }
         let loaded = started.elapsed();
         let from = projections.last_seq;
+        let stored = (from > 0).then_some((from, projections.last_hash));
         let mut model = ReadModel {
             store,
             projections,
             snapshot_seq: from,
+            stored,
             log: log.clone(),
             rebuilds: 0,
         };
@@ -187,15 +235,41 @@ impl<S: ReadStore> ReadModel<S> {
         Ok(n)
     }
 
-    /// Writes the snapshot and indexes, tagged with the last applied seq.
+    /// Writes the snapshot, tagged with the last applied seq, here and
+    /// now (at open and at shutdown; a running service uses
+    /// [`ReadModel::take_checkpoint`]). A state already stored is not
+    /// written again.
     pub fn checkpoint(&mut self) -> Result<()> {
-        let bytes = self.projections.to_snapshot()?;
-        self.store.store(
-            self.projections.last_seq,
-            &bytes,
-            &PointRow::all(&self.projections),
-        )?;
-        self.store.flush()
+        if self.stored != Some((self.projections.last_seq, self.projections.last_hash)) {
+            let w = write_snapshot(&self.store, &self.projections)?;
+            self.checkpoint_written(&w);
+        }
+        Ok(())
+    }
+
+    /// A copy of the state to checkpoint, to be written elsewhere
+    /// ([`Checkpoint::write`], then [`ReadModel::checkpoint_written`]);
+    /// `None` when the store already holds this state. The copy costs a
+    /// clone of the projections; the encoding and the store's writes,
+    /// which cost far more, happen in `write`.
+    pub fn take_checkpoint(&self) -> Option<Checkpoint<S>>
+    where
+        S: Clone,
+    {
+        let now = (self.projections.last_seq, self.projections.last_hash);
+        if self.stored == Some(now) {
+            return None;
+        }
+        Some(Checkpoint {
+            store: self.store.clone(),
+            projections: self.projections.clone(),
+        })
+    }
+
+    /// Records that a checkpoint was written (a later one of the same
+    /// state is skipped).
+    pub fn checkpoint_written(&mut self, w: &CheckpointWritten) {
+        self.stored = Some((w.seq, w.hash));
     }
 
     /// The current state.
@@ -316,17 +390,11 @@ mod tests {
         log
     }
 
-    fn answers<S: ReadStore>(m: &ReadModel<S>) -> (Projections, Vec<Vec<SnapshotId>>) {
-        let s = m.store();
+    /// What a model answers: its projections, and what its store holds.
+    fn answers<S: ReadStore>(m: &ReadModel<S>) -> (Projections, u64) {
         (
             m.projections().clone(),
-            vec![
-                s.points_by_state(PointState::Recoverable).expect("q"),
-                s.points_by_state(PointState::Verified).expect("q"),
-                s.points_by_state(PointState::Unverified).expect("q"),
-                s.points_by_plan(&PlanId::new("p1")).expect("q"),
-                s.points_between(2000, 9000).expect("q"),
-            ],
+            m.store().last_applied_seq().expect("seq"),
         )
     }
 
@@ -339,8 +407,16 @@ mod tests {
             &ReadModel::open(SledStore::open(&store_path).expect("store"), &log.reader())
                 .expect("model"),
         );
-        assert_eq!(first.1[0], vec![sid(6), sid(12)]);
-        assert_eq!(first.1[4], (2..9).map(sid).collect::<Vec<_>>());
+        let recoverable: Vec<SnapshotId> = first
+            .0
+            .points
+            .points
+            .values()
+            .filter(|p| p.state == PointState::Recoverable)
+            .map(|p| p.id)
+            .collect();
+        assert_eq!(recoverable, vec![sid(6), sid(12)]);
+        assert_eq!(first.1, first.0.last_seq);
         std::fs::remove_dir_all(&store_path).expect("rm");
         let again = answers(
             &ReadModel::open(SledStore::open(&store_path).expect("store"), &log.reader())
@@ -510,5 +586,61 @@ mod tests {
             .expect("model"),
         );
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn a_checkpoint_written_elsewhere_while_the_model_goes_on_is_a_consistent_state() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let events = history(12);
+        let mut log = log_with(&dir.path().join("log"), &events[..6]);
+        let store = MemoryStore::new();
+        let mut m = ReadModel::open(store.clone(), &log.reader()).expect("model");
+        let at_open = store.stores();
+        assert!(
+            m.take_checkpoint().is_none(),
+            "the state just checkpointed at open is not taken again"
+        );
+        m.checkpoint().expect("checkpoint");
+        assert_eq!(store.stores(), at_open, "nor written again");
+
+        log.append(&events[6..]).expect("append");
+        m.catch_up(&log.reader()).expect("catch up");
+        let job = m.take_checkpoint().expect("a changed state is taken");
+        let copied_at = job.seq();
+        assert_eq!(copied_at, events.len() as u64);
+        // The model goes on while the copy is written on another thread.
+        log.append_one(
+            &BackupCommitted {
+                job: None,
+                plan: Some(PlanId::new("p1")),
+                repository: RepositoryId::new("main"),
+                snapshot: sid(99),
+                snapshot_time_unix_ns: 99_000,
+                summary: BackupSummary::default(),
+            }
+            .into(),
+        )
+        .expect("append");
+        let writer = std::thread::spawn(move || job.write().expect("write"));
+        m.catch_up(&log.reader()).expect("catch up");
+        let written = writer.join().expect("thread");
+        assert_eq!(written.seq, copied_at);
+        m.checkpoint_written(&written);
+        assert_eq!(store.last_applied_seq().expect("seq"), copied_at);
+        // The written state is the copy's, not the model's later one, and
+        // a reopen from it plus the log's tail is a full replay.
+        let full = Projections::fold(
+            &log.reader()
+                .replay_from(1)
+                .expect("replay")
+                .collect::<Result<Vec<_>>>()
+                .expect("read"),
+        );
+        let reopened = ReadModel::open(store.clone(), &log.reader()).expect("reopen");
+        assert_eq!(reopened.snapshot_seq(), copied_at);
+        assert_eq!(reopened.projections(), &full);
+        assert_eq!(m.projections(), &full);
+        // The model's newer state is still to be checkpointed.
+        assert!(m.take_checkpoint().is_some());
     }
 }

@@ -4,53 +4,28 @@
 //! against power loss: fine here, because everything in it is derived from
 //! the log and rebuilt when it is behind or broken.
 //!
-//! Trees: `meta` (`seq` -> u64 BE, `snapshot` -> bytes), `by_state`
-//! (state byte | id), `by_plan` (plan | 0x00 | id), `by_time` (time with
-//! the sign bit flipped, BE | id).
+//! One tree, `meta`: `seq` -> u64 BE and `snapshot` -> bytes, written
+//! together in one batch. (Stores written before the indexes were dropped
+//! also have `by_state`, `by_plan` and `by_time` trees: they are dropped
+//! at open.)
 
 use std::path::{Path, PathBuf};
 
 use crate::error::{EventError, Result};
-use crate::ids::{PlanId, SnapshotId};
-use crate::projection::PointState;
-use crate::store::{PointRow, ReadStore, StoredSnapshot};
+use crate::store::{ReadStore, StoredSnapshot};
 
 /// A read store in a sled database directory.
 #[derive(Debug, Clone)]
 pub struct SledStore {
     db: sled::Db,
     meta: sled::Tree,
-    by_state: sled::Tree,
-    by_plan: sled::Tree,
-    by_time: sled::Tree,
 }
+
+/// Trees of the indexes older builds wrote at every checkpoint.
+const OLD_INDEXES: [&[u8]; 3] = [b"by_state", b"by_plan", b"by_time"];
 
 fn err(e: sled::Error) -> EventError {
     EventError::Store(e.to_string())
-}
-
-fn state_byte(s: PointState) -> u8 {
-    match s {
-        PointState::Unknown => 0,
-        PointState::Unverified => 1,
-        PointState::Verified => 2,
-        PointState::Recoverable => 3,
-        PointState::Corrupt => 4,
-        PointState::Unrecoverable => 5,
-        PointState::Expired => 6,
-        PointState::Vanished => 7,
-    }
-}
-
-fn time_key(t: i64) -> [u8; 8] {
-    ((t as u64) ^ (1 << 63)).to_be_bytes()
-}
-
-fn id_from_suffix(key: &[u8]) -> Option<SnapshotId> {
-    let tail = key.get(key.len().checked_sub(32)?..)?;
-    let mut id = [0u8; 32];
-    id.copy_from_slice(tail);
-    Some(SnapshotId(id))
 }
 
 impl SledStore {
@@ -96,27 +71,16 @@ impl SledStore {
     }
 
     fn from_db(db: sled::Db) -> Result<Self> {
-        Ok(SledStore {
-            meta: db.open_tree("meta").map_err(err)?,
-            by_state: db.open_tree("by_state").map_err(err)?,
-            by_plan: db.open_tree("by_plan").map_err(err)?,
-            by_time: db.open_tree("by_time").map_err(err)?,
-            db,
-        })
-    }
-
-    fn ids(
-        iter: impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>,
-    ) -> Result<Vec<SnapshotId>> {
-        let mut out = Vec::new();
-        for kv in iter {
-            let (k, _) = kv.map_err(err)?;
-            match id_from_suffix(&k) {
-                Some(id) => out.push(id),
-                None => return Err(EventError::Store("index key too short".into())),
+        let names = db.tree_names();
+        for old in OLD_INDEXES {
+            if names.iter().any(|n| n.as_ref() == old) {
+                db.drop_tree(old).map_err(err)?;
             }
         }
-        Ok(out)
+        Ok(SledStore {
+            meta: db.open_tree("meta").map_err(err)?,
+            db,
+        })
     }
 }
 
@@ -146,33 +110,7 @@ impl ReadStore for SledStore {
             }))
     }
 
-    fn store(&self, seq: u64, snapshot: &[u8], points: &[PointRow]) -> Result<()> {
-        self.by_state.clear().map_err(err)?;
-        self.by_plan.clear().map_err(err)?;
-        self.by_time.clear().map_err(err)?;
-        let (mut s, mut p, mut t) = (
-            sled::Batch::default(),
-            sled::Batch::default(),
-            sled::Batch::default(),
-        );
-        for row in points {
-            let mut k = vec![state_byte(row.state)];
-            k.extend_from_slice(&row.id.0);
-            s.insert(k, &[]);
-            if let Some(plan) = &row.plan {
-                let mut k = plan.as_str().as_bytes().to_vec();
-                k.push(0);
-                k.extend_from_slice(&row.id.0);
-                p.insert(k, &[]);
-            }
-            let mut k = time_key(row.time_unix_ns).to_vec();
-            k.extend_from_slice(&row.id.0);
-            t.insert(k, &[]);
-        }
-        self.by_state.apply_batch(s).map_err(err)?;
-        self.by_plan.apply_batch(p).map_err(err)?;
-        self.by_time.apply_batch(t).map_err(err)?;
-        // The tag goes last, with the snapshot, in one batch.
+    fn store(&self, seq: u64, snapshot: &[u8]) -> Result<()> {
         let mut m = sled::Batch::default();
         m.insert(&b"snapshot"[..], snapshot);
         m.insert(&b"seq"[..], &seq.to_be_bytes()[..]);
@@ -180,36 +118,40 @@ impl ReadStore for SledStore {
         Ok(())
     }
 
-    fn points_by_state(&self, state: PointState) -> Result<Vec<SnapshotId>> {
-        Self::ids(self.by_state.scan_prefix([state_byte(state)]))
-    }
-
-    fn points_by_plan(&self, plan: &PlanId) -> Result<Vec<SnapshotId>> {
-        let mut prefix = plan.as_str().as_bytes().to_vec();
-        prefix.push(0);
-        // A plan name containing NUL could collide with a prefix; check the
-        // exact length.
-        let want = prefix.len() + 32;
-        let ids = Self::ids(
-            self.by_plan
-                .scan_prefix(&prefix)
-                .filter(|kv| kv.as_ref().map_or(true, |(k, _)| k.len() == want)),
-        )?;
-        Ok(ids)
-    }
-
-    fn points_between(&self, from_unix_ns: i64, to_unix_ns: i64) -> Result<Vec<SnapshotId>> {
-        if from_unix_ns >= to_unix_ns {
-            return Ok(Vec::new());
-        }
-        Self::ids(
-            self.by_time
-                .range(time_key(from_unix_ns)..time_key(to_unix_ns)),
-        )
-    }
-
     fn flush(&self) -> Result<()> {
         self.db.flush().map_err(err)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_written_by_a_build_with_indexes_keeps_its_snapshot_and_loses_the_indexes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("store");
+        {
+            let db = sled::Config::new().path(&path).open().expect("open");
+            let meta = db.open_tree("meta").expect("meta");
+            meta.insert(b"snapshot", &b"old"[..]).expect("insert");
+            meta.insert(b"seq", &7u64.to_be_bytes()[..])
+                .expect("insert");
+            for t in OLD_INDEXES {
+                db.open_tree(t)
+                    .expect("tree")
+                    .insert(b"k", &b""[..])
+                    .expect("insert");
+            }
+            db.flush().expect("flush");
+        }
+        let s = SledStore::open(&path).expect("open");
+        let snap = s.load_snapshot().expect("load").expect("some");
+        assert_eq!((snap.seq, snap.bytes.as_slice()), (7, &b"old"[..]));
+        let names = s.db.tree_names();
+        for t in OLD_INDEXES {
+            assert!(!names.iter().any(|n| n.as_ref() == t), "{t:?} dropped");
+        }
     }
 }
