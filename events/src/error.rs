@@ -64,6 +64,19 @@ pub enum EventError {
     /// The read store failed.
     #[error("read store: {0}")]
     Store(String),
+    /// An append that expected the log to end at one seq found it at
+    /// another (optimistic concurrency: someone else appended since the
+    /// caller read the state it decided on). Nothing was written; read
+    /// again and decide again.
+    #[error(
+        "the event log moved on: expected it to end at seq {expected}, it ends at seq {actual}"
+    )]
+    Conflict {
+        /// The seq the caller expected the log to end at.
+        expected: u64,
+        /// Where it ended.
+        actual: u64,
+    },
     /// The read store reflects events the log does not hold (it is ahead
     /// of the log, or holds another event at its seq): acknowledged events
     /// are missing from the log, and the log records no repair explaining

@@ -775,3 +775,29 @@ async fn undeclared_methods_are_405_with_allow() {
     assert_eq!((status, allow), (StatusCode::UNAUTHORIZED, None));
     s.stop().await;
 }
+
+/// L7: concurrent creations of one plan: exactly one is created (201),
+/// every other is refused (409), and the log holds one `plan.created`.
+#[actix_web::test]
+async fn concurrent_creations_of_one_plan_create_it_once() {
+    let s = Server::start().await;
+    let answers = futures_util::future::join_all(
+        (0..12).map(|_| s.post("/api/v1/plans", ADMIN, plan("twice", "/srv"))),
+    )
+    .await;
+    let created = answers
+        .iter()
+        .filter(|(st, _)| *st == StatusCode::CREATED)
+        .count();
+    let refused = answers
+        .iter()
+        .filter(|(st, v)| *st == StatusCode::CONFLICT && v["code"] == "conflict")
+        .count();
+    assert_eq!((created, refused), (1, 11), "{answers:?}");
+    let (_, events) = s
+        .get("/api/v1/events?type=plan.created&plan=twice", ADMIN)
+        .await;
+    let creations = events["events"].as_array().map_or(0, Vec::len);
+    assert_eq!(creations, 1, "{events}");
+    s.stop().await;
+}

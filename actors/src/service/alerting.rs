@@ -1298,7 +1298,9 @@ mod tests {
             .collect();
         assert_eq!(vanished.len(), 1, "one alert per repository: {vanished:?}");
         assert!(
-            vanished[0].message.starts_with("2 live point(s) of repository main"),
+            vanished[0]
+                .message
+                .starts_with("2 live point(s) of repository main"),
             "{}",
             vanished[0].message
         );
@@ -1336,7 +1338,11 @@ mod tests {
         ));
         let left = fact_incidents(&f, later);
         assert_eq!(left.len(), 1);
-        assert!(left[0].message.starts_with("1 live point(s)"), "{}", left[0].message);
+        assert!(
+            left[0].message.starts_with("1 live point(s)"),
+            "{}",
+            left[0].message
+        );
         f.apply(&env(
             6,
             later,

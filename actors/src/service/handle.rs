@@ -17,7 +17,9 @@ use super::dispatcher::{Cancel, DispatchConfig, Dispatcher, Drain, Enqueue, Live
 use super::error::ServiceError;
 use super::read_model::{Query, ReadModelActor, CHECKPOINT_EVERY};
 use super::scheduler::{next_run, Scheduler, SchedulerConfig, Tick};
-use super::store::{Append, AppendHealth, AppendStatus, EventStore, Subscribe, LIVE_CAPACITY};
+use super::store::{
+    Append, AppendExpecting, AppendHealth, AppendStatus, EventStore, Subscribe, LIVE_CAPACITY,
+};
 use super::supervise;
 use crate::clock::Clock;
 use crate::{BackoffPolicy, RestartGate};
@@ -52,6 +54,10 @@ impl Default for ServiceConfig {
         }
     }
 }
+
+/// How many times [`ServiceHandle::append_decided`] decides again after
+/// other appends got in first.
+pub const DECIDE_ATTEMPTS: usize = 8;
 
 /// How far behind the log's last recorded event the wall clock may read at
 /// start before `service.clock_stepped` is recorded.
@@ -224,6 +230,12 @@ impl ServiceHandle {
         &self.dispatcher
     }
 
+    /// The event store (tests make it fail).
+    #[cfg(test)]
+    pub(crate) fn event_store(&self) -> &Addr<EventStore> {
+        &self.store
+    }
+
     /// The alerter (tests make it fail).
     #[cfg(test)]
     pub(crate) fn alerter(&self) -> &Addr<Alerter> {
@@ -233,6 +245,49 @@ impl ServiceHandle {
     /// Appends events durably; answered once they are on disk.
     pub async fn append(&self, events: Vec<Event>) -> Result<AppendReceipt, ServiceError> {
         self.store.send(Append(events)).await?
+    }
+
+    /// Decides on the newest state and appends what was decided, only if
+    /// nothing was appended in between (optimistic concurrency, review
+    /// finding L7): `decide` sees the projections and returns the events
+    /// to append, or a refusal (`Ok(Err(..))`). When another append got in
+    /// first, it decides again on the newer state, up to
+    /// [`DECIDE_ATTEMPTS`] times. Two creations of one plan: one is
+    /// appended, the other is refused by its own `decide`.
+    pub async fn append_decided<E, F>(
+        &self,
+        decide: F,
+    ) -> Result<Result<AppendReceipt, E>, ServiceError>
+    where
+        E: Send + 'static,
+        F: Fn(&Projections) -> Result<Vec<Event>, E> + Clone + Send + 'static,
+    {
+        let mut min_seq = self.last_seq();
+        for _ in 0..DECIDE_ATTEMPTS {
+            let d = decide.clone();
+            let (decision, at) = self.query(min_seq, move |p| (d(p), p.last_seq)).await?;
+            let events = match decision {
+                Ok(events) => events,
+                Err(refused) => return Ok(Err(refused)),
+            };
+            let appended = self
+                .store
+                .send(AppendExpecting {
+                    events,
+                    expected_last_seq: at,
+                })
+                .await?;
+            match appended {
+                Ok(receipt) => return Ok(Ok(receipt)),
+                Err(ServiceError::Log(vouch_events::EventError::Conflict { actual, .. })) => {
+                    min_seq = actual;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ServiceError::Unavailable(format!(
+            "the event log moved on {DECIDE_ATTEMPTS} times while this was being decided; try again"
+        )))
     }
 
     /// Runs `f` over the projections once they include `min_seq`.

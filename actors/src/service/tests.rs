@@ -84,6 +84,14 @@ impl Handler<PanicNow> for super::alerting::Alerter {
     }
 }
 
+impl Handler<PanicNow> for super::store::EventStore {
+    type Result = ();
+
+    fn handle(&mut self, _: PanicNow, _: &mut Self::Context) {
+        panic!("simulated event store panic");
+    }
+}
+
 impl Handler<PanicNow> for Dispatcher {
     type Result = ();
 
@@ -736,4 +744,45 @@ async fn a_read_model_that_cannot_reopen_refuses_queries_until_it_does() {
             Err(e) => panic!("unexpected {e}"),
         }
     }
+}
+
+/// L6: an append in flight when the event store panics (and is restarted)
+/// is answered with the truth: its events are durable, so its caller gets
+/// the receipt, not an error; and the store publishes after the restart.
+#[actix::test]
+async fn an_append_in_flight_across_a_store_restart_is_acknowledged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let worker = HoldingWorker {
+        attempts: Arc::new(AtomicU32::new(0)),
+        cancelled: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let svc = service(dir.path(), worker).await;
+    let before = svc.last_seq();
+    let events: Vec<Event> = (0..2000)
+        .map(|i| {
+            vouch_events::JobFinished {
+                job: JobId::new(format!("job-{i}")),
+            }
+            .into()
+        })
+        .collect();
+    // The append is handled (its write starts on the blocking pool), then
+    // the panic restarts the store while the write is still going.
+    let store = svc.event_store().clone();
+    let append = store.send(super::store::Append(events));
+    let panic = store.send(PanicNow);
+    let (appended, panicked) = tokio::join!(append, panic);
+    assert!(panicked.is_err(), "the panic loses its own answer");
+    let receipt = appended
+        .expect("the store's mailbox survives the restart")
+        .expect("durable events are acknowledged");
+    assert_eq!(receipt.first_seq, before + 1);
+    assert_eq!(receipt.last_seq, before + 2000);
+    // Published after the restart: the read model sees them.
+    let seen = svc
+        .query(receipt.last_seq, |p| p.last_seq)
+        .await
+        .expect("query");
+    assert!(seen >= receipt.last_seq);
 }

@@ -17,12 +17,40 @@ use crate::log::reader::{LogReader, Subscription};
 use crate::log::verify::{scrub, ScrubReport};
 use crate::log::writer::{AppendReceipt, EventLog};
 
+/// One caller's batch in the queue.
+struct Pending {
+    ticket: u64,
+    events: Vec<Event>,
+    /// Append only if the log then ends at this seq.
+    expected_last_seq: Option<u64>,
+}
+
+/// Why a caller's batch was not appended.
+#[derive(Clone, Debug)]
+enum Refused {
+    /// The write or sync failed (nothing of the commit is acknowledged).
+    Failed(String),
+    /// The log did not end at the expected seq.
+    Conflict { expected: u64, actual: u64 },
+}
+
+impl Refused {
+    fn into_error(self) -> EventError {
+        match self {
+            Refused::Failed(m) => EventError::io("group commit", std::io::Error::other(m)),
+            Refused::Conflict { expected, actual } => EventError::Conflict { expected, actual },
+        }
+    }
+}
+
+type Outcome = std::result::Result<AppendReceipt, Refused>;
+
 #[derive(Default)]
 struct Queue {
-    pending: Vec<(u64, Vec<Event>)>,
+    pending: Vec<Pending>,
     leader: bool,
     next_ticket: u64,
-    done: HashMap<u64, std::result::Result<AppendReceipt, String>>,
+    done: HashMap<u64, Outcome>,
 }
 
 /// A test hook of the group commit, called by the leader after it took
@@ -72,7 +100,9 @@ impl Drop for LeaderGuard<'_> {
         let mut q = lock(&self.shared.queue);
         for t in self.tickets.drain(..) {
             q.done.entry(t).or_insert_with(|| {
-                Err("the group commit panicked; nothing of it was acknowledged".into())
+                Err(Refused::Failed(
+                    "the group commit panicked; nothing of it was acknowledged".into(),
+                ))
             });
         }
         q.leader = false;
@@ -100,13 +130,34 @@ impl SharedLog {
     /// `last_hash` is the head after the whole group commit, which is the
     /// hash of this caller's last event only if it was last in the group.
     pub fn append(&self, events: Vec<Event>) -> Result<AppendReceipt> {
+        self.enqueue(events, None)
+    }
+
+    /// Appends `events` only if the log then ends at `expected_last_seq`
+    /// (the seq of the state the caller decided on): otherwise nothing is
+    /// written and the answer is [`EventError::Conflict`] with where the
+    /// log ends. Optimistic concurrency for check-then-append decisions
+    /// (two creations of one plan: one wins, the other is told).
+    pub fn append_expecting(
+        &self,
+        events: Vec<Event>,
+        expected_last_seq: u64,
+    ) -> Result<AppendReceipt> {
+        self.enqueue(events, Some(expected_last_seq))
+    }
+
+    fn enqueue(&self, events: Vec<Event>, expected_last_seq: Option<u64>) -> Result<AppendReceipt> {
         let mut q = lock(&self.queue);
         let ticket = q.next_ticket;
         q.next_ticket += 1;
-        q.pending.push((ticket, events));
+        q.pending.push(Pending {
+            ticket,
+            events,
+            expected_last_seq,
+        });
         loop {
             if let Some(r) = q.done.remove(&ticket) {
-                return r.map_err(|m| EventError::io("group commit", std::io::Error::other(m)));
+                return r.map_err(Refused::into_error);
             }
             if q.leader {
                 q = self
@@ -120,7 +171,7 @@ impl SharedLog {
             drop(q);
             let mut guard = LeaderGuard {
                 shared: self,
-                tickets: batch.iter().map(|(t, _)| *t).collect(),
+                tickets: batch.iter().map(|p| p.ticket).collect(),
                 armed: true,
             };
             #[cfg(test)]
@@ -137,12 +188,36 @@ impl SharedLog {
         }
     }
 
-    fn commit(
-        &self,
-        batch: Vec<(u64, Vec<Event>)>,
-    ) -> Vec<(u64, std::result::Result<AppendReceipt, String>)> {
+    fn commit(&self, batch: Vec<Pending>) -> Vec<(u64, Outcome)> {
         let mut log = lock(&self.log);
-        let all: Vec<Event> = batch.iter().flat_map(|(_, e)| e.iter().cloned()).collect();
+        // Expectations are checked in queue order against the head the
+        // commit would give: a refused caller's events are left out, and
+        // a later caller's expectation sees the events of the earlier ones.
+        let mut head = log.last_seq();
+        let mut results: Vec<(u64, Outcome)> = Vec::new();
+        let mut taken: Vec<(u64, u64)> = Vec::new();
+        let mut all: Vec<Event> = Vec::new();
+        for p in batch {
+            if let Some(expected) = p.expected_last_seq {
+                if expected != head {
+                    results.push((
+                        p.ticket,
+                        Err(Refused::Conflict {
+                            expected,
+                            actual: head,
+                        }),
+                    ));
+                    continue;
+                }
+            }
+            let n = p.events.len() as u64;
+            head += n;
+            taken.push((p.ticket, n));
+            all.extend(p.events);
+        }
+        if taken.is_empty() {
+            return results;
+        }
         // A panic inside the append leaves the writer's state untrusted
         // (bytes may be written that its seq does not count): it is
         // poisoned, and every caller of the batch gets an error.
@@ -157,30 +232,26 @@ impl SharedLog {
         match appended {
             Ok(r) => {
                 let mut first = r.first_seq;
-                batch
-                    .into_iter()
-                    .map(|(t, events)| {
-                        let n = events.len() as u64;
-                        let receipt = AppendReceipt {
-                            first_seq: first,
-                            last_seq: (first + n).saturating_sub(1),
-                            // The chain head after this caller's last event is
-                            // only known for the last caller; give the commit's.
-                            last_hash: r.last_hash,
-                        };
-                        first += n;
-                        (t, Ok(receipt))
-                    })
-                    .collect()
+                for (t, n) in taken {
+                    let receipt = AppendReceipt {
+                        first_seq: first,
+                        last_seq: (first + n).saturating_sub(1),
+                        // The chain head after this caller's last event is
+                        // only known for the last caller; give the commit's.
+                        last_hash: r.last_hash,
+                    };
+                    first += n;
+                    results.push((t, Ok(receipt)));
+                }
             }
             Err(e) => {
                 let m = e.to_string();
-                batch
-                    .into_iter()
-                    .map(|(t, _)| (t, Err(m.clone())))
-                    .collect()
+                for (t, _) in taken {
+                    results.push((t, Err(Refused::Failed(m.clone()))));
+                }
             }
         }
+        results
     }
 
     /// Seq of the last durable, acknowledged event. One atomic load: it
@@ -233,6 +304,78 @@ mod tests {
     use crate::event::JobFinished;
     use crate::ids::JobId;
     use crate::log::{verify_chain, LogOptions};
+
+    fn named(name: &str) -> Event {
+        JobFinished {
+            job: JobId::new(name),
+        }
+        .into()
+    }
+
+    /// L7: of callers that decided on the same state, exactly one appends;
+    /// the others are told where the log ends, and nothing of theirs is
+    /// written, whether or not they shared a group commit.
+    #[test]
+    fn appends_expecting_the_same_head_let_exactly_one_through() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = EventLog::open(
+            dir.path(),
+            LogOptions::default(),
+            Arc::new(ManualClock::new(0)),
+        )
+        .expect("open");
+        let shared = Arc::new(SharedLog::new(log));
+        shared.append(vec![named("first")]).expect("append");
+        let barrier = Arc::new(std::sync::Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let (shared, barrier) = (shared.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    shared.append_expecting(
+                        vec![named(&format!("t{t}")), named(&format!("t{t}b"))],
+                        1,
+                    )
+                })
+            })
+            .collect();
+        let results: Vec<Result<AppendReceipt>> = threads
+            .into_iter()
+            .map(|t| t.join().expect("thread"))
+            .collect();
+        let won: Vec<&AppendReceipt> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+        assert_eq!(won.len(), 1, "{results:?}");
+        assert_eq!((won[0].first_seq, won[0].last_seq), (2, 3));
+        for r in &results {
+            if let Err(e) = r {
+                assert!(
+                    matches!(
+                        e,
+                        EventError::Conflict {
+                            expected: 1,
+                            actual: 3
+                        }
+                    ),
+                    "{e}"
+                );
+            }
+        }
+        assert_eq!(shared.last_seq(), 3, "the losers wrote nothing");
+        // Plain appends in the same commit as a refused one still go in,
+        // and an expectation of the new head is met.
+        let r = shared
+            .append_expecting(vec![named("next")], 3)
+            .expect("append");
+        assert_eq!(r.first_seq, 4);
+        assert!(matches!(
+            shared.append_expecting(vec![named("stale")], 3),
+            Err(EventError::Conflict {
+                expected: 3,
+                actual: 4
+            })
+        ));
+        verify_chain(dir.path()).expect("chain");
+    }
 
     #[test]
     fn concurrent_appends_are_all_durable_once_and_in_caller_order() {

@@ -51,6 +51,18 @@ async fn current(ctx: &Ctx, who: &Principal, id: &str) -> Result<PlanDefinition,
         .ok_or_else(|| WebError::not_found("plan", id))
 }
 
+/// Refuses (404) a plan that does not exist or was removed, as the
+/// decision of an [`ServiceHandle::append_decided`]: it may have been
+/// removed since the caller's check.
+///
+/// [`ServiceHandle::append_decided`]: vouch_actors::service::ServiceHandle::append_decided
+fn live_plan(p: &vouch_events::Projections, pid: &PlanId) -> Result<(), WebError> {
+    match p.plans.plans.get(pid) {
+        Some(pl) if pl.removed.is_none() => Ok(()),
+        _ => Err(WebError::not_found("plan", pid.as_str())),
+    }
+}
+
 /// Every plan the caller may see.
 #[utoipa::path(get, path = "/api/v1/plans", tag = "plans",
     responses((status = 200, body = [PlanView]), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
@@ -97,28 +109,29 @@ pub(crate) async fn create(
     let input: PlanInput = validate::body(input.into_inner())?;
     let (id, def) = validate::definition(input, validate::default_definition(), None)?;
     let pid = PlanId::new(id.clone());
-    let exists = {
-        let pid = pid.clone();
-        handle
-            .query(0, move |p| {
-                p.plans
-                    .plans
-                    .get(&pid)
-                    .is_some_and(|pl| pl.removed.is_none())
-            })
-            .await?
-    };
-    if exists {
-        return Err(WebError::Conflict(format!("a plan named {id:?} exists")));
-    }
     tracing::info!(plan = %id, "creating plan");
+    // Decided and appended with nothing in between: of two creations of
+    // one plan, one is appended and the other answered 409.
     let receipt = handle
-        .append(vec![PlanCreated {
-            plan: pid,
-            definition: def,
-        }
-        .into()])
-        .await?;
+        .append_decided(move |p| {
+            let exists = p
+                .plans
+                .plans
+                .get(&pid)
+                .is_some_and(|pl| pl.removed.is_none());
+            if exists {
+                return Err(WebError::Conflict(format!(
+                    "a plan named {:?} exists",
+                    pid.as_str()
+                )));
+            }
+            Ok(vec![PlanCreated {
+                plan: pid.clone(),
+                definition: def.clone(),
+            }
+            .into()])
+        })
+        .await??;
     let view = read_plan(&ctx, &who, &id, receipt.last_seq).await?;
     Ok(HttpResponse::Created().json(view))
 }
@@ -172,13 +185,17 @@ async fn change(
 ) -> Result<HttpResponse, WebError> {
     let handle = ctx.service()?;
     tracing::info!(plan = %id, "changing plan");
+    let pid = PlanId::new(id);
     let receipt = handle
-        .append(vec![PlanChanged {
-            plan: PlanId::new(id),
-            definition: def,
-        }
-        .into()])
-        .await?;
+        .append_decided(move |p| -> Result<Vec<vouch_events::Event>, WebError> {
+            live_plan(p, &pid)?;
+            Ok(vec![PlanChanged {
+                plan: pid.clone(),
+                definition: def.clone(),
+            }
+            .into()])
+        })
+        .await??;
     Ok(HttpResponse::Ok().json(read_plan(ctx, who, id, receipt.last_seq).await?))
 }
 
@@ -196,12 +213,13 @@ pub(crate) async fn delete(
     who.require_write()?;
     current(&ctx, &who, &id).await?;
     tracing::info!(plan = %id, "removing plan");
+    let pid = PlanId::new(id.as_str());
     ctx.service()?
-        .append(vec![PlanRemoved {
-            plan: PlanId::new(id.as_str()),
-        }
-        .into()])
-        .await?;
+        .append_decided(move |p| -> Result<Vec<vouch_events::Event>, WebError> {
+            live_plan(p, &pid)?;
+            Ok(vec![PlanRemoved { plan: pid.clone() }.into()])
+        })
+        .await??;
     Ok(HttpResponse::NoContent().finish())
 }
 
