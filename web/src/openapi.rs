@@ -69,7 +69,7 @@ impl Modify for BearerAuth {
         misc::alerts, misc::repositories, verify_reports::create,
     ),
     components(
-        schemas(crate::error::ErrorBody),
+        schemas(crate::error::ErrorBody, verify_reports::PointReport),
         responses(
             errors::BadRequest, errors::Forbidden, errors::NotFound, errors::Conflict,
             errors::PayloadTooLarge, errors::UnsupportedMediaType, errors::Invalid,
