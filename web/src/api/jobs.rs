@@ -59,7 +59,7 @@ pub(crate) struct JobsQuery {
 }
 
 /// Jobs, newest first.
-#[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs", params(JobsQuery),
+#[utoipa::path(get, path = "/api/v1/jobs", operation_id = "list_jobs", tag = "jobs", params(JobsQuery),
     responses((status = 200, body = [JobView]), (status = 400, response = errors::BadRequest),
         (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
@@ -126,7 +126,7 @@ async fn read_job(ctx: &Ctx, who: &Principal, id: &str, min: u64) -> Result<JobV
 }
 
 /// One job.
-#[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs",
+#[utoipa::path(get, path = "/api/v1/jobs/{id}", operation_id = "get_job", tag = "jobs",
     params(JobIdParam),
     responses((status = 200, body = JobView), (status = 404, response = errors::NotFound),
         (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),

@@ -452,7 +452,7 @@ pub(crate) struct RepositoryIdParam {
 /// `verification.passed` or `verification.failed` (job: none) per point of
 /// this repository that the log knows and has not forgotten. Admin or
 /// operator.
-#[utoipa::path(post, path = "/api/v1/repositories/{id}/verify-reports", tag = "repositories",
+#[utoipa::path(post, path = "/api/v1/repositories/{id}/verify-reports", operation_id = "create_verify_report", tag = "repositories",
     params(RepositoryIdParam), request_body = VerifyReportInput,
     responses((status = 200, body = VerifyReportAnswer), (status = 400, response = errors::BadRequest),
         (status = 403, response = errors::Forbidden), (status = 404, response = errors::NotFound),
