@@ -69,7 +69,7 @@ impl Modify for BearerAuth {
         misc::alerts, misc::repositories, verify_reports::create,
     ),
     components(
-        schemas(crate::error::ErrorBody),
+        schemas(crate::error::ErrorBody, verify_reports::PointReport),
         responses(
             errors::BadRequest, errors::Forbidden, errors::NotFound, errors::Conflict,
             errors::PayloadTooLarge, errors::UnsupportedMediaType, errors::Invalid,
@@ -95,4 +95,29 @@ pub(crate) async fn openapi_json() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("application/json")
         .body(openapi_json_text())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    /// OpenAPI: an operationId identifies one operation of the document.
+    #[test]
+    fn operation_ids_are_unique() {
+        let doc: serde_json::Value =
+            serde_json::from_str(&super::openapi_json_text()).unwrap_or_default();
+        let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (path, ops) in doc["paths"].as_object().into_iter().flatten() {
+            for (method, op) in ops.as_object().into_iter().flatten() {
+                if let Some(id) = op["operationId"].as_str() {
+                    seen.entry(id.to_owned())
+                        .or_default()
+                        .push(format!("{method} {path}"));
+                }
+            }
+        }
+        assert!(seen.len() > 20, "{seen:?}");
+        let doubled: Vec<_> = seen.iter().filter(|(_, v)| v.len() > 1).collect();
+        assert!(doubled.is_empty(), "{doubled:?}");
+    }
 }

@@ -279,7 +279,9 @@ pub struct JobErrorView {
 pub struct JobView {
     /// Its id.
     pub id: String,
-    /// `backup`, `verify`, `restore-test`, `retention` (or `prune`).
+    /// `backup`, `verify`, `restore-test`, `retention`, `prune`, `read-back` or
+    /// `reconcile`.
+    #[schema(schema_with = crate::api::jobs::job_kind_view_schema)]
     pub kind: String,
     /// Its plan.
     pub plan: Option<String>,

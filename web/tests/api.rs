@@ -389,6 +389,15 @@ async fn create_run_and_the_job_the_point_the_events_and_metrics_agree() {
     );
     let (_, jobs) = s.get("/api/v1/jobs?plan=home&kind=backup", VIEWER).await;
     assert_eq!(jobs.as_array().map(Vec::len), Some(1));
+    // Every kind of the jobs' vocabulary filters (read-back and reconcile
+    // were refused with 400 before); none of these jobs is of those kinds.
+    for kind in ["read-back", "reconcile", "prune"] {
+        let (status, jobs) = s
+            .get(&format!("/api/v1/jobs?plan=home&kind={kind}"), VIEWER)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{kind}: {jobs}");
+        assert_eq!(jobs.as_array().map(Vec::len), Some(0), "{kind}");
+    }
     // Lock the point.
     let (status, v) = s
         .post(

@@ -74,7 +74,7 @@ fn job_of(e: &Event) -> Option<&vouch_events::JobId> {
 }
 
 /// A page of the log, oldest first.
-#[utoipa::path(get, path = "/api/v1/events", tag = "events", params(EventsQuery),
+#[utoipa::path(get, path = "/api/v1/events", operation_id = "list_events", tag = "events", params(EventsQuery),
     responses((status = 200, body = EventsPage), (status = 400, response = errors::BadRequest),
         (status = 403, response = errors::Forbidden), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]

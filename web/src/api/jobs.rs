@@ -14,8 +14,17 @@ use crate::views::{job_view, parse_job_state, JobView};
 /// The job states of the API.
 pub(crate) const JOB_STATES: [&str; 5] =
     ["scheduled", "running", "succeeded", "failed", "abandoned"];
-/// The job kinds of the API (`vouch_actors::service::kind_name`).
-pub(crate) const JOB_KINDS: [&str; 5] = ["backup", "verify", "restore-test", "retention", "prune"];
+/// The job kinds of the API (`vouch_actors::service::kind_name`), one per
+/// `JobKind` (the test below fails when a kind is missing).
+pub(crate) const JOB_KINDS: [&str; 7] = [
+    "backup",
+    "verify",
+    "restore-test",
+    "retention",
+    "prune",
+    "read-back",
+    "reconcile",
+];
 
 fn job_state_schema() -> utoipa::openapi::Object {
     grammar::enum_schema("Only jobs in this state.", &JOB_STATES)
@@ -23,6 +32,11 @@ fn job_state_schema() -> utoipa::openapi::Object {
 
 fn job_kind_schema() -> utoipa::openapi::Object {
     grammar::enum_schema("Only jobs of this kind.", &JOB_KINDS)
+}
+
+/// A job's kind, as `JobView` shows it.
+pub(crate) fn job_kind_view_schema() -> utoipa::openapi::Object {
+    grammar::enum_schema("What the job does.", &JOB_KINDS)
 }
 
 /// Filters of `GET /api/v1/jobs`.
@@ -45,7 +59,7 @@ pub(crate) struct JobsQuery {
 }
 
 /// Jobs, newest first.
-#[utoipa::path(get, path = "/api/v1/jobs", tag = "jobs", params(JobsQuery),
+#[utoipa::path(get, path = "/api/v1/jobs", operation_id = "list_jobs", tag = "jobs", params(JobsQuery),
     responses((status = 200, body = [JobView]), (status = 400, response = errors::BadRequest),
         (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
@@ -112,7 +126,7 @@ async fn read_job(ctx: &Ctx, who: &Principal, id: &str, min: u64) -> Result<JobV
 }
 
 /// One job.
-#[utoipa::path(get, path = "/api/v1/jobs/{id}", tag = "jobs",
+#[utoipa::path(get, path = "/api/v1/jobs/{id}", operation_id = "get_job", tag = "jobs",
     params(JobIdParam),
     responses((status = 200, body = JobView), (status = 404, response = errors::NotFound),
         (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
@@ -157,20 +171,51 @@ pub(crate) async fn cancel(
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_documented_states_and_kinds_are_the_real_ones() {
-        for s in JOB_STATES {
-            assert!(parse_job_state(s).is_some_and(|st| st.as_str() == s), "{s}");
-        }
-        use vouch_events::JobKind;
-        for k in [
+    use vouch_events::JobKind;
+
+    /// Every job kind; a kind added to `JobKind` fails to compile here
+    /// until it is listed.
+    fn every_kind() -> Vec<JobKind> {
+        let all = vec![
             JobKind::Backup,
             JobKind::Verify,
             JobKind::RestoreTest,
             JobKind::Forget,
             JobKind::Prune,
-        ] {
-            assert!(JOB_KINDS.contains(&kind_name(k)), "{k:?}");
+            JobKind::ReadBack,
+            JobKind::Reconcile,
+        ];
+        for k in &all {
+            match k {
+                JobKind::Backup
+                | JobKind::Verify
+                | JobKind::RestoreTest
+                | JobKind::Forget
+                | JobKind::Prune
+                | JobKind::ReadBack
+                | JobKind::Reconcile => {}
+            }
         }
+        all
+    }
+
+    #[test]
+    fn the_documented_states_and_kinds_are_the_real_ones() {
+        for s in JOB_STATES {
+            assert!(parse_job_state(s).is_some_and(|st| st.as_str() == s), "{s}");
+        }
+        let names: Vec<&str> = every_kind().into_iter().map(kind_name).collect();
+        assert_eq!(names, JOB_KINDS, "one API kind per JobKind, in order");
+    }
+
+    #[test]
+    fn the_console_offers_every_kind_as_a_filter() {
+        let js = include_str!("../../console/jobs.js");
+        let line = js
+            .lines()
+            .find(|l| l.starts_with("const KINDS = ["))
+            .unwrap_or_default();
+        let listed: Vec<&str> = line.split('\'').skip(1).step_by(2).collect();
+        assert_eq!(listed, JOB_KINDS, "{line}");
     }
 }

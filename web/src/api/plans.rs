@@ -64,7 +64,7 @@ fn live_plan(p: &vouch_events::Projections, pid: &PlanId) -> Result<(), WebError
 }
 
 /// Every plan the caller may see.
-#[utoipa::path(get, path = "/api/v1/plans", tag = "plans",
+#[utoipa::path(get, path = "/api/v1/plans", operation_id = "list_plans", tag = "plans",
     responses((status = 200, body = [PlanView]), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn list(ctx: web::Data<Ctx>, who: Principal) -> Result<HttpResponse, WebError> {
@@ -92,7 +92,7 @@ pub(crate) async fn defaults(_who: Principal) -> HttpResponse {
 }
 
 /// Creates a plan.
-#[utoipa::path(post, path = "/api/v1/plans", tag = "plans", request_body = NewPlan,
+#[utoipa::path(post, path = "/api/v1/plans", operation_id = "create_plan", tag = "plans", request_body = NewPlan,
     responses((status = 201, body = PlanView), (status = 400, response = errors::BadRequest),
         (status = 403, response = errors::Forbidden), (status = 409, response = errors::Conflict),
         (status = 413, response = errors::PayloadTooLarge),
@@ -137,7 +137,7 @@ pub(crate) async fn create(
 }
 
 /// One plan.
-#[utoipa::path(get, path = "/api/v1/plans/{id}", tag = "plans",
+#[utoipa::path(get, path = "/api/v1/plans/{id}", operation_id = "get_plan", tag = "plans",
     params(PlanIdParam),
     responses((status = 200, body = PlanView), (status = 404, response = errors::NotFound),
         (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),

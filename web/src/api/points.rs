@@ -40,7 +40,7 @@ pub(crate) struct PointsQuery {
 }
 
 /// Recovery points, newest first.
-#[utoipa::path(get, path = "/api/v1/points", tag = "points", params(PointsQuery),
+#[utoipa::path(get, path = "/api/v1/points", operation_id = "list_points", tag = "points", params(PointsQuery),
     responses((status = 200, body = [PointView]), (status = 400, response = errors::BadRequest),
         (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
@@ -136,7 +136,7 @@ async fn with_point<R: Send + 'static>(
 }
 
 /// One point with its latest verification, restore test and history.
-#[utoipa::path(get, path = "/api/v1/points/{id}", tag = "points",
+#[utoipa::path(get, path = "/api/v1/points/{id}", operation_id = "get_point", tag = "points",
     params(PointIdParam),
     responses((status = 200, body = PointDetail), (status = 404, response = errors::NotFound),
         (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),

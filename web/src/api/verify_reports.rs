@@ -7,11 +7,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use actix_web::{web, HttpResponse};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+use utoipa::openapi::schema::{
+    AdditionalProperties, AllOfBuilder, AnyOfBuilder, ArrayBuilder, Object, ObjectBuilder,
+    OneOfBuilder, Schema, Type,
+};
+use utoipa::openapi::{Ref, RefOr};
 use utoipa::ToSchema;
 use vouch_events::{Event, SnapshotId, VerificationFailed, VerificationPassed, VerifyDepth};
 
-use super::Ctx;
+use super::{grammar, Ctx};
 use crate::auth::Principal;
 use crate::error::{doc as errors, WebError};
 use crate::validate::parse_depth;
@@ -24,45 +29,212 @@ pub const MAX_REPORT_PACKS: usize = 10_000;
 pub const MAX_POINT_PACKS: usize = 20;
 /// Problems (text) named for one point at most.
 pub const MAX_POINT_PROBLEMS: usize = 5;
-/// Longest problem text, in bytes.
+/// Longest problem text, in characters (Unicode scalar values, as JSON
+/// Schema's `maxLength` counts).
 pub const MAX_PROBLEM_LEN: usize = 300;
+/// The largest `bytes_read` / `blobs_checked`.
+pub const MAX_COUNTER: u64 = i64::MAX as u64;
 
-/// One point's verdict.
-#[derive(Debug, Deserialize, ToSchema)]
+/// A problem text: 1 to [`MAX_PROBLEM_LEN`] characters, none of them a
+/// control character (Unicode `Cc`: U+0000-U+001F, U+007F-U+009F).
+pub(crate) const PROBLEM_PATTERN: &str = "^[^\\x00-\\x1f\\x7f-\\x9f]+$";
+
+/// One point's verdict. Its schema ([`point_report_schema`]) is written by
+/// hand: `verdict` decides which of `damaged_packs` and `problems` may be
+/// there, which the derive cannot say.
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PointReport {
-    /// The point (snapshot) id: 64 lowercase hex digits.
     point: String,
-    /// `passed` or `damaged`.
     verdict: String,
-    /// How deep the CLI read: `structure`, `read-sample:N` (N in 1..=100)
-    /// or `read-all`.
     depth: String,
-    /// Damaged packs this point's trees reach (64 hex digits each; each
-    /// also in the report's `damaged_packs`). Only with `damaged`.
     #[serde(default)]
     damaged_packs: Vec<String>,
-    /// Other damage of this point, for humans (e.g. a path, an unreadable
-    /// manifest). Only with `damaged`.
     #[serde(default)]
     problems: Vec<String>,
+}
+
+fn hex64_schema(description: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(description))
+        .pattern(Some(grammar::POINT_ID_PATTERN))
+}
+
+fn packs_schema(description: &str, max: usize, unique: bool) -> ArrayBuilder {
+    ArrayBuilder::new()
+        .description(Some(description))
+        .items(hex64_schema("A pack id: 64 lowercase hex digits."))
+        .max_items(Some(max))
+        .unique_items(unique)
+}
+
+fn problems_schema() -> ArrayBuilder {
+    ArrayBuilder::new()
+        .description(Some(
+            "Other damage of this point, for humans (a path, an unreadable manifest). \
+             Only with `damaged`.",
+        ))
+        .items(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .max_length(Some(MAX_PROBLEM_LEN))
+                .pattern(Some(PROBLEM_PATTERN)),
+        )
+        .max_items(Some(MAX_POINT_PROBLEMS))
+}
+
+/// The schema of [`PointReport`]: the fields, then one of two shapes by
+/// verdict: `passed` names no damaged pack and no problem; `damaged` names
+/// at least one of either.
+fn point_report_schema() -> Schema {
+    let fields = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property(
+            "point",
+            hex64_schema("The point (snapshot) id: 64 lowercase hex digits."),
+        )
+        .required("point")
+        .property(
+            "verdict",
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .description(Some(
+                    "`passed`: the run found nothing wrong with this point; \
+                     `damaged`: it found damage (named in `damaged_packs` and `problems`).",
+                ))
+                .enum_values(Some(["passed", "damaged"])),
+        )
+        .required("verdict")
+        .property(
+            "depth",
+            grammar::pattern_schema(
+                "How deep the CLI read: `structure`, `read-sample:N` (N in 1..=100) or \
+                 `read-all`.",
+                grammar::DEPTH_PATTERN,
+                None,
+                false,
+            ),
+        )
+        .required("depth")
+        .property(
+            "damaged_packs",
+            packs_schema(
+                "Damaged packs this point's trees reach. Only with `damaged`.",
+                MAX_POINT_PACKS,
+                false,
+            ),
+        )
+        .property("problems", problems_schema())
+        .additional_properties(Some(AdditionalProperties::<Schema>::FreeForm(false)));
+    let verdict_is = |v: &str| {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some([v.to_owned()]))
+    };
+    let empty = || ArrayBuilder::new().max_items(Some(0));
+    let passed = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .title(Some("passed"))
+        .property("verdict", verdict_is("passed"))
+        .property("damaged_packs", empty())
+        .property("problems", empty());
+    let non_empty = |field: &str| {
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property(field, ArrayBuilder::new().min_items(Some(1)))
+            .required(field)
+    };
+    let damaged = AllOfBuilder::new()
+        .title(Some("damaged"))
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .property("verdict", verdict_is("damaged")),
+        )
+        .item(
+            AnyOfBuilder::new()
+                .item(non_empty("damaged_packs"))
+                .item(non_empty("problems")),
+        );
+    AllOfBuilder::new()
+        .description(Some(
+            "One point's verdict. A `passed` point names no damaged pack and no problem; a \
+             `damaged` one names at least one of either.",
+        ))
+        .item(fields)
+        .item(OneOfBuilder::new().item(passed).item(damaged))
+        .into()
+}
+
+impl utoipa::PartialSchema for PointReport {
+    fn schema() -> RefOr<Schema> {
+        RefOr::T(point_report_schema())
+    }
+}
+
+impl utoipa::ToSchema for PointReport {}
+
+/// `bytes_read` / `blobs_checked`: a whole number in `0..=MAX_COUNTER`;
+/// an integral float (`7.0`) too, as JSON Schema counts it an integer.
+fn counter<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    use serde::de::Error;
+    let n = serde_json::Number::deserialize(d)?;
+    n.as_u64()
+        .or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= MAX_COUNTER as f64)
+                .map(|f| f as u64)
+        })
+        .filter(|v| *v <= MAX_COUNTER)
+        .ok_or_else(|| D::Error::custom(format!("{n} is not a whole number in 0..={MAX_COUNTER}")))
+}
+
+fn bytes_read_schema() -> Object {
+    grammar::integer_schema("Bytes the whole run read back.", 0, MAX_COUNTER, false)
+}
+
+fn blobs_checked_schema() -> Object {
+    grammar::integer_schema("Blobs the whole run checked.", 0, MAX_COUNTER, false)
+}
+
+fn points_schema() -> ArrayBuilder {
+    ArrayBuilder::new()
+        .description(Some(
+            "Per point, its verdict (1 to 500; points the log does not know are answered \
+             as `unknown`, and nothing is recorded for them). A point named more than once \
+             counts once: damaged if any of its entries is (their damage together, at the \
+             deepest depth among them), else passed at the shallowest depth named.",
+        ))
+        .items(RefOr::<Schema>::Ref(Ref::from_schema_name("PointReport")))
+        .min_items(Some(1))
+        .max_items(Some(MAX_REPORT_POINTS))
+}
+
+fn report_packs_schema() -> ArrayBuilder {
+    packs_schema(
+        "Every damaged pack the run found, each once (those no listed point reaches \
+         included). For the record of the run; each point's events name its own packs.",
+        MAX_REPORT_PACKS,
+        true,
+    )
 }
 
 /// Body of `POST /api/v1/repositories/{id}/verify-reports`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct VerifyReportInput {
-    /// Per point, its verdict (at most 500; points the log does not know
-    /// are answered as `unknown`, and nothing is recorded for them).
+    #[schema(schema_with = points_schema)]
     points: Vec<PointReport>,
-    /// Every damaged pack the points name (64 hex digits each).
     #[serde(default)]
+    #[schema(schema_with = report_packs_schema)]
     damaged_packs: Vec<String>,
-    /// Bytes the whole run read back.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "counter")]
+    #[schema(schema_with = bytes_read_schema)]
     bytes_read: u64,
-    /// Blobs the whole run checked.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "counter")]
+    #[schema(schema_with = blobs_checked_schema)]
     blobs_checked: u64,
 }
 
@@ -73,9 +245,17 @@ pub(crate) struct RecordedVerdict {
     point: String,
     /// `verification.passed` or `verification.failed`.
     #[serde(rename = "type")]
+    #[schema(schema_with = recorded_kind_schema)]
     kind: &'static str,
     /// Its sequence number in the log.
     seq: u64,
+}
+
+fn recorded_kind_schema() -> Object {
+    grammar::enum_schema(
+        "`verification.passed` or `verification.failed`.",
+        &["verification.passed", "verification.failed"],
+    )
 }
 
 /// What was recorded.
@@ -97,12 +277,43 @@ fn is_hex64(s: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// Whether `s` is a problem text the schema allows.
+fn is_problem(s: &str) -> bool {
+    let n = s.chars().count();
+    (1..=MAX_PROBLEM_LEN).contains(&n) && !s.chars().any(char::is_control)
+}
+
 /// A checked point verdict.
 struct Verdict {
     point: SnapshotId,
     depth: VerifyDepth,
-    /// Empty: passed.
+    /// None: passed; Some: what is damaged.
     damaged: Option<Vec<String>>,
+}
+
+/// Folds the entries of one point named more than once into one verdict:
+/// damaged if any is (damage in order, the deepest depth of the damaged
+/// ones), else passed at the shallowest depth named. Never stronger than
+/// its weakest entry.
+fn merge(into: &mut Verdict, v: Verdict) {
+    match (&mut into.damaged, v.damaged) {
+        (None, None) => {
+            if !v.depth.covers(&into.depth) {
+                into.depth = v.depth;
+            }
+        }
+        (None, Some(d)) => {
+            into.damaged = Some(d);
+            into.depth = v.depth;
+        }
+        (Some(_), None) => {}
+        (Some(mine), Some(d)) => {
+            mine.extend(d);
+            if !into.depth.covers(&v.depth) {
+                into.depth = v.depth;
+            }
+        }
+    }
 }
 
 fn validate(input: VerifyReportInput) -> Result<(Vec<Verdict>, u64, u64), WebError> {
@@ -133,9 +344,10 @@ fn validate(input: VerifyReportInput) -> Result<(Vec<Verdict>, u64, u64), WebErr
             fields.insert(format!("damaged_packs[{i}]"), "named twice".to_owned());
         }
     }
-    let mut seen = BTreeSet::new();
-    let mut out = Vec::new();
-    for (i, p) in input.points.iter().enumerate().take(MAX_REPORT_POINTS) {
+    // Per point, its index in `out` (a point named twice is merged).
+    let mut seen: BTreeMap<SnapshotId, usize> = BTreeMap::new();
+    let mut out: Vec<Verdict> = Vec::new();
+    for (i, p) in input.points.into_iter().enumerate().take(MAX_REPORT_POINTS) {
         let f = |name: &str| format!("points[{i}].{name}");
         let point = if is_hex64(&p.point) {
             p.point.parse::<SnapshotId>().ok()
@@ -146,9 +358,6 @@ fn validate(input: VerifyReportInput) -> Result<(Vec<Verdict>, u64, u64), WebErr
             fields.insert(f("point"), "not 64 lowercase hex digits".to_owned());
             continue;
         };
-        if !seen.insert(point) {
-            fields.insert(f("point"), "named twice".to_owned());
-        }
         let depth = match parse_depth(&p.depth) {
             Ok(d) => d,
             Err(e) => {
@@ -159,23 +368,18 @@ fn validate(input: VerifyReportInput) -> Result<(Vec<Verdict>, u64, u64), WebErr
         if p.damaged_packs.len() > MAX_POINT_PACKS {
             fields.insert(f("damaged_packs"), format!("at most {MAX_POINT_PACKS}"));
         }
-        for pk in &p.damaged_packs {
-            if !packs.contains(pk.as_str()) {
-                fields.insert(
-                    f("damaged_packs"),
-                    format!("{pk:?} is not in the report's damaged_packs"),
-                );
-            }
+        if let Some(pk) = p.damaged_packs.iter().find(|pk| !is_hex64(pk)) {
+            fields.insert(
+                f("damaged_packs"),
+                format!("{pk:?} is not 64 lowercase hex digits"),
+            );
         }
-        if p.problems.len() > MAX_POINT_PROBLEMS
-            || p.problems.iter().any(|s| {
-                s.is_empty() || s.len() > MAX_PROBLEM_LEN || s.chars().any(char::is_control)
-            })
-        {
+        if p.problems.len() > MAX_POINT_PROBLEMS || !p.problems.iter().all(|s| is_problem(s)) {
             fields.insert(
                 f("problems"),
                 format!(
-                    "at most {MAX_POINT_PROBLEMS}, each 1 to {MAX_PROBLEM_LEN} bytes of printable text"
+                    "at most {MAX_POINT_PROBLEMS}, each 1 to {MAX_PROBLEM_LEN} characters, \
+                     none a control character"
                 ),
             );
         }
@@ -200,7 +404,7 @@ fn validate(input: VerifyReportInput) -> Result<(Vec<Verdict>, u64, u64), WebErr
                     p.damaged_packs
                         .iter()
                         .map(|pk| format!("pack {pk}"))
-                        .chain(p.problems.iter().cloned())
+                        .chain(p.problems)
                         .collect(),
                 )
             }
@@ -212,11 +416,18 @@ fn validate(input: VerifyReportInput) -> Result<(Vec<Verdict>, u64, u64), WebErr
                 None
             }
         };
-        out.push(Verdict {
+        let v = Verdict {
             point,
             depth,
             damaged,
-        });
+        };
+        match seen.get(&point).and_then(|&at| out.get_mut(at)) {
+            Some(into) => merge(into, v),
+            None => {
+                seen.insert(point, out.len());
+                out.push(v);
+            }
+        }
     }
     if !fields.is_empty() {
         return Err(WebError::Invalid {
@@ -233,6 +444,7 @@ fn validate(input: VerifyReportInput) -> Result<(Vec<Verdict>, u64, u64), WebErr
 #[allow(dead_code)]
 pub(crate) struct RepositoryIdParam {
     /// The repository's id in this service (`default`, ...).
+    #[param(example = "default")]
     id: String,
 }
 
@@ -240,7 +452,7 @@ pub(crate) struct RepositoryIdParam {
 /// `verification.passed` or `verification.failed` (job: none) per point of
 /// this repository that the log knows and has not forgotten. Admin or
 /// operator.
-#[utoipa::path(post, path = "/api/v1/repositories/{id}/verify-reports", tag = "repositories",
+#[utoipa::path(post, path = "/api/v1/repositories/{id}/verify-reports", operation_id = "create_verify_report", tag = "repositories",
     params(RepositoryIdParam), request_body = VerifyReportInput,
     responses((status = 200, body = VerifyReportAnswer), (status = 400, response = errors::BadRequest),
         (status = 403, response = errors::Forbidden), (status = 404, response = errors::NotFound),
@@ -396,12 +608,15 @@ mod tests {
             serde_json::json!({"points": [{"point": P, "verdict": "passed", "depth": "structure",
                                            "problems": ["x"]}]}),
             serde_json::json!({"points": [{"point": P, "verdict": "damaged", "depth": "structure",
-                                           "damaged_packs": [K]}]}),
-            serde_json::json!({"points": [
-                {"point": P, "verdict": "passed", "depth": "structure"},
-                {"point": P, "verdict": "passed", "depth": "structure"}]}),
+                                           "damaged_packs": ["KK"]}]}),
+            serde_json::json!({"points": [{"point": P, "verdict": "passed", "depth": "structure"}],
+                               "damaged_packs": [K, K]}),
             serde_json::json!({"points": [{"point": P, "verdict": "damaged", "depth": "structure",
                                            "problems": ["x".repeat(MAX_PROBLEM_LEN + 1)]}]}),
+            serde_json::json!({"points": [{"point": P, "verdict": "damaged", "depth": "structure",
+                                           "problems": ["a\nb"]}]}),
+            serde_json::json!({"points": [{"point": P, "verdict": "damaged", "depth": "structure",
+                                           "problems": [""]}]}),
         ];
         for b in bad {
             assert!(
@@ -420,5 +635,97 @@ mod tests {
             .is_err(),
             "unknown fields are refused"
         );
+    }
+
+    #[test]
+    fn what_the_schema_allows_validates() {
+        // A pack a point names need not be in the report's list (JSON
+        // Schema cannot say so, so the server does not ask it).
+        assert!(input(
+            serde_json::json!({"points": [{"point": P, "verdict": "damaged",
+            "depth": "structure", "damaged_packs": [K]}]})
+        )
+        .is_ok());
+        // Length is in characters, as `maxLength` counts: 300 three-byte
+        // characters are 900 bytes.
+        assert!(input(
+            serde_json::json!({"points": [{"point": P, "verdict": "damaged",
+            "depth": "structure", "problems": ["\u{20ac}".repeat(MAX_PROBLEM_LEN)]}]})
+        )
+        .is_ok());
+        // Integral floats are integers in JSON Schema.
+        let (_, bytes, blobs) = input(serde_json::json!({"points": [{"point": P,
+            "verdict": "passed", "depth": "structure"}], "bytes_read": 7.0, "blobs_checked": 0.0}))
+        .expect("integral floats");
+        assert_eq!((bytes, blobs), (7, 0));
+        for n in [
+            serde_json::json!(-1),
+            serde_json::json!(1.5),
+            serde_json::json!(null),
+            serde_json::json!(9.3e18),
+            serde_json::json!(u64::MAX),
+        ] {
+            assert!(
+                serde_json::from_value::<VerifyReportInput>(serde_json::json!({"points": [],
+                    "bytes_read": n}))
+                .is_err(),
+                "bytes_read {n} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn a_point_named_twice_counts_once_and_never_stronger_than_its_weakest_entry() {
+        let (v, _, _) = input(serde_json::json!({"points": [
+            {"point": P, "verdict": "passed", "depth": "read-all"},
+            {"point": P, "verdict": "passed", "depth": "read-sample:5"},
+            {"point": K, "verdict": "damaged", "depth": "structure", "problems": ["a"]},
+            {"point": K, "verdict": "passed", "depth": "read-all"},
+            {"point": K, "verdict": "damaged", "depth": "read-all", "problems": ["b"]},
+        ]}))
+        .expect("valid");
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].point.to_string(), P);
+        assert!(v[0].damaged.is_none());
+        assert_eq!(v[0].depth, VerifyDepth::ReadSample(5));
+        assert_eq!(v[1].point.to_string(), K);
+        assert_eq!(
+            v[1].damaged.as_deref(),
+            Some(&["a".to_owned(), "b".to_owned()][..])
+        );
+        assert_eq!(v[1].depth, VerifyDepth::ReadAll);
+    }
+
+    #[test]
+    fn the_schema_says_a_passed_point_names_no_damage() {
+        let doc: serde_json::Value =
+            serde_json::from_str(&crate::openapi_json_text()).unwrap_or_default();
+        let schema = &doc["components"]["schemas"]["PointReport"];
+        let fields = &schema["allOf"][0];
+        assert_eq!(fields["additionalProperties"], false);
+        assert_eq!(
+            fields["properties"]["point"]["pattern"],
+            grammar::POINT_ID_PATTERN
+        );
+        assert_eq!(
+            fields["properties"]["verdict"]["enum"],
+            serde_json::json!(["passed", "damaged"])
+        );
+        assert_eq!(
+            fields["properties"]["depth"]["pattern"],
+            grammar::DEPTH_PATTERN
+        );
+        let branches = &schema["allOf"][1]["oneOf"];
+        assert_eq!(
+            branches[0]["properties"]["verdict"]["enum"],
+            serde_json::json!(["passed"])
+        );
+        assert_eq!(branches[0]["properties"]["damaged_packs"]["maxItems"], 0);
+        assert_eq!(branches[0]["properties"]["problems"]["maxItems"], 0);
+        let input = &doc["components"]["schemas"]["VerifyReportInput"]["properties"];
+        assert_eq!(input["points"]["maxItems"], MAX_REPORT_POINTS);
+        assert_eq!(input["damaged_packs"]["uniqueItems"], true);
+        assert_eq!(input["bytes_read"]["type"], "integer");
+        assert_eq!(input["bytes_read"]["minimum"], 0);
     }
 }
