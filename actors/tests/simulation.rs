@@ -10,13 +10,15 @@
 //! the log. After every step the oracles (`simulation/oracle.rs`) check the
 //! log and the live service. See `docs/simulation.md`.
 //!
+//! Every oracle failure fails the test.
+//!
 //! * `VOUCH_SIM_SEEDS=N`: run seeds `0..N` (default 8; `VOUCH_SIM_FIRST_SEED`
 //!   moves the range), or
 //!   `VOUCH_SIM_SEED=S` for one seed (prints every step);
 //! * `VOUCH_SIM_STEPS=N`: steps per seed (default 300);
-//! * `VOUCH_SIM_STRICT=1`: every oracle failure fails the test; by default
-//!   failures explained only by findings still open on this branch
-//!   (`oracle::KNOWN_OPEN`) are reported as expected and do not fail it.
+//! * `VOUCH_SIM_PROFILE=1`: print where each seed's time went;
+//! * `VOUCH_SIM_SEED_BUDGET_SECS=N`: real time one seed may take before it
+//!   fails (default 180: a spinning run fails instead of holding CI).
 
 mod simulation {
     pub mod disk;
@@ -26,7 +28,6 @@ mod simulation {
     pub mod world;
 }
 
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use simulation::world::{Report, World};
@@ -36,7 +37,7 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 fn replay_line(seed: u64, steps: usize) -> String {
-    format!("VOUCH_SIM_SEED={seed} VOUCH_SIM_STEPS={steps} VOUCH_SIM_STRICT=1 cargo test -p vouch-actors --test simulation -- --nocapture")
+    format!("VOUCH_SIM_SEED={seed} VOUCH_SIM_STEPS={steps} cargo test -p vouch-actors --test simulation -- --nocapture")
 }
 
 fn open_files() -> usize {
@@ -59,10 +60,8 @@ fn quiet_simulated_panics() {
 }
 
 #[test]
-#[ignore = "since the merge with the new dispatcher (timeouts, due-time queue, reconcile, follow-ups) a run of one seed no longer ends within minutes: to be profiled (issue 12); run by hand with --ignored"]
 fn simulation() {
     quiet_simulated_panics();
-    let strict = std::env::var("VOUCH_SIM_STRICT").is_ok_and(|v| v == "1");
     let steps = env_u64("VOUCH_SIM_STEPS").unwrap_or(300) as usize;
     let (seeds, verbose): (Vec<u64>, bool) = match env_u64("VOUCH_SIM_SEED") {
         Some(s) => (vec![s], true),
@@ -73,8 +72,6 @@ fn simulation() {
         }
     };
     let began = Instant::now();
-    // finding -> (seeds hit, shortest reproduction: (step, seed)).
-    let mut expected: BTreeMap<String, (usize, (usize, u64))> = BTreeMap::new();
     let mut failures: Vec<String> = Vec::new();
     let (mut events, mut lifetimes, mut refusals) = (0u64, 0usize, 0usize);
     for &seed in &seeds {
@@ -82,25 +79,11 @@ fn simulation() {
         events += report.events;
         lifetimes += report.lifetimes;
         refusals += report.refusals.len();
-        let mut hit: BTreeMap<String, usize> = BTreeMap::new();
         for (step, v) in &report.violations {
-            if v.expected() && !strict {
-                for f in &v.findings {
-                    hit.entry(format!("{f} ({})", v.oracle))
-                        .and_modify(|s| *s = (*s).min(*step))
-                        .or_insert(*step);
-                }
-                continue;
-            }
             failures.push(format!(
                 "seed {seed} step {step}: {v}\n  replay: {}",
                 replay_line(seed, *step)
             ));
-        }
-        for (name, step) in hit {
-            let e = expected.entry(name).or_insert((0, (usize::MAX, seed)));
-            e.0 += 1;
-            e.1 = e.1.min((step, seed));
         }
         if verbose || std::env::var("VOUCH_SIM_PROFILE").is_ok() {
             eprintln!(
@@ -124,13 +107,6 @@ fn simulation() {
         seeds.len(),
         seeds.len() as f64 * 60.0 / secs.max(0.001)
     );
-    for (name, (n, (step, seed))) in &expected {
-        eprintln!(
-            "expected failure {name}: in {n} of {} seeds; shortest: seed {seed} at step {step}: {}",
-            seeds.len(),
-            replay_line(*seed, *step)
-        );
-    }
     assert!(
         failures.is_empty(),
         "{} oracle failure(s):\n{}",
@@ -145,7 +121,6 @@ fn simulation() {
 /// on its own blocking thread and they race for the group commit; see
 /// `docs/simulation.md`. So this compares the steps, and reports the heads.)
 #[test]
-#[ignore = "runs two whole simulations: see `simulation`"]
 fn a_seed_replays_the_same_steps() {
     quiet_simulated_panics();
     let actions = |r: &Report| -> Vec<String> {

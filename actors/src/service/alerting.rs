@@ -803,11 +803,18 @@ impl Alerter {
                 }
             }
             act.not_protected_since = seen;
+            // An evaluation asked for meanwhile runs once this one's events
+            // are recorded (`apply` sees to it): started now, it would read
+            // at the seq before them and raise or resolve a second time.
             act.apply(ctx, now, wanted, open, undelivered);
-            if std::mem::take(&mut act.again) {
-                act.evaluate(ctx);
-            }
         }));
+    }
+
+    /// Runs the evaluation that was asked for while one was under way.
+    fn evaluate_again(&mut self, ctx: &mut Context<Self>) {
+        if std::mem::take(&mut self.again) {
+            self.evaluate(ctx);
+        }
     }
 
     /// Fills in a notification's rule and labels from what `alert.raised`
@@ -916,6 +923,7 @@ impl Alerter {
             self.deliver(ctx, receiver, n);
         }
         if events.is_empty() {
+            self.evaluate_again(ctx);
             return;
         }
         let send = self.store.send(Append(events));
@@ -945,6 +953,7 @@ impl Alerter {
                     }
                 }
             }
+            act.evaluate_again(ctx);
         }));
     }
 

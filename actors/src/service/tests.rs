@@ -786,3 +786,61 @@ async fn an_append_in_flight_across_a_store_restart_is_acknowledged() {
         .expect("query");
     assert!(seen >= receipt.last_seq);
 }
+
+/// An evaluation asked for while another one reads the projections runs
+/// after the first one's `alert.raised` is recorded, and reads at least up
+/// to it: an incident gets one alert, not two with the same id (L5; the
+/// simulation found it, seed 0 at step 9).
+#[actix::test]
+async fn an_evaluation_asked_for_during_another_does_not_raise_twice() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let mut config = ServiceConfig::default();
+    config.scheduler.read_back = None;
+    let clock = crate::ManualClock::new(T0);
+    let svc = service_with(dir.path(), worker, Arc::new(clock.clone()), config).await;
+    for round in 0..20 {
+        // Damage found (its commit asks for an evaluation), then more
+        // evaluations at once: each later one finds the first in flight.
+        svc.append(vec![damaged_read(round % 2 == 0)])
+            .await
+            .expect("append");
+        let _ = tokio::join!(
+            svc.evaluate_alerts(),
+            svc.evaluate_alerts(),
+            svc.evaluate_alerts()
+        );
+        clock.advance(crate::NANOS_PER_SEC);
+    }
+    actix::clock::sleep(Duration::from_millis(300)).await;
+    let events = svc.events(1, 10_000).await.expect("events");
+    let mut open: std::collections::HashMap<String, String> = Default::default();
+    for e in &events {
+        match &e.event {
+            Event::AlertRaised(a) => {
+                if let Some(other) = open.insert(a.subject.clone(), a.alert.to_string()) {
+                    panic!(
+                        "seq {}: a second alert {} for {:?} while {other} is open",
+                        e.seq, a.alert, a.subject
+                    );
+                }
+            }
+            Event::AlertResolved(r) => {
+                let before = open.len();
+                open.retain(|_, id| id.as_str() != r.alert.as_str());
+                assert_eq!(
+                    open.len() + 1,
+                    before,
+                    "seq {}: {} resolved but not open",
+                    e.seq,
+                    r.alert
+                );
+            }
+            _ => {}
+        }
+    }
+}
