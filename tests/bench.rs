@@ -293,7 +293,9 @@ fn smoke_service_tiny_scale() {
         assert!(r["seq"].as_u64().unwrap() > 3000, "{r}");
     }
     let loads = v["loads"].as_array().unwrap();
-    assert_eq!(loads.len(), 2);
+    // The points list, /metrics, and the points list beside a writer.
+    assert_eq!(loads.len(), 3);
+    assert_eq!(checks["writes_ok"], true, "{checks}");
     for l in loads {
         let n = l["requests"].as_u64().unwrap();
         assert!(n > 0 && n <= 300, "{l}");

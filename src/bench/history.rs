@@ -91,7 +91,9 @@ enum Fate {
     Discovered,
     /// First backup attempt fails (alert), the retry succeeds: recoverable.
     RetriedRecoverable,
-    /// The verify job fails (not the data): unverified.
+    /// The verify job starts and fails without a verdict (not the data):
+    /// unknown, as long as no later check passes (a check that started and
+    /// ended without a verdict caps the point, issue 12).
     Unverified,
     /// Verification finds damage: corrupt.
     Corrupt,
@@ -108,7 +110,7 @@ impl Fate {
         match self {
             Fate::Discovered => PointState::Unknown,
             Fate::RetriedRecoverable | Fate::Recoverable => PointState::Recoverable,
-            Fate::Unverified => PointState::Unverified,
+            Fate::Unverified => PointState::Unknown,
             Fate::Corrupt => PointState::Corrupt,
             Fate::Unrecoverable => PointState::Unrecoverable,
             Fate::Verified => PointState::Verified,
