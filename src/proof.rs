@@ -832,8 +832,94 @@ mod tests {
         assert_eq!(some.len(), 10);
         assert_eq!(some[0].0, "f000");
         assert_eq!(some[9].0, "f090");
-        let (capped, sampled) = choose(files, None, 55);
+        let (capped, sampled) = choose(files.clone(), None, 55);
         assert!(sampled);
         assert!(capped.iter().map(|(_, n)| n.size).sum::<u64>() <= 55);
+        // Found by `cargo mutants` (`>=` for `>`, `*` for `+` in the byte
+        // budget): files that fill the budget exactly are all taken.
+        let (full, _) = choose(files, None, 50);
+        assert_eq!(full.len(), 5, "five files of 10 bytes fill 50");
+    }
+
+    /// Found by `cargo mutants` (the guard naming the manifest's own file
+    /// replaced by `true`): a corrupt file that is not the point's (the
+    /// restore marker in the sandbox) is this machine's error, never the
+    /// point's verdict; a corrupt manifest is the point's.
+    #[test]
+    fn only_the_manifests_own_corruption_is_the_points_fault() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = crate::workers::tests::new_repo(dir.path());
+        let id = SnapshotId([7; 32]);
+        let marker = Error::corrupt("restore marker", "not msgpack");
+        assert!(manifest_fault(&repo, &id, marker).is_err());
+        let manifest = Error::corrupt(format!("snapshot {}", id.short()), "not msgpack");
+        let fault = manifest_fault(&repo, &id, manifest).expect("the point's fault");
+        assert_eq!(fault.part, Part::Manifest);
+    }
+
+    /// Found by `cargo mutants` (the guard of the short-read arm): a
+    /// restored file shorter than its manifest is a mismatch (the test's
+    /// verdict); any other read error is this machine's (the job's error).
+    #[test]
+    fn a_short_restored_file_is_a_mismatch_and_an_unreadable_one_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = crate::workers::tests::new_repo(dir.path());
+        let file = dir.path().join("short");
+        std::fs::write(&file, b"abc").expect("written");
+        let node = Node {
+            size: 3,
+            content: vec![crate::format::Extent {
+                blob: None,
+                length: 10,
+            }],
+            ..Node::new(b"short", NodeKind::File)
+        };
+        let mut report = RestoreTestReport::default();
+        compare_file(&repo, &file, &node, &mut report).expect("a verdict, not an error");
+        assert!(
+            report
+                .mismatches
+                .iter()
+                .any(|m| m.contains("shorter than the manifest")),
+            "{:?}",
+            report.mismatches
+        );
+        // A hole is compared as zeros (`cargo mutants`: `!=` for `==`).
+        let content = |bytes: &[u8]| {
+            std::fs::write(&file, bytes).expect("written");
+            let mut report = RestoreTestReport::default();
+            compare_file(&repo, &file, &node, &mut report).expect("a verdict");
+            !report
+                .mismatches
+                .iter()
+                .any(|m| m.contains("content differs"))
+        };
+        assert!(content(&[0; 10]), "zeros where the manifest has a hole");
+        assert!(!content(&[7; 10]), "data where the manifest has a hole");
+        // A directory where the file should be: reading it fails (EISDIR).
+        let mut report = RestoreTestReport::default();
+        assert!(
+            compare_file(&repo, dir.path(), &node, &mut report).is_err(),
+            "{:?}",
+            report.mismatches
+        );
+    }
+
+    /// Found by `cargo mutants` (`in_sample` constant, `<` for `==`, `*`
+    /// for `+` or `/`): a share of `p` % picks that share of the blobs
+    /// (by their first byte, so the same ones every time), and 100 % picks
+    /// every blob.
+    #[test]
+    fn a_read_back_sample_takes_its_share_of_the_blobs() {
+        let picked = |percent| {
+            (0..=255u8)
+                .filter(|b| in_sample(&BlobId([*b; 32]), percent))
+                .count()
+        };
+        assert_eq!(picked(100), 256, "every blob");
+        assert_eq!(picked(50), 128, "half");
+        assert_eq!(picked(25), 64, "a quarter");
+        assert_eq!(picked(1), 3, "about one in a hundred");
+        assert!(in_sample(&BlobId([0; 32]), 1) && !in_sample(&BlobId([255; 32]), 99));
     }
 }

@@ -12,7 +12,7 @@
 //!
 //! Every oracle failure fails the test.
 //!
-//! * `VOUCH_SIM_SEEDS=N`: run seeds `0..N` (default 8; `VOUCH_SIM_FIRST_SEED`
+//! * `VOUCH_SIM_SEEDS=N`: run seeds `0..N` (default 32; `VOUCH_SIM_FIRST_SEED`
 //!   moves the range), or
 //!   `VOUCH_SIM_SEED=S` for one seed (prints every step);
 //! * `VOUCH_SIM_STEPS=N`: steps per seed (default 300);
@@ -23,6 +23,7 @@
 mod simulation {
     pub mod disk;
     pub mod oracle;
+    pub mod outcome;
     pub mod rng;
     pub mod worker;
     pub mod world;
@@ -38,6 +39,17 @@ fn env_u64(name: &str) -> Option<u64> {
 
 fn replay_line(seed: u64, steps: usize) -> String {
     format!("VOUCH_SIM_SEED={seed} VOUCH_SIM_STEPS={steps} cargo test -p vouch-actors --test simulation -- --nocapture")
+}
+
+/// The tests that run the service hold this, so that one's files and
+/// threads never show up in the other's count of open files (the test
+/// harness runs them on parallel threads of one process).
+static ONE_SERVICE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_service_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_SERVICE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn open_files() -> usize {
@@ -61,12 +73,13 @@ fn quiet_simulated_panics() {
 
 #[test]
 fn simulation() {
+    let _serial = one_service_at_a_time();
     quiet_simulated_panics();
     let steps = env_u64("VOUCH_SIM_STEPS").unwrap_or(300) as usize;
     let (seeds, verbose): (Vec<u64>, bool) = match env_u64("VOUCH_SIM_SEED") {
         Some(s) => (vec![s], true),
         None => {
-            let n = env_u64("VOUCH_SIM_SEEDS").unwrap_or(8);
+            let n = env_u64("VOUCH_SIM_SEEDS").unwrap_or(32);
             let first = env_u64("VOUCH_SIM_FIRST_SEED").unwrap_or(0);
             ((first..first + n).collect(), false)
         }
@@ -122,6 +135,7 @@ fn simulation() {
 /// `docs/simulation.md`. So this compares the steps, and reports the heads.)
 #[test]
 fn a_seed_replays_the_same_steps() {
+    let _serial = one_service_at_a_time();
     quiet_simulated_panics();
     let actions = |r: &Report| -> Vec<String> {
         r.trace

@@ -535,10 +535,46 @@ pub struct LogRepaired {
 /// forwards more than the tolerance, relative to the previous event.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClockStepped {
-    /// The recorded time of the last event before the step.
+    /// The recorded time of the last event before the step (noticed at
+    /// start), or the clock's reading at the scheduler's previous tick
+    /// (noticed while running).
     pub previous_unix_ns: i64,
     /// The clock's reading when the step was noticed.
     pub now_unix_ns: i64,
+}
+
+/// The service re-read its own event log (a scrub): every record up to
+/// `through_seq` was checked against its checksum, its seq and its link to
+/// the record before. Recorded after every periodic scrub, whether it found
+/// damage or not, so the log itself says when it was last proven whole.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogScrubbed {
+    /// The committed seq the scrub was bounded by (records appended while
+    /// it ran are checked by the next one).
+    pub through_seq: u64,
+    /// Events that verified, from seq 1 on.
+    pub events: u64,
+    /// Segments read.
+    pub segments: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Hash (hex) of the last event that verified: the head an operator can
+    /// compare with an exported one.
+    pub head_hash: String,
+    /// The seq of the first damaged or missing record, when the scrub found
+    /// one (none: the log verified whole, or it could not be read at all).
+    pub damaged_seq: Option<u64>,
+    /// What was wrong, for humans (none: the log verified whole).
+    pub problem: Option<String>,
+    /// How long the scrub took, in milliseconds.
+    pub took_ms: u64,
+}
+
+impl LogScrubbed {
+    /// True when every event up to `through_seq` verified.
+    pub fn ok(&self) -> bool {
+        self.problem.is_none()
+    }
 }
 
 /// An event this build cannot read: a type it does not know or a newer
@@ -653,6 +689,7 @@ events! {
     PointVanished => "point.vanished", v 1;
     LogRepaired => "service.log_repaired", v 1;
     ClockStepped => "service.clock_stepped", v 1;
+    LogScrubbed => "service.log_scrubbed", v 1;
 }
 
 impl Event {

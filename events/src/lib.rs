@@ -46,11 +46,11 @@ pub use event::{
     AgentRegistered, AgentSeen, AlertDelivered, AlertDeliveryFailed, AlertRaised, AlertResolved,
     AnomalyDetected, AnomalySignal, BackupCommitted, BackupSummary, ClockStepped,
     ConfigurationChanged, Event, JobAbandoned, JobFailed, JobFinished, JobKind, JobProgress,
-    JobScheduled, JobSpec, JobStarted, LeaseExpired, LeaseGranted, LogRepaired, PacksReadBack,
-    PlanChanged, PlanCreated, PlanRemoved, PointDiscovered, PointForgotten, PointLocked,
-    PointVanished, RestoreEvidence, RestoreTestFailed, RestoreTestPassed, RestoreTestStarted,
-    ServiceStarted, Severity, UnknownEvent, VerificationFailed, VerificationPassed,
-    VerificationStarted, EVENT_TYPES,
+    JobScheduled, JobSpec, JobStarted, LeaseExpired, LeaseGranted, LogRepaired, LogScrubbed,
+    PacksReadBack, PlanChanged, PlanCreated, PlanRemoved, PointDiscovered, PointForgotten,
+    PointLocked, PointVanished, RestoreEvidence, RestoreTestFailed, RestoreTestPassed,
+    RestoreTestStarted, ServiceStarted, Severity, UnknownEvent, VerificationFailed,
+    VerificationPassed, VerificationStarted, EVENT_TYPES,
 };
 pub use format::{EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};
@@ -58,6 +58,8 @@ pub use log::{
     scrub, verify_chain, AppendReceipt, ChainProblem, ChainReport, EventLog, LogOptions, LogReader,
     Replay, ScrubReport, SharedLog, Subscription,
 };
+#[cfg(feature = "failpoints")]
+pub use log::{SyncFault, SyncFaults};
 pub use plan::{PlanDefinition, RestoreTestPolicy, VerificationPolicy, VerifyDepth};
 pub use projection::{
     plan_protection, rollup, Agent, AgentsProjection, Alert, AlertsProjection, BackupOutcome, Cap,

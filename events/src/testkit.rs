@@ -279,5 +279,16 @@ pub(crate) fn sample_events() -> Vec<Event> {
             now_unix_ns: 1_000,
         }
         .into(),
+        LogScrubbed {
+            through_seq: 42,
+            events: 40,
+            segments: 1,
+            bytes: 6_000,
+            head_hash: "ab".repeat(32),
+            damaged_seq: Some(41),
+            problem: Some("record 41 fails its checksum".into()),
+            took_ms: 3,
+        }
+        .into(),
     ]
 }

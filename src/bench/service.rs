@@ -610,9 +610,20 @@ impl Run<'_> {
         let (mut s, log) = self.spawn("init")?;
         s.wait_listening(&log)?;
         s.wait_200("/readyz", None)?;
-        let token = s.token.clone().ok_or_else(|| {
-            BenchError::Workdir("serve printed no admin token on an empty data directory".into())
-        })?;
+        // This build leaves the first token in a file; older ones (as
+        // `--vouch-bin`) printed it.
+        let token = match s.token.clone() {
+            Some(t) => t,
+            None => {
+                std::fs::read_to_string(self.data.join(crate::cli::serve::INITIAL_ADMIN_TOKEN_FILE))
+                    .map(|t| t.trim().to_owned())
+                    .map_err(|e| {
+                        BenchError::Workdir(format!(
+                            "serve left no admin token on an empty data directory: {e}"
+                        ))
+                    })?
+            }
+        };
         s.terminate()?;
         drop(s);
         rm(&self.data.join("events"))?;

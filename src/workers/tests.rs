@@ -746,3 +746,87 @@ fn bench_snapshots_referencing() {
         none.len()
     );
 }
+
+/// Flips one byte in the middle of blob `id`'s sealed bytes in its pack.
+fn damage_blob(f: &Fixture, id: &crate::id::BlobId) {
+    use std::os::unix::fs::FileExt;
+    let index = f.repo.load_index().unwrap_or_else(|e| panic!("{e}"));
+    let (_, entry) = index.get(id).unwrap_or_else(|| panic!("indexed"));
+    let pack = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(pack_of(&f.repo, f.dir.path(), id))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let at = u64::from(entry.offset) + u64::from(entry.length / 2);
+    let mut byte = [0u8; 1];
+    pack.read_exact_at(&mut byte, at)
+        .unwrap_or_else(|e| panic!("{e}"));
+    pack.write_all_at(&[byte[0] ^ 0x55], at)
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Found by `cargo mutants` (the `includes` of a sampled restore test
+/// deleted): a sampled restore test restores its sample only, so damage
+/// in a file outside it is not this test's finding (a complete test or
+/// the read-back finds it), and the sample passes.
+#[test]
+fn a_sampled_restore_test_restores_only_its_sample() {
+    let f = fixture();
+    let src = f.dir.path().join("ten");
+    std::fs::create_dir(&src).unwrap_or_else(|e| panic!("{e}"));
+    let content = |i: usize| format!("file {i} of ten. ").repeat(40);
+    for i in 0..10 {
+        std::fs::write(src.join(format!("f{i}")), content(i)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let snap = backup_of(&f.repo, &src, "docs");
+    // A sample of one takes the first file; the last one is damaged.
+    damage_blob(&f, &f.repo.key().blob_id(content(9).as_bytes()));
+    let out = ok(restore_test_job(&f, &snap, Some(1)));
+    assert_eq!(
+        types(&out.events),
+        ["restore_test.started", "restore_test.passed"],
+        "{:?}",
+        out.events
+    );
+    let out = ok(restore_test_job(&f, &snap, None));
+    assert_eq!(
+        types(&out.events),
+        ["restore_test.started", "restore_test.failed"],
+        "a complete test finds it"
+    );
+}
+
+/// Found by `cargo mutants` (the `||` and the `!` of what a sampled
+/// verification reads back): a sampled verification reads every data blob
+/// the point added, whatever its share of the rest; damage to the one
+/// blob a point added is found even at 1 %.
+#[test]
+fn a_sampled_verification_reads_every_blob_the_point_added() {
+    use crate::format::BlobType;
+    use std::collections::HashSet;
+    let f = fixture();
+    let src = source(f.dir.path(), "src", 4, "a");
+    backup_of(&f.repo, &src, "docs");
+    let data_blobs = |repo: &Repository| -> HashSet<crate::id::BlobId> {
+        let index = repo.load_index().unwrap_or_else(|e| panic!("{e}"));
+        index
+            .iter()
+            .filter(|(_, e)| e.kind == BlobType::Data)
+            .map(|(_, e)| e.id)
+            .collect()
+    };
+    let before = data_blobs(&f.repo);
+    std::fs::write(src.join("added"), b"only in the second point".repeat(40))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let second = backup_of(&f.repo, &src, "docs");
+    let added: Vec<_> = data_blobs(&f.repo).difference(&before).copied().collect();
+    assert_eq!(added.len(), 1, "the new file is one blob");
+    damage_blob(&f, &added[0]);
+    let out = ok(verify_job(&f, &second, VerifyDepth::ReadSample(1)));
+    assert_eq!(
+        types(&out.events),
+        ["verification.started", "verification.failed"],
+        "{:?}",
+        out.events
+    );
+}

@@ -16,6 +16,35 @@
 //! verification window (`verification.every`; 7 days for points without a
 //! plan or a plan without re-verification). With no live point it is 0:
 //! nothing is covered, which must never read as good.
+//!
+//! How much each plan's proof covers (review finding H3), one series per
+//! plan (never per point, so the series stay bounded):
+//!
+//! - The plan's *newest point* is its point of the current definition
+//!   (recorded after the plan's creation and its latest source or
+//!   repository change) recorded last. Its proof counts only while the
+//!   point is `recoverable` (restore figures) or `verified`/`recoverable`
+//!   (verified depth): a point held at `unknown`, `corrupt`,
+//!   `unrecoverable`, forgotten or vanished proves nothing, and shows 0 and
+//!   `none`. A plan without such a point has none of these series.
+//! - `vouch_plan_newest_point_restore_coverage_ratio{plan,measure}`
+//!   (`measure` is `files` or `bytes`): what the latest restore test of the
+//!   newest point restored and compared, against what the point holds; 1
+//!   for a complete test; 0 when it proves nothing (see above) or the
+//!   point's totals are unknown (evidence of schema 1).
+//! - `vouch_plan_newest_point_restore_complete{plan}`: 1 when that test
+//!   restored and compared every file, else 0.
+//! - `vouch_plan_newest_point_verified_depth{plan,depth}`: one-hot over
+//!   `none`, `structure`, `read-sample`, `read-all`: how deep the latest
+//!   verification of the newest point read, when it passed and counts.
+//! - `vouch_plan_newest_point_verified_data_ratio{plan}`: the share of the
+//!   newest point's data that verification read back (0 for `structure`
+//!   and `none`, N/100 for `read-sample:N`, 1 for `read-all`).
+//! - `vouch_plan_last_complete_restore_test_timestamp_seconds{plan}`: when
+//!   (recorded time) a complete restore test last passed on a point of the
+//!   plan's current definition that is still `recoverable`: what the proof
+//!   policy (`restore_test.full_every`) counts. Absent when there is none,
+//!   never 0.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -29,11 +58,13 @@ use prometheus::{
 };
 use tokio::sync::watch;
 use vouch_actors::service::{kind_name, ServiceHandle};
-use vouch_events::{Envelope, Event, JobId, JobKind, PointState, Projections, Protection};
+use vouch_events::{
+    Envelope, Event, JobId, JobKind, PointState, Projections, Protection, VerifyDepth,
+};
 
 use crate::api::Ctx;
 use crate::error::WebError;
-use crate::views::{last_recoverable_ns, POINT_STATES, PROTECTIONS};
+use crate::views::{POINT_STATES, PROTECTIONS};
 
 /// `vouch_build_info{version}`: always 1; the labels carry the build.
 pub const BUILD_INFO: &str = "vouch_build_info";
@@ -71,6 +102,24 @@ pub const READ_BACK_COVERAGE: &str = "vouch_read_back_coverage_ratio";
 /// `vouch_verification_coverage_ratio`: see the module docs.
 pub const VERIFICATION_COVERAGE: &str = "vouch_verification_coverage_ratio";
 
+/// `vouch_plan_newest_point_restore_coverage_ratio{plan,measure}`: see the
+/// module docs.
+pub const PLAN_NEWEST_RESTORE_COVERAGE: &str = "vouch_plan_newest_point_restore_coverage_ratio";
+/// `vouch_plan_newest_point_restore_complete{plan}`: see the module docs.
+pub const PLAN_NEWEST_RESTORE_COMPLETE: &str = "vouch_plan_newest_point_restore_complete";
+/// `vouch_plan_newest_point_verified_depth{plan,depth}`: see the module docs.
+pub const PLAN_NEWEST_VERIFIED_DEPTH: &str = "vouch_plan_newest_point_verified_depth";
+/// `vouch_plan_newest_point_verified_data_ratio{plan}`: see the module docs.
+pub const PLAN_NEWEST_VERIFIED_DATA: &str = "vouch_plan_newest_point_verified_data_ratio";
+/// `vouch_plan_last_complete_restore_test_timestamp_seconds{plan}`: see the
+/// module docs.
+pub const PLAN_LAST_COMPLETE_RESTORE: &str =
+    "vouch_plan_last_complete_restore_test_timestamp_seconds";
+/// The `measure` labels of [`PLAN_NEWEST_RESTORE_COVERAGE`].
+pub const COVERAGE_MEASURES: [&str; 2] = ["files", "bytes"];
+/// The `depth` labels of [`PLAN_NEWEST_VERIFIED_DEPTH`], shallowest first.
+pub const VERIFIED_DEPTHS: [&str; 4] = ["none", "structure", "read-sample", "read-all"];
+
 /// The verification window of points without one.
 const DEFAULT_VERIFY_WINDOW: Duration = Duration::from_secs(7 * 86_400);
 /// How long a scrape waits for the event follower to reach the log's head.
@@ -101,6 +150,11 @@ pub struct Metrics {
     webhooks: IntCounterVec,
     coverage: Gauge,
     read_back: GaugeVec,
+    newest_coverage: GaugeVec,
+    newest_complete: IntGaugeVec,
+    newest_depth: IntGaugeVec,
+    newest_data: GaugeVec,
+    last_complete: GaugeVec,
     follow: Mutex<Follow>,
     applied: watch::Sender<u64>,
     /// Scrapes started so far (see [`Metrics::scrape`]).
@@ -231,6 +285,56 @@ impl Metrics {
                 &["repository"],
             )?,
         )?;
+        let newest_coverage = reg(
+            r,
+            GaugeVec::new(
+                Opts::new(
+                    PLAN_NEWEST_RESTORE_COVERAGE,
+                    "Share of the newest point's files or bytes its latest restore test restored and compared (0 when it proves nothing).",
+                ),
+                &["plan", "measure"],
+            )?,
+        )?;
+        let newest_complete = reg(
+            r,
+            IntGaugeVec::new(
+                Opts::new(
+                    PLAN_NEWEST_RESTORE_COMPLETE,
+                    "1 when the latest restore test of the plan's newest point restored every file and counts, else 0.",
+                ),
+                &["plan"],
+            )?,
+        )?;
+        let newest_depth = reg(
+            r,
+            IntGaugeVec::new(
+                Opts::new(
+                    PLAN_NEWEST_VERIFIED_DEPTH,
+                    "1 for the depth the latest passed verification of the plan's newest point read (none: no such verification counts), 0 for the others.",
+                ),
+                &["plan", "depth"],
+            )?,
+        )?;
+        let newest_data = reg(
+            r,
+            GaugeVec::new(
+                Opts::new(
+                    PLAN_NEWEST_VERIFIED_DATA,
+                    "Share of the newest point's data its latest passed verification read back.",
+                ),
+                &["plan"],
+            )?,
+        )?;
+        let last_complete = reg(
+            r,
+            GaugeVec::new(
+                Opts::new(
+                    PLAN_LAST_COMPLETE_RESTORE,
+                    "When a complete restore test last passed on a recoverable point of the plan's current definition.",
+                ),
+                &["plan"],
+            )?,
+        )?;
         for s in POINT_STATES {
             points.with_label_values(&[s.as_str()]).set(0);
         }
@@ -250,6 +354,11 @@ impl Metrics {
             webhooks,
             coverage,
             read_back,
+            newest_coverage,
+            newest_complete,
+            newest_depth,
+            newest_data,
+            last_complete,
             follow: Mutex::new(Follow::default()),
             applied,
             scrapes_started: AtomicU64::new(0),
@@ -405,17 +514,13 @@ impl Metrics {
             }
             self.protection.reset();
             self.last_recoverable.reset();
-            for (plan, status, last) in plans {
-                for s in PROTECTIONS {
-                    self.protection
-                        .with_label_values(&[plan.as_str(), s.as_str()])
-                        .set(i64::from(s == status));
-                }
-                if let Some(ns) = last {
-                    self.last_recoverable
-                        .with_label_values(&[plan.as_str()])
-                        .set(ns as f64 / 1e9);
-                }
+            self.newest_coverage.reset();
+            self.newest_complete.reset();
+            self.newest_depth.reset();
+            self.newest_data.reset();
+            self.last_complete.reset();
+            for pl in plans {
+                self.set_plan(&pl);
             }
             self.coverage.set(coverage);
             self.last_seq
@@ -430,6 +535,44 @@ impl Metrics {
         self.render()
     }
 
+    /// Sets one plan's series (after the per-plan families were reset).
+    fn set_plan(&self, pl: &PlanSnapshot) {
+        let plan = pl.plan.as_str();
+        for s in PROTECTIONS {
+            self.protection
+                .with_label_values(&[plan, s.as_str()])
+                .set(i64::from(s == pl.protection));
+        }
+        if let Some(ns) = pl.last_recoverable {
+            self.last_recoverable
+                .with_label_values(&[plan])
+                .set(ns as f64 / 1e9);
+        }
+        if let Some(ns) = pl.last_complete_restore {
+            self.last_complete
+                .with_label_values(&[plan])
+                .set(ns as f64 / 1e9);
+        }
+        if let Some(n) = &pl.newest {
+            for (measure, ratio) in COVERAGE_MEASURES.iter().zip([n.files_ratio, n.bytes_ratio]) {
+                self.newest_coverage
+                    .with_label_values(&[plan, measure])
+                    .set(ratio);
+            }
+            self.newest_complete
+                .with_label_values(&[plan])
+                .set(i64::from(n.complete));
+            for d in VERIFIED_DEPTHS {
+                self.newest_depth
+                    .with_label_values(&[plan, d])
+                    .set(i64::from(d == n.depth));
+            }
+            self.newest_data
+                .with_label_values(&[plan])
+                .set(n.data_ratio);
+        }
+    }
+
     /// Everything registered, in the Prometheus text exposition format.
     pub fn render(&self) -> Result<String, WebError> {
         Ok(TextEncoder::new().encode_to_string(&self.registry.gather())?)
@@ -437,15 +580,122 @@ impl Metrics {
 }
 
 /// What a scrape reads from the projections: points by state (in the
-/// order of [`POINT_STATES`]), each plan's protection and newest
-/// recoverable time, the verification coverage.
+/// order of [`POINT_STATES`]), each plan's protection, newest recoverable
+/// time and proof coverage, the verification coverage.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StateSnapshot {
     states: [i64; POINT_STATES.len()],
-    plans: Vec<(String, Protection, Option<i64>)>,
+    plans: Vec<PlanSnapshot>,
     coverage: f64,
     /// Per repository in use, the read-back coverage (none when it is off).
     read_back: Vec<(String, f64)>,
+}
+
+/// One plan's series.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PlanSnapshot {
+    plan: String,
+    protection: Protection,
+    /// Snapshot time of the newest recoverable point.
+    last_recoverable: Option<i64>,
+    /// Recorded time of the latest complete restore test that counts.
+    last_complete_restore: Option<i64>,
+    /// What the newest point's proof covers (none: the plan has no point
+    /// of its current definition).
+    newest: Option<NewestProof>,
+}
+
+/// What a plan's newest point's proof covers (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NewestProof {
+    files_ratio: f64,
+    bytes_ratio: f64,
+    complete: bool,
+    /// One of [`VERIFIED_DEPTHS`].
+    depth: &'static str,
+    data_ratio: f64,
+}
+
+/// `done / of`, within 0..=1; 0 when `of` is unknown or 0.
+fn share(done: u64, of: Option<u64>) -> f64 {
+    match of {
+        Some(of) if of > 0 => (done as f64 / of as f64).min(1.0),
+        _ => 0.0,
+    }
+}
+
+/// What `pt`'s proof covers, as it counts now: restore figures only while
+/// the point is recoverable, the verified depth only while it is verified
+/// or recoverable (unknown never looks good).
+fn newest_proof(pt: &vouch_events::Point) -> NewestProof {
+    let restore = pt
+        .last_restore_test
+        .as_ref()
+        .filter(|r| pt.state == PointState::Recoverable && r.proves());
+    let (files_ratio, bytes_ratio, complete) = match restore {
+        Some(r) if r.is_complete() => (1.0, 1.0, true),
+        Some(r) => (
+            share(r.evidence.files, r.evidence.files_in_point),
+            share(r.evidence.bytes, r.evidence.bytes_in_point),
+            false,
+        ),
+        None => (0.0, 0.0, false),
+    };
+    let verified = pt
+        .last_verification
+        .as_ref()
+        .filter(|v| v.passed && matches!(pt.state, PointState::Verified | PointState::Recoverable));
+    let (depth, data_ratio) = match verified.map(|v| v.depth) {
+        None => (VERIFIED_DEPTHS[0], 0.0),
+        Some(VerifyDepth::Structure) => (VERIFIED_DEPTHS[1], 0.0),
+        Some(d @ VerifyDepth::ReadSample(_)) => {
+            (VERIFIED_DEPTHS[2], f64::from(d.permille()) / 1000.0)
+        }
+        Some(VerifyDepth::ReadAll) => (VERIFIED_DEPTHS[3], 1.0),
+    };
+    NewestProof {
+        files_ratio,
+        bytes_ratio,
+        complete,
+        depth,
+        data_ratio,
+    }
+}
+
+/// One plan's series, from its points (any order).
+fn plan_snapshot<'a>(
+    p: &Projections,
+    pl: &vouch_events::Plan,
+    points: impl Iterator<Item = &'a vouch_events::Point>,
+    now: i64,
+) -> PlanSnapshot {
+    let mut last_recoverable = None;
+    let mut last_complete_restore = None;
+    let mut newest: Option<&vouch_events::Point> = None;
+    for pt in points {
+        if pt.state == PointState::Recoverable {
+            last_recoverable = last_recoverable.max(Some(pt.snapshot_time_unix_ns));
+        }
+        // Points of the plan's current definition only (M7).
+        if pt.since.seq <= pl.epoch.seq {
+            continue;
+        }
+        if pt.state == PointState::Recoverable {
+            last_complete_restore =
+                last_complete_restore.max(pt.last_complete_restore.map(|at| at.unix_ns));
+        }
+        let key = |q: &vouch_events::Point| (q.since.seq, q.snapshot_time_unix_ns);
+        if newest.is_none_or(|n| key(pt) > key(n)) {
+            newest = Some(pt);
+        }
+    }
+    PlanSnapshot {
+        plan: pl.id.to_string(),
+        protection: p.plan_protection(&pl.id, now).status,
+        last_recoverable,
+        last_complete_restore,
+        newest: newest.map(newest_proof),
+    }
 }
 
 fn state_index(s: PointState) -> usize {
@@ -509,13 +759,7 @@ pub(crate) fn state_snapshot(
         .plans
         .values()
         .filter(|pl| pl.removed.is_none())
-        .map(|pl| {
-            (
-                pl.id.to_string(),
-                p.plan_protection(&pl.id, now).status,
-                last_recoverable_ns(p, &pl.id),
-            )
-        })
+        .map(|pl| plan_snapshot(p, pl, p.points.of_plan(&pl.id), now))
         .collect();
     let coverage = if live == 0 {
         0.0
@@ -606,19 +850,14 @@ mod tests {
             .values()
             .filter(|pl| pl.removed.is_none())
             .map(|pl| {
-                let last = p
-                    .points
-                    .points
-                    .values()
-                    .filter(|pt| {
-                        pt.plan.as_ref() == Some(&pl.id) && pt.state == PointState::Recoverable
-                    })
-                    .map(|pt| pt.snapshot_time_unix_ns)
-                    .max();
-                (
-                    pl.id.to_string(),
-                    p.plan_protection(&pl.id, now).status,
-                    last,
+                plan_snapshot(
+                    p,
+                    pl,
+                    p.points
+                        .points
+                        .values()
+                        .filter(|pt| pt.plan.as_ref() == Some(&pl.id)),
+                    now,
                 )
             })
             .collect();
@@ -768,6 +1007,123 @@ mod tests {
                 assert_eq!(fast.states.iter().sum::<i64>(), 60);
             }
         }
+    }
+
+    /// H3: the newest point is of the plan's current definition: after a
+    /// source change, the old points' proof (complete restore test and
+    /// all) stops showing until a point of the new source exists.
+    #[test]
+    fn a_plan_whose_source_changed_shows_no_proof_of_its_old_points() {
+        use std::time::Duration as D;
+        use vouch_events::*;
+        let sec = 1_000_000_000i64;
+        let t0 = 1_800_000_000 * sec;
+        let def = |source: &str| PlanDefinition {
+            source: source.into(),
+            schedule: "daily 02:00".into(),
+            retention: KeepPolicy::default(),
+            verification: VerificationPolicy {
+                after_backup: true,
+                every: None,
+                depth: VerifyDepth::ReadAll,
+            },
+            restore_test: RestoreTestPolicy {
+                every: None,
+                max_evidence_age: D::from_secs(86_400),
+                sample_files: None,
+                full_every: None,
+            },
+            rpo: D::from_secs(86_400),
+            repository: RepositoryId::new("main"),
+            paused: false,
+        };
+        let id = SnapshotId([1; 32]);
+        let plan = PlanId::new("a");
+        let events: Vec<Event> = vec![
+            PlanCreated {
+                plan: plan.clone(),
+                definition: def("/old"),
+            }
+            .into(),
+            BackupCommitted {
+                job: None,
+                plan: Some(plan.clone()),
+                repository: RepositoryId::new("main"),
+                snapshot: id,
+                snapshot_time_unix_ns: t0,
+                summary: BackupSummary {
+                    files: 2,
+                    bytes: 2,
+                    ..BackupSummary::default()
+                },
+            }
+            .into(),
+            VerificationPassed {
+                point: id,
+                job: None,
+                depth: VerifyDepth::ReadAll,
+                bytes_read: 2,
+                blobs_checked: 2,
+            }
+            .into(),
+            RestoreTestPassed {
+                point: id,
+                job: None,
+                evidence: RestoreEvidence {
+                    restored: vec!["/".into()],
+                    files: 2,
+                    bytes: 2,
+                    digests_compared: 2,
+                    digests_matched: 2,
+                    duration_ms: 1,
+                    location: "x".into(),
+                    files_in_point: Some(2),
+                    bytes_in_point: Some(2),
+                    complete: true,
+                },
+            }
+            .into(),
+        ];
+        let mut p = Projections::new();
+        let mut seq = 0u64;
+        let mut apply = |p: &mut Projections, e: &Event| {
+            seq += 1;
+            p.apply_event(
+                Recorded {
+                    seq,
+                    unix_ns: t0 + seq as i64 * sec,
+                },
+                e,
+            );
+        };
+        for e in &events {
+            apply(&mut p, e);
+        }
+        let now = t0 + 100 * sec;
+        let before = state_snapshot(&p, now, None);
+        let proof = before.plans[0].newest.clone();
+        assert_eq!(
+            proof,
+            Some(NewestProof {
+                files_ratio: 1.0,
+                bytes_ratio: 1.0,
+                complete: true,
+                depth: "read-all",
+                data_ratio: 1.0,
+            })
+        );
+        assert_eq!(before.plans[0].last_complete_restore, Some(t0 + 4 * sec));
+        apply(
+            &mut p,
+            &PlanChanged {
+                plan,
+                definition: def("/new"),
+            }
+            .into(),
+        );
+        let after = state_snapshot(&p, now, None);
+        assert_eq!(after.plans[0].newest, None);
+        assert_eq!(after.plans[0].last_complete_restore, None);
     }
 
     #[test]

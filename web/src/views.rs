@@ -645,6 +645,7 @@ pub(crate) fn event_data(e: &Event) -> Value {
         PointVanished,
         LogRepaired,
         ClockStepped,
+        LogScrubbed,
     )
     .unwrap_or(Value::Null)
 }
@@ -759,13 +760,15 @@ pub struct Health {
 /// `GET /readyz`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Ready {
-    /// `ready`, `starting` or `stopping`.
+    /// `ready`, `starting`, `stopping`, `log_not_writable` (the event log
+    /// refuses appends) or `read_model_unavailable` (the read model refuses
+    /// queries: it could not be reopened after a failure).
     pub status: String,
     /// The seq of the last durable event (when ready).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
-    /// Why it is not ready (`log_not_writable`: the event log refuses
-    /// appends, with the last error).
+    /// Why it is not ready, for humans (the last append error, or why the
+    /// read model could not be reopened).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }

@@ -21,8 +21,8 @@ use vouch_events::{
 
 use super::error::ServiceError;
 use super::policy;
-use super::read_model::{Query, ReadModelActor};
-use super::store::{Append, Committed, EventStore};
+use super::read_model::{Query, ReadModelActor, ReadModelHealth};
+use super::store::{Append, AppendHealth, AppendStatus, Committed, EventStore};
 use crate::clock::{duration_to_ns, unix_ns_to_utc, Clock};
 use crate::RestartGate;
 
@@ -122,6 +122,11 @@ pub struct AlertFacts {
     pub repairs: Vec<(i64, vouch_events::LogRepaired)>,
     /// Clock steps: when, and the event.
     pub clock_steps: Vec<(i64, vouch_events::ClockStepped)>,
+    /// The newest scrub of the log: when, and what it found.
+    pub last_scrub: Option<(i64, vouch_events::LogScrubbed)>,
+    /// The subject of each open alert (what an evaluation without the read
+    /// model must not raise again, after a restart of the alerter too).
+    pub open: HashMap<AlertId, String>,
 }
 
 impl AlertFacts {
@@ -135,6 +140,10 @@ impl AlertFacts {
             Event::AlertRaised(a) => {
                 self.rules
                     .insert(a.alert.clone(), (a.rule.clone(), a.labels.clone()));
+                self.open.insert(a.alert.clone(), a.subject.clone());
+            }
+            Event::AlertResolved(r) => {
+                self.open.remove(&r.alert);
             }
             Event::PointVanished(v) => {
                 self.vanished
@@ -151,6 +160,9 @@ impl AlertFacts {
                 if self.repairs.len() > 16 {
                     self.repairs.remove(0);
                 }
+            }
+            Event::LogScrubbed(s) => {
+                self.last_scrub = Some((env.recorded_unix_ns, s.clone()));
             }
             Event::ClockStepped(c) => {
                 self.clock_steps.push((env.recorded_unix_ns, c.clone()));
@@ -250,11 +262,73 @@ pub fn fact_incidents(facts: &AlertFacts, now_ns: i64) -> Vec<Incident> {
             subject: format!("clock stepped back at {}", rfc3339(*at)),
             severity: Severity::Warning,
             message: format!(
-                "the wall clock read {} after the log had recorded {}: times and freshness are suspect until it catches up",
+                "the wall clock read {} after it had read {} (the log's last event at start, or the scheduler's previous tick): schedules, times and freshness are suspect until it catches up",
                 rfc3339(c.now_unix_ns),
                 rfc3339(c.previous_unix_ns)
             ),
             rule: "ClockStepped",
+            labels: BTreeMap::new(),
+        });
+    }
+    // Damage found by the newest scrub stays open until a scrub passes:
+    // an acknowledged event went bad, and nothing but a repair (and the
+    // scrub after it) makes the log whole again.
+    if let Some((at, s)) = facts.last_scrub.as_ref().filter(|(_, s)| !s.ok()) {
+        out.push(Incident {
+            subject: "event log damaged".into(),
+            severity: Severity::Critical,
+            message: format!(
+                "the scrub of the event log at {} found damage{}: {}. The states shown may rest on lost events; stop the service, keep a copy of the data directory, and see docs/operations.md (event log damage)",
+                rfc3339(*at),
+                s.damaged_seq
+                    .map(|q| format!(" at seq {q}"))
+                    .unwrap_or_default(),
+                s.problem.as_deref().unwrap_or("unknown")
+            ),
+            rule: "LogDamaged",
+            labels: BTreeMap::new(),
+        });
+    }
+    out
+}
+
+/// The rule raised while the event log refuses appends.
+pub const LOG_NOT_WRITABLE: &str = "LogNotWritable";
+/// The rule raised while the read model refuses queries.
+pub const READ_MODEL_UNAVAILABLE: &str = "ReadModelUnavailable";
+
+/// The rules over the service's own health, evaluated without the read
+/// model (which may be what failed): the event log refuses appends
+/// (`LogNotWritable`: delivered at once even though it cannot be recorded,
+/// recorded once the log takes writes again, and resolved then) and the
+/// read model refuses queries (`ReadModelUnavailable`). Both critical.
+pub fn health_incidents(append: &AppendStatus, read_unavailable: Option<&str>) -> Vec<Incident> {
+    let mut out = Vec::new();
+    if !append.healthy {
+        out.push(Incident {
+            subject: "event log not writable".into(),
+            severity: Severity::Critical,
+            message: format!(
+                "the event log refuses appends{} ({} failed in a row): {}; nothing the service decides can be recorded until it takes writes again, and `vouch serve` stops after a while so that its supervisor restarts it",
+                append
+                    .failing_since_unix_ns
+                    .map(|t| format!(" since {}", rfc3339(t)))
+                    .unwrap_or_default(),
+                append.consecutive_failures,
+                append.reason.as_deref().unwrap_or("no reason recorded")
+            ),
+            rule: LOG_NOT_WRITABLE,
+            labels: BTreeMap::new(),
+        });
+    }
+    if let Some(why) = read_unavailable {
+        out.push(Incident {
+            subject: "read model unavailable".into(),
+            severity: Severity::Critical,
+            message: format!(
+                "the read model refuses queries (the API answers 503 and the rules over the projections are not evaluated): {why}"
+            ),
+            rule: READ_MODEL_UNAVAILABLE,
             labels: BTreeMap::new(),
         });
     }
@@ -270,9 +344,43 @@ pub fn fact_incidents(facts: &AlertFacts, now_ns: i64) -> Vec<Incident> {
 /// abandoned with no later check of the point (warning; critical when not
 /// retryable), a plan whose newest point backed up no file (the source came
 /// back empty), and a plan `unknown` or `at-risk` since longer than its RPO
-/// (`not_protected_since` holds when each plan was first seen so).
+/// (since the earlier of `not_protected_since`, when this alerter first saw
+/// it so, and [`protected_at_most_until`], from the log).
 pub fn incidents(p: &Projections, now_ns: i64, agent_lost_after: Duration) -> Vec<Incident> {
     incidents_with(p, now_ns, agent_lost_after, &HashMap::new())
+}
+
+/// The latest instant `plan` can have been `protected`, from the log alone
+/// (so a restart of the alerter or the service does not reset a plan's
+/// `PlanNotProven` timer): its epoch (creation, or the latest change of its
+/// source or repository), or later the end of what a point of it with a
+/// restore test could prove: a point protects only while it is within the
+/// RPO (`min(snapshot time, recorded time) + rpo`), its restore evidence
+/// within `max_evidence_age`, and it is not forgotten. An upper bound: a
+/// failed check may have ended the protection earlier (the alert is then
+/// late, never early).
+pub fn protected_at_most_until(p: &Projections, plan: &vouch_events::Plan) -> i64 {
+    let rpo = duration_to_ns(plan.definition.rpo);
+    let max_age = duration_to_ns(plan.definition.restore_test.max_evidence_age);
+    let mut until = plan.epoch.unix_ns;
+    for pt in p.points.of_plan(&plan.id) {
+        if pt.since.seq < plan.epoch.seq {
+            continue;
+        }
+        let Some(test) = &pt.last_restore_test else {
+            continue;
+        };
+        let mut u = pt
+            .snapshot_time_unix_ns
+            .min(pt.since.unix_ns)
+            .saturating_add(rpo)
+            .min(test.at.unix_ns.saturating_add(max_age));
+        if let Some((at, _)) = &pt.expired {
+            u = u.min(at.unix_ns);
+        }
+        until = until.max(u);
+    }
+    until
 }
 
 /// [`incidents`], with when each plan was first seen not protected.
@@ -320,7 +428,13 @@ pub fn incidents_with(
             });
         }
         if matches!(protection.status, Protection::Unknown | Protection::AtRisk) {
-            let since = not_protected_since.get(&plan.id).copied().unwrap_or(now_ns);
+            // Since when: what this alerter saw, or what the log says
+            // (which survives restarts), whichever is earlier.
+            let since = not_protected_since
+                .get(&plan.id)
+                .copied()
+                .unwrap_or(now_ns)
+                .min(protected_at_most_until(p, plan));
             if now_ns.saturating_sub(since) >= duration_to_ns(plan.definition.rpo) {
                 out.push(Incident {
                     subject: format!("plan {id}: {} too long", protection.status.as_str()),
@@ -608,6 +722,14 @@ pub fn delivery_name(receiver: &str, status: &str) -> String {
 #[rtype(result = "()")]
 pub struct Evaluate;
 
+/// Evaluate the rules now and answer once that evaluation, and every one
+/// asked for while it ran, has recorded what it decided: the alerter is
+/// then idle (deliveries may still be under way; their outcomes are
+/// recorded by their own appends).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct EvaluateAndWait;
+
 /// An open alert, as the projections hold it.
 struct OpenAlert {
     id: AlertId,
@@ -616,6 +738,14 @@ struct OpenAlert {
     message: String,
     raised_ns: i64,
 }
+
+/// Delivery outcomes kept for recording while the log refuses writes.
+pub const UNRECORDED_DELIVERIES: usize = 1024;
+
+/// The first retry after a failed read of the projections.
+pub const RETRY_FIRST: Duration = Duration::from_millis(200);
+/// The longest wait between retries of a failed read.
+pub const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// Raises, resolves and delivers alerts.
 pub struct Alerter {
@@ -632,22 +762,44 @@ pub struct Alerter {
     /// Whether `facts` missed committed events (rebuilt from the log on the
     /// next evaluation).
     facts_behind: bool,
-    /// The seq of this alerter's latest append: its queries read at least
-    /// up to it, so it never raises twice what it just raised.
+    /// The seq its queries read at least up to: its own latest append (so
+    /// it never raises twice what it just raised) and the last committed
+    /// batch it was told of (so the evaluation a commit triggers sees that
+    /// commit, even when the read model's copy of the batch was dropped on
+    /// a full mailbox).
     seen_seq: u64,
-    /// When each plan was first seen `unknown` or `at-risk` (in this run).
+    /// The delay before the next try after a failed read of the
+    /// projections (zero: the last one succeeded).
+    retry_delay: Duration,
+    /// A retry after a failed read is scheduled.
+    retry_pending: bool,
+    /// When each plan was first seen `unknown` or `at-risk` (in this run;
+    /// the rule also derives it from the log, which survives restarts).
     not_protected_since: HashMap<PlanId, i64>,
     /// Raised alerts that were delivered but could not be recorded (the
-    /// log refused the append), by subject: recorded when the log takes
-    /// writes again, and not delivered twice.
-    unrecorded: BTreeMap<String, AlertRaised>,
+    /// log refused the append), by subject, with when they were raised:
+    /// recorded when the log takes writes again (with their resolution,
+    /// when the incident is over by then), and not delivered twice.
+    unrecorded: BTreeMap<String, (AlertRaised, i64)>,
+    /// Subjects of the alerts open as of the last read of the projections
+    /// and this alerter's own appends since: what an evaluation without
+    /// the read model must not raise again.
+    known_open: HashSet<String>,
+    append_health: Arc<AppendHealth>,
+    read_health: Arc<ReadModelHealth>,
+    /// Delivery outcomes the log refused to record.
+    unrecorded_deliveries: Vec<Event>,
     /// Resolutions delivered but not recorded.
     unrecorded_resolved: HashSet<AlertId>,
+    /// Callers of [`EvaluateAndWait`], answered once no evaluation runs or
+    /// is pending.
+    idle_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
     gate: RestartGate,
 }
 
 impl Alerter {
     /// An alerter recording to `store`, reading `read` and `log`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Addr<EventStore>,
         read: Addr<ReadModelActor>,
@@ -655,9 +807,14 @@ impl Alerter {
         clock: Arc<dyn Clock>,
         config: AlertingConfig,
         gate: RestartGate,
+        append_health: Arc<AppendHealth>,
+        read_health: Arc<ReadModelHealth>,
     ) -> Self {
         Alerter {
             gate,
+            known_open: HashSet::new(),
+            append_health,
+            read_health,
             store,
             read,
             log,
@@ -669,9 +826,13 @@ impl Alerter {
             facts: AlertFacts::default(),
             facts_behind: true,
             seen_seq: 0,
+            retry_delay: Duration::ZERO,
+            retry_pending: false,
             not_protected_since: HashMap::new(),
             unrecorded: BTreeMap::new(),
             unrecorded_resolved: HashSet::new(),
+            unrecorded_deliveries: Vec::new(),
+            idle_waiters: Vec::new(),
         }
     }
 
@@ -728,7 +889,12 @@ impl Alerter {
             .map(|r| r.name.clone())
             .collect();
         let since = self.not_protected_since.clone();
+        let health = health_incidents(
+            &self.append_health.status(),
+            self.read_health.unavailable().as_deref(),
+        );
         let mut from_facts = fact_incidents(&self.facts, now);
+        from_facts.extend(health.iter().cloned());
         let query = self.read.send(Query::new(self.seen_seq, move |p| {
             let mut wanted = incidents_with(p, now, lost, &since);
             wanted.append(&mut from_facts);
@@ -791,10 +957,23 @@ impl Alerter {
                 match res.map_err(super::ServiceError::from).and_then(|r| r) {
                     Ok(r) => r,
                     Err(e) => {
-                        tracing::error!(error = %e, "alerting could not read the projections");
+                        tracing::error!(error = %e, "alerting could not read the projections; trying again");
+                        act.retry_later(ctx);
+                        // The rules over the service's health need no
+                        // projections: raise what they find now.
+                        let new: Vec<Incident> = health
+                            .into_iter()
+                            .filter(|i| {
+                                !act.known_open.contains(&i.subject)
+                                    && !act.facts.open.values().any(|s| *s == i.subject)
+                            })
+                            .collect();
+                        act.apply(ctx, now, new, Vec::new(), Vec::new(), true);
                         return;
                     }
                 };
+            act.retry_delay = Duration::ZERO;
+            act.known_open = open.iter().map(|a| a.subject.clone()).collect();
             let mut seen = HashMap::new();
             for (plan, status) in statuses {
                 if matches!(status, Protection::Unknown | Protection::AtRisk) {
@@ -806,14 +985,40 @@ impl Alerter {
             // An evaluation asked for meanwhile runs once this one's events
             // are recorded (`apply` sees to it): started now, it would read
             // at the seq before them and raise or resolve a second time.
-            act.apply(ctx, now, wanted, open, undelivered);
+            act.apply(ctx, now, wanted, open, undelivered, false);
         }));
     }
 
+    /// Evaluates again after a failed read of the projections, with a
+    /// backoff (from [`RETRY_FIRST`] doubling up to [`RETRY_MAX`]), rather
+    /// than leaving what the failed evaluation was for (a commit's
+    /// resolution, say) to the next periodic one.
+    fn retry_later(&mut self, ctx: &mut Context<Self>) {
+        if std::mem::replace(&mut self.retry_pending, true) {
+            return;
+        }
+        self.retry_delay = if self.retry_delay.is_zero() {
+            RETRY_FIRST
+        } else {
+            (self.retry_delay * 2).min(RETRY_MAX)
+        };
+        ctx.run_later(self.retry_delay, |act, ctx| {
+            act.retry_pending = false;
+            act.evaluate(ctx);
+        });
+    }
+
     /// Runs the evaluation that was asked for while one was under way.
+    /// Every evaluation ends here: the next one starts if one was asked
+    /// for meanwhile, else whoever waits for the alerter to be idle is
+    /// answered.
     fn evaluate_again(&mut self, ctx: &mut Context<Self>) {
         if std::mem::take(&mut self.again) {
             self.evaluate(ctx);
+        } else {
+            for w in self.idle_waiters.drain(..) {
+                let _ = w.send(());
+            }
         }
     }
 
@@ -832,6 +1037,10 @@ impl Alerter {
         }
     }
 
+    /// Raises what is `wanted` and not `open`, resolves what is `open`
+    /// and not `wanted`, and delivers. `blind`: the projections could not
+    /// be read; `wanted` holds only the health rules' new incidents, and
+    /// nothing else is decided.
     fn apply(
         &mut self,
         ctx: &mut Context<Self>,
@@ -839,23 +1048,52 @@ impl Alerter {
         wanted: Vec<Incident>,
         open: Vec<OpenAlert>,
         undelivered: Vec<(String, Notification)>,
+        blind: bool,
     ) {
         let open_subjects: HashSet<&str> = open.iter().map(|a| a.subject.as_str()).collect();
         let wanted_subjects: HashSet<&str> = wanted.iter().map(|i| i.subject.as_str()).collect();
         let mut events: Vec<Event> = Vec::new();
         let mut notes = Vec::new();
+        let mut resolving = Vec::new();
+        let mut closed: Vec<String> = Vec::new();
         // Raises delivered before but not recorded: try to record them
-        // again (same id), without delivering them twice.
+        // again (same id), without delivering them twice; one whose
+        // incident is over is recorded with its resolution, and receivers
+        // are told it is resolved.
         let unrecorded = std::mem::take(&mut self.unrecorded);
-        let mut retrying: BTreeMap<String, AlertRaised> = BTreeMap::new();
-        for (subject, raised) in unrecorded {
+        let mut retrying: BTreeMap<String, (AlertRaised, i64)> = BTreeMap::new();
+        for (subject, (raised, at)) in unrecorded {
             if open_subjects.contains(subject.as_str()) {
                 continue;
             }
             if wanted_subjects.contains(subject.as_str()) {
                 events.push(raised.clone().into());
-                retrying.insert(subject, raised);
+            } else if !blind {
+                events.push(raised.clone().into());
+                events.push(
+                    AlertResolved {
+                        alert: raised.alert.clone(),
+                    }
+                    .into(),
+                );
+                tracing::info!(alert = %raised.alert, subject = %subject, "alert resolved (recorded with its raise)");
+                resolving.push(raised.alert.clone());
+                closed.push(subject.clone());
+                if !self.unrecorded_resolved.contains(&raised.alert) {
+                    notes.push(Notification {
+                        alert: raised.alert.clone(),
+                        status: "resolved",
+                        subject: subject.clone(),
+                        message: raised.message.clone(),
+                        severity: severity_name(raised.severity),
+                        rule: raised.rule.clone(),
+                        labels: raised.labels.clone(),
+                        starts_at: rfc3339(at),
+                        ends_at: Some(rfc3339(now)),
+                    });
+                }
             }
+            retrying.insert(subject, (raised, at));
         }
         for inc in &wanted {
             if open_subjects.contains(inc.subject.as_str()) || retrying.contains_key(&inc.subject) {
@@ -871,7 +1109,7 @@ impl Alerter {
                 rule: inc.rule.to_owned(),
                 labels: inc.labels.clone(),
             };
-            retrying.insert(inc.subject.clone(), raised.clone());
+            retrying.insert(inc.subject.clone(), (raised.clone(), now));
             events.push(raised.into());
             notes.push(Notification {
                 alert: id,
@@ -885,7 +1123,6 @@ impl Alerter {
                 ends_at: None,
             });
         }
-        let mut resolving = Vec::new();
         for a in &open {
             if wanted_subjects.contains(a.subject.as_str()) {
                 continue;
@@ -898,6 +1135,7 @@ impl Alerter {
                 .into(),
             );
             resolving.push(a.id.clone());
+            closed.push(a.subject.clone());
             if self.unrecorded_resolved.contains(&a.id) {
                 continue;
             }
@@ -922,6 +1160,15 @@ impl Alerter {
             self.identify(&mut n);
             self.deliver(ctx, receiver, n);
         }
+        // Deliveries whose outcome could not be recorded, after the raises
+        // they are about: recorded, a delivery made while the log refused
+        // writes is not made again.
+        let deliveries = if blind {
+            Vec::new()
+        } else {
+            std::mem::take(&mut self.unrecorded_deliveries)
+        };
+        events.extend(deliveries.iter().cloned());
         if events.is_empty() {
             self.evaluate_again(ctx);
             return;
@@ -933,6 +1180,21 @@ impl Alerter {
                     act.seen_seq = act.seen_seq.max(receipt.last_seq);
                     for id in &resolving {
                         act.unrecorded_resolved.remove(id);
+                    }
+                    for (subject, (raised, _)) in &retrying {
+                        act.known_open.insert(subject.clone());
+                        // A health alert recorded: its own append may be
+                        // what shows the log takes writes again, and no
+                        // commit of another event asks for the evaluation
+                        // that resolves it.
+                        if [LOG_NOT_WRITABLE, READ_MODEL_UNAVAILABLE]
+                            .contains(&raised.rule.as_str())
+                        {
+                            act.again = true;
+                        }
+                    }
+                    for subject in &closed {
+                        act.known_open.remove(subject);
                     }
                     for n in notes {
                         for r in act.config.receivers.clone() {
@@ -946,6 +1208,7 @@ impl Alerter {
                     tracing::error!(error = %e, "could not record alerts; delivering them anyway, recording them when the log takes writes again");
                     act.unrecorded = retrying;
                     act.unrecorded_resolved.extend(resolving);
+                    act.keep_unrecorded_deliveries(deliveries);
                     for n in notes {
                         for r in act.config.receivers.clone() {
                             act.deliver(ctx, r.name, n.clone());
@@ -955,6 +1218,15 @@ impl Alerter {
             }
             act.evaluate_again(ctx);
         }));
+    }
+
+    /// Keeps delivery outcomes the log refused, to record them with the
+    /// alerter's next append (the newest [`UNRECORDED_DELIVERIES`]).
+    fn keep_unrecorded_deliveries(&mut self, mut events: Vec<Event>) {
+        events.append(&mut self.unrecorded_deliveries);
+        let excess = events.len().saturating_sub(UNRECORDED_DELIVERIES);
+        events.drain(..excess);
+        self.unrecorded_deliveries = events;
     }
 
     /// Delivers one message to one receiver, retrying with backoff.
@@ -977,6 +1249,7 @@ impl Alerter {
         let store = self.store.clone();
         let alert = n.alert.clone();
         let task = async move {
+            let mut unrecorded: Vec<Event> = Vec::new();
             let client = awc::Client::builder().timeout(r.timeout).finish();
             let mut delay = r.retry_initial;
             for attempt in 1..=r.max_attempts.max(1) {
@@ -1011,12 +1284,13 @@ impl Alerter {
                     }
                 }
                 if let Err(e) = store
-                    .send(Append(vec![event]))
+                    .send(Append(vec![event.clone()]))
                     .await
                     .map_err(ServiceError::from)
                     .and_then(|r| r)
                 {
-                    tracing::error!(error = %e, "could not record an alert delivery");
+                    tracing::error!(error = %e, "could not record an alert delivery; recording it with the next alert");
+                    unrecorded.push(event);
                 }
                 if outcome.is_ok() {
                     break;
@@ -1024,11 +1298,15 @@ impl Alerter {
                 actix::clock::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(300));
             }
-            (alert, name)
+            (alert, name, unrecorded)
         };
-        ctx.spawn(task.into_actor(self).map(|(alert, name), act, _| {
-            act.in_flight.remove(&(alert, name));
-        }));
+        ctx.spawn(
+            task.into_actor(self)
+                .map(|(alert, name, unrecorded), act, _| {
+                    act.in_flight.remove(&(alert, name));
+                    act.keep_unrecorded_deliveries(unrecorded);
+                }),
+        );
     }
 }
 
@@ -1056,7 +1334,10 @@ impl Supervised for Alerter {
         );
         self.evaluating = false;
         self.again = false;
+        self.retry_pending = false;
+        self.retry_delay = Duration::ZERO;
         self.in_flight.clear();
+        self.known_open.clear();
         // Rebuilt from the log, not trusted from before the failure.
         self.facts = AlertFacts::default();
         self.facts_behind = true;
@@ -1067,6 +1348,12 @@ impl Handler<Committed> for Alerter {
     type Result = ();
 
     fn handle(&mut self, msg: Committed, ctx: &mut Self::Context) {
+        // The evaluation this batch triggers reads projections that include
+        // it (the read model catches up from the log if its own copy of the
+        // batch was dropped or is still queued).
+        if let Some(last) = msg.0.last() {
+            self.seen_seq = self.seen_seq.max(last.seq);
+        }
         if !self.facts_behind {
             for env in msg.0.iter() {
                 if env.seq > self.facts.seq + 1 {
@@ -1100,6 +1387,20 @@ impl Handler<Evaluate> for Alerter {
 
     fn handle(&mut self, _msg: Evaluate, ctx: &mut Self::Context) {
         self.evaluate(ctx);
+    }
+}
+
+impl Handler<EvaluateAndWait> for Alerter {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _msg: EvaluateAndWait, ctx: &mut Self::Context) -> Self::Result {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.idle_waiters.push(tx);
+        self.evaluate(ctx);
+        // A dropped sender (the alerter stopped) also ends the wait.
+        Box::pin(async move {
+            let _ = rx.await;
+        })
     }
 }
 
@@ -1246,6 +1547,63 @@ mod tests {
         assert!(at(10 * S - 3600 * S), "an RPO long");
     }
 
+    #[test]
+    fn the_health_rules_need_no_projections() {
+        let healthy = AppendHealth::default();
+        assert!(health_incidents(&healthy.status(), None).is_empty());
+        let failing = AppendHealth::default();
+        failing.failed("no space left on device".into(), 5 * S);
+        let got = health_incidents(&failing.status(), Some("read store ahead of the log"));
+        let rules: Vec<(&str, Severity)> = got.iter().map(|i| (i.rule, i.severity)).collect();
+        assert_eq!(
+            rules,
+            vec![
+                (LOG_NOT_WRITABLE, Severity::Critical),
+                (READ_MODEL_UNAVAILABLE, Severity::Critical)
+            ]
+        );
+        assert!(
+            got[0].message.contains("no space left on device"),
+            "{}",
+            got[0].message
+        );
+        assert!(
+            got[1].message.contains("read store ahead"),
+            "{}",
+            got[1].message
+        );
+        // The subject is the alert's identity: stable while appends fail.
+        failing.failed("input/output error".into(), 9 * S);
+        let again = health_incidents(&failing.status(), None);
+        assert_eq!(again[0].subject, got[0].subject);
+    }
+
+    #[test]
+    fn how_long_a_plan_can_have_been_protected_comes_from_the_log() {
+        let plan_of = |p: &Projections| p.plans.plans[&PlanId::new("docs")].clone();
+        // No restore test: never protected since its creation (at 1 s).
+        let p = state(vec![plan(), commit(3)]);
+        assert_eq!(protected_at_most_until(&p, &plan_of(&p)), S);
+        // A restore test recorded at 3 s proves for max_evidence_age (1 h);
+        // the point (snapshot at 1 s) is within the RPO (1 h) until 1 s + 1 h.
+        let p = state(vec![
+            plan(),
+            commit(3),
+            vouch_events::RestoreTestPassed {
+                point: SnapshotId([1; 32]),
+                job: None,
+                evidence: vouch_events::RestoreEvidence {
+                    files: 3,
+                    files_in_point: Some(3),
+                    complete: true,
+                    ..Default::default()
+                },
+            }
+            .into(),
+        ]);
+        assert_eq!(protected_at_most_until(&p, &plan_of(&p)), S + 3600 * S);
+    }
+
     fn env(seq: u64, at: i64, event: Event) -> Envelope {
         Envelope {
             seq,
@@ -1362,5 +1720,39 @@ mod tests {
             .into(),
         ));
         assert!(fact_incidents(&f, later).is_empty());
+    }
+
+    fn scrubbed(damaged_seq: Option<u64>) -> Event {
+        vouch_events::LogScrubbed {
+            through_seq: 10,
+            events: damaged_seq.map_or(10, |s| s - 1),
+            segments: 1,
+            bytes: 1_000,
+            head_hash: "00".repeat(32),
+            damaged_seq,
+            problem: damaged_seq.map(|s| format!("record {s} fails its checksum")),
+            took_ms: 1,
+        }
+        .into()
+    }
+
+    /// A scrub that found damage keeps `LogDamaged` open (critical, naming
+    /// the seq) however old it is, until a later scrub verifies the log.
+    #[test]
+    fn scrub_damage_stays_open_until_a_scrub_passes() {
+        let mut f = AlertFacts::default();
+        f.apply(&env(1, S, scrubbed(None)));
+        assert!(fact_incidents(&f, 2 * S).is_empty(), "a clean scrub");
+        f.apply(&env(2, 2 * S, scrubbed(Some(4))));
+        let much_later = 2 * S + 10 * duration_to_ns(ONE_OFF_ALERT_FOR);
+        let open = fact_incidents(&f, much_later);
+        assert_eq!(open.len(), 1, "{open:?}");
+        assert_eq!(
+            (open[0].rule, open[0].severity),
+            ("LogDamaged", Severity::Critical)
+        );
+        assert!(open[0].message.contains("at seq 4"), "{}", open[0].message);
+        f.apply(&env(3, much_later, scrubbed(None)));
+        assert!(fact_incidents(&f, much_later).is_empty());
     }
 }

@@ -38,6 +38,7 @@ use super::command::{
 use super::error::ServiceError;
 use super::policy;
 use super::read_model::{Query, ReadModelActor};
+use super::results;
 use super::store::{Append, EventStore};
 use crate::clock::{duration_to_ns, timer_delay, Clock};
 use crate::supervisor::{BackoffPolicy, RestartGate};
@@ -689,10 +690,21 @@ impl Dispatcher {
             return;
         };
         let kind = run.command.kind();
-        let (mut events, failure) = match outcome {
+        let (mut events, mut failure) = match outcome {
             Ok(out) => (out.events, None),
             Err(f) => (f.events.clone(), Some(f)),
         };
+        // Results must name their job (L3): events about another job,
+        // point or repository are not recorded, and the job failed.
+        if let Some(why) = results::foreign(&job, &run.command, &events) {
+            tracing::error!(job = %job, kind = kind_name(kind), reason = %why, "the worker's result is not about this job; refused");
+            events.clear();
+            failure = Some(JobFailure::new(
+                results::FOREIGN_RESULT,
+                format!("the worker's result was refused: {why}"),
+                false,
+            ));
+        }
         let produced = events.clone();
         match &failure {
             None => {
@@ -1041,7 +1053,7 @@ fn repository_of(p: &Projections, point: &SnapshotId) -> RepositoryId {
 /// or when a log from before `job.scheduled` v2 does not say enough, e.g. a
 /// read-back's slices). A v1 spec is empty: the plan's current definition
 /// fills in depth and sample.
-pub(crate) fn rebuild_command(
+pub fn rebuild_command(
     p: &Projections,
     j: &vouch_events::Job,
     spec: Option<&JobSpec>,

@@ -11,12 +11,13 @@ use vouch_events::{
     ReadModel, ServiceStarted, SharedLog, SledStore,
 };
 
-use super::alerting::{Alerter, AlertingConfig, Evaluate};
+use super::alerting::{Alerter, AlertingConfig, Evaluate, EvaluateAndWait};
 use super::command::{JobCommand, Workers};
 use super::dispatcher::{Cancel, DispatchConfig, Dispatcher, Drain, Enqueue, LiveProgress, Load};
 use super::error::ServiceError;
-use super::read_model::{Query, ReadModelActor, CHECKPOINT_EVERY};
+use super::read_model::{Query, ReadModelActor, ReadModelHealth, CHECKPOINT_EVERY};
 use super::scheduler::{next_run, Scheduler, SchedulerConfig, Tick};
+use super::scrub::{ScrubNow, Scrubber, SCRUB_EVERY};
 use super::store::{
     Append, AppendExpecting, AppendHealth, AppendStatus, EventStore, Subscribe, LIVE_CAPACITY,
 };
@@ -40,6 +41,10 @@ pub struct ServiceConfig {
     pub restart: BackoffPolicy,
     /// The version recorded in `service.started`.
     pub version: String,
+    /// How often the whole event log is scrubbed (re-read and checked,
+    /// `service.log_scrubbed`); none: never on a timer. The first scrub
+    /// runs [`FIRST_SCRUB_AFTER`](crate::service::FIRST_SCRUB_AFTER) after the start at the latest.
+    pub scrub_every: Option<Duration>,
 }
 
 impl Default for ServiceConfig {
@@ -51,6 +56,7 @@ impl Default for ServiceConfig {
             checkpoint_every: CHECKPOINT_EVERY,
             restart: BackoffPolicy::default(),
             version: String::new(),
+            scrub_every: Some(SCRUB_EVERY),
         }
     }
 }
@@ -58,11 +64,6 @@ impl Default for ServiceConfig {
 /// How many times [`ServiceHandle::append_decided`] decides again after
 /// other appends got in first.
 pub const DECIDE_ATTEMPTS: usize = 8;
-
-/// How far behind the log's last recorded event the wall clock may read at
-/// start before `service.clock_stepped` is recorded.
-pub const CLOCK_STEP_TOLERANCE: Duration = Duration::from_secs(60);
-
 /// The door to the running service: cheap to clone, usable from any
 /// arbiter (HTTP workers included).
 #[derive(Clone)]
@@ -72,11 +73,13 @@ pub struct ServiceHandle {
     dispatcher: Addr<Dispatcher>,
     scheduler: Addr<Scheduler>,
     alerter: Addr<Alerter>,
+    scrubber: Addr<Scrubber>,
     log: Arc<SharedLog>,
     live: broadcast::Sender<Arc<Envelope>>,
     progress: broadcast::Sender<Arc<LiveProgress>>,
     clock: Arc<dyn Clock>,
     health: Arc<AppendHealth>,
+    read_health: Arc<ReadModelHealth>,
     config: Arc<ServiceConfig>,
     stopping: Arc<AtomicBool>,
 }
@@ -102,6 +105,7 @@ pub async fn start(
     let (progress, _) = broadcast::channel(256);
 
     let health = Arc::new(AppendHealth::default());
+    let read_health = Arc::new(ReadModelHealth::default());
     let store_arbiter = Arbiter::new();
     let store = {
         let (log, live, health, c) = (log.clone(), live.clone(), health.clone(), clock.clone());
@@ -116,11 +120,12 @@ pub async fn start(
             RestartGate::new(config.restart, clock.clone()),
         );
         let every = config.checkpoint_every;
+        let read_health = read_health.clone();
         // Its own thread: queries, catch-ups and rebuilds never hold up
         // the dispatcher, the scheduler or the alerter (review M4).
         let arbiter = Arbiter::new();
         supervise::start_in_arbiter("read-model", &arbiter.handle(), move |_| {
-            ReadModelActor::new(model, reader, gate, every)
+            ReadModelActor::new(model, reader, gate, every, read_health)
         })
     };
     store.send(Subscribe(read.clone().recipient())).await?;
@@ -141,7 +146,7 @@ pub async fn start(
     let mut first: Vec<Event> = Vec::new();
     let now = clock.now_unix_ns();
     if let Some(previous) = last_recorded {
-        if now < previous.saturating_sub(crate::duration_to_ns(CLOCK_STEP_TOLERANCE)) {
+        if super::scheduler::stepped_back(previous, now) {
             tracing::warn!(
                 previous,
                 now,
@@ -181,15 +186,16 @@ pub async fn start(
         })
     };
     let scheduler = {
-        let (read, dispatcher, clock, scheduling) = (
+        let (read, dispatcher, store, clock, scheduling) = (
             read.clone(),
             dispatcher.clone(),
+            store.clone(),
             clock.clone(),
             config.scheduler.clone(),
         );
         let gate = RestartGate::new(config.restart, clock.clone());
         supervise::start("scheduler", move |_| {
-            Scheduler::new(read, dispatcher, clock, scheduling, gate)
+            Scheduler::new(read, dispatcher, store, clock, scheduling, gate)
         })
     };
     let alerter = {
@@ -201,11 +207,28 @@ pub async fn start(
         );
         let gate = RestartGate::new(config.restart, clock.clone());
         let reader = reader.clone();
+        let (append_health, read_health) = (health.clone(), read_health.clone());
         supervise::start("alerter", move |_| {
-            Alerter::new(store, read, reader, clock, alerting, gate)
+            Alerter::new(
+                store,
+                read,
+                reader,
+                clock,
+                alerting,
+                gate,
+                append_health,
+                read_health,
+            )
         })
     };
     store.send(Subscribe(alerter.clone().recipient())).await?;
+    let scrubber = {
+        let (log, store, every) = (log.clone(), store.clone(), config.scrub_every);
+        let gate = RestartGate::new(config.restart, clock.clone());
+        supervise::start("log-scrubber", move |_| {
+            Scrubber::new(log, store, every, gate)
+        })
+    };
     tracing::info!(seq = log.last_seq(), "service started");
     Ok(ServiceHandle {
         store,
@@ -213,11 +236,13 @@ pub async fn start(
         dispatcher,
         scheduler,
         alerter,
+        scrubber,
         log,
         live,
         progress,
         clock,
         health,
+        read_health,
         config: Arc::new(config),
         stopping: Arc::new(AtomicBool::new(false)),
     })
@@ -236,10 +261,22 @@ impl ServiceHandle {
         &self.store
     }
 
+    /// The read model (tests fill its mailbox).
+    #[cfg(test)]
+    pub(crate) fn read_model(&self) -> &Addr<ReadModelActor> {
+        &self.read
+    }
+
     /// The alerter (tests make it fail).
     #[cfg(test)]
     pub(crate) fn alerter(&self) -> &Addr<Alerter> {
         &self.alerter
+    }
+
+    /// Scrubs the whole event log now (re-reads every committed record)
+    /// and records the result as `service.log_scrubbed`, which it returns.
+    pub async fn scrub_log(&self) -> Result<vouch_events::LogScrubbed, ServiceError> {
+        self.scrubber.send(ScrubNow).await?
     }
 
     /// Appends events durably; answered once they are on disk.
@@ -385,6 +422,19 @@ impl ServiceHandle {
         self.health.status()
     }
 
+    /// Why the read model refuses queries, when it does (readiness).
+    pub fn read_model_unavailable(&self) -> Option<String> {
+        self.read_health.unavailable()
+    }
+
+    /// The health of appends, to mark it failing from a test of another
+    /// crate (the web's readiness) without breaking a real disk. Not for
+    /// anything but tests.
+    #[doc(hidden)]
+    pub fn append_health_for_tests(&self) -> Arc<AppendHealth> {
+        self.health.clone()
+    }
+
     /// The rolling read-back's window, when it is on.
     pub fn read_back_window(&self) -> Option<super::policy::ReadBackWindow> {
         self.config.scheduler.read_back
@@ -418,6 +468,37 @@ impl ServiceHandle {
     /// Evaluates the alert rules now.
     pub async fn evaluate_alerts(&self) -> Result<(), ServiceError> {
         Ok(self.alerter.send(Evaluate).await?)
+    }
+
+    /// Evaluates the alert rules now and answers once the alerter has
+    /// recorded what it decided and has no evaluation running or pending
+    /// (an alert recorded after the event log failed resolves in a second
+    /// evaluation: this waits for that one too).
+    pub async fn evaluate_alerts_and_wait(&self) -> Result<(), ServiceError> {
+        Ok(self.alerter.send(EvaluateAndWait).await?)
+    }
+
+    /// A test hook: makes `actor` panic in a handler, so its supervisor
+    /// restarts it (the simulation's "restart of one actor"). Answers once
+    /// the message was handled, i.e. once the actor panicked (the reply is
+    /// dropped with the panic: `Ok` means it did).
+    #[doc(hidden)]
+    pub async fn panic_actor(&self, actor: super::ActorName) -> Result<(), ServiceError> {
+        use super::fault::PanicForTest;
+        use super::ActorName;
+        let answered = match actor {
+            ActorName::EventStore => self.store.send(PanicForTest).await,
+            ActorName::ReadModel => self.read.send(PanicForTest).await,
+            ActorName::Dispatcher => self.dispatcher.send(PanicForTest).await,
+            ActorName::Scheduler => self.scheduler.send(PanicForTest).await,
+            ActorName::Alerter => self.alerter.send(PanicForTest).await,
+        };
+        match answered {
+            Err(_) => Ok(()),
+            Ok(()) => Err(ServiceError::Unavailable(
+                "the actor answered instead of panicking".into(),
+            )),
+        }
     }
 
     /// Whether a shutdown began.

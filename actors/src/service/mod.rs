@@ -16,29 +16,38 @@ mod alerting;
 mod command;
 mod dispatcher;
 mod error;
+mod fault;
 mod handle;
 mod policy;
 mod read_model;
+mod results;
 mod scheduler;
+mod scrub;
 mod store;
 mod supervise;
 #[cfg(test)]
 mod tests;
 
 pub use alerting::{
-    delivery_name, fact_incidents, incidents, incidents_with, render, AlertFacts, AlertingConfig,
-    Evaluate, Incident, Notification, Receiver, WebhookFormat, ONE_OFF_ALERT_FOR,
+    delivery_name, fact_incidents, health_incidents, incidents, incidents_with,
+    protected_at_most_until, render, AlertFacts, AlertingConfig, Evaluate, Incident, Notification,
+    Receiver, WebhookFormat, LOG_NOT_WRITABLE, ONE_OFF_ALERT_FOR, READ_MODEL_UNAVAILABLE,
 };
 pub use command::{
     CancelToken, JobCommand, JobFailure, JobOutput, ProgressCell, ProgressReading, RunJob, Workers,
 };
-pub use dispatcher::{kind_name, DispatchConfig, JobTimeouts, LiveProgress};
+pub use dispatcher::{kind_name, rebuild_command, DispatchConfig, JobTimeouts, LiveProgress};
 pub use error::ServiceError;
+#[doc(hidden)]
+pub use fault::ActorName;
 pub use handle::{start, ServiceConfig, ServiceHandle};
 pub use policy::{
-    follow_ups, live_points, periodic_checks, read_back_due, reconcile_lists, repositories_in_use,
-    restore_sample, retention_protects, ReadBackWindow, SUSPECT_POINTS_BOUND,
+    active_plans, follow_ups, last_backups_scheduled, live_points, periodic_checks, read_back_due,
+    reconcile_lists, repositories_in_use, restore_sample, retention_protects, ReadBackWindow,
+    SUSPECT_POINTS_BOUND,
 };
-pub use read_model::CHECKPOINT_EVERY;
-pub use scheduler::{next_run, SchedulerConfig};
+pub use read_model::{ReadModelHealth, CHECKPOINT_EVERY};
+pub use results::FOREIGN_RESULT;
+pub use scheduler::{next_run, SchedulerConfig, CLOCK_STEP_TOLERANCE};
+pub use scrub::{scrub_event, FIRST_SCRUB_AFTER, SCRUB_EVERY};
 pub use store::{AppendHealth, AppendStatus, LIVE_CAPACITY};

@@ -61,21 +61,25 @@ pub const SUSPECT_POINTS_BOUND: usize = 32;
 
 /// The sample a restore test of `plan` should take at `now_ns` (none: a
 /// complete test): complete when the plan's proof policy asks for one at
-/// least every `full_every` and its last complete restore test (read from
-/// its points' `last_restore_test.evidence.complete`) is older than that,
-/// or there is none; the plan's `sample_files` otherwise.
+/// least every `full_every` and the last complete restore test that its
+/// protection counts (of a recoverable point of its current definition)
+/// is older than that, or there is none; the plan's `sample_files`
+/// otherwise.
 pub fn restore_sample(p: &Projections, plan: &Plan, now_ns: i64) -> Option<u64> {
     let def = &plan.definition.restore_test;
     let sample = def.sample_files?;
     let Some(full_every) = def.full_every else {
         return Some(sample);
     };
+    // What the plan's protection counts (`plan_protection`): a complete
+    // restore test of a recoverable point of its current definition. A
+    // sampled test after a complete one does not hide it.
     let last_complete = p
         .points
         .of_plan(&plan.id)
-        .filter_map(|pt| pt.last_restore_test.as_ref())
-        .filter(|r| r.passed && r.evidence.complete)
-        .map(|r| r.at.unix_ns)
+        .filter(|pt| pt.since.seq > plan.epoch.seq && pt.state == PointState::Recoverable)
+        .filter_map(|pt| pt.last_complete_restore)
+        .map(|at| at.unix_ns)
         .max();
     match last_complete {
         Some(t) if now_ns.saturating_sub(t) < duration_to_ns(full_every) => Some(sample),
@@ -685,6 +689,8 @@ mod tests {
             job: None,
             evidence: vouch_events::RestoreEvidence {
                 files: 5,
+                digests_compared: 5,
+                digests_matched: 5,
                 files_in_point: Some(5),
                 complete,
                 ..Default::default()
@@ -762,6 +768,207 @@ mod tests {
             })
             .collect();
         assert_eq!(checks, vec![None]);
+    }
+
+    /// Found by `cargo mutants` (the guard `< full_every` replaced by
+    /// `true`, and `<` by `<=`): a complete test that is the latest and
+    /// older than `full_every` asks for a complete test again, at exactly
+    /// `full_every` too. And a sampled test after a complete one does not
+    /// hide it: the policy used to read only each point's latest test, so
+    /// every sample was followed by a complete test (seen failing).
+    #[test]
+    fn the_proof_policy_counts_the_last_complete_test_whatever_came_after() {
+        let day = Duration::from_secs(86_400);
+        let history = |extra: Vec<(i64, Event)>| {
+            let mut h = vec![
+                (0, tested_plan(Some(100), Some(day))),
+                (10, commit(1, "main", "p-main", 10, 5)),
+                (11, verify_passed(1)),
+                (12, restore_passed(1, true)),
+            ];
+            h.extend(extra);
+            state(&h)
+        };
+        assert_eq!(restore_samples(&history(vec![]), 86_000), vec![Some(100)]);
+        assert_eq!(restore_samples(&history(vec![]), 12 + 86_400), vec![None]);
+        assert_eq!(restore_samples(&history(vec![]), 90_000), vec![None]);
+        let sampled = history(vec![(1000, restore_passed(1, false))]);
+        assert_eq!(restore_samples(&sampled, 3600), vec![Some(100)]);
+    }
+
+    /// Found by `cargo mutants` (`open_jobs` emptied, or its `!` deleted):
+    /// a periodic check is not proposed again while one of its kind is
+    /// open for the plan, and is once that one ended.
+    #[test]
+    fn a_periodic_check_is_not_proposed_while_one_is_open() {
+        let Event::PlanCreated(mut c) = plan("main") else {
+            unreachable!()
+        };
+        c.definition.verification.every = Some(Duration::from_secs(60));
+        let job = vouch_events::JobId::new("v1");
+        let scheduled: Event = vouch_events::JobScheduled {
+            job: job.clone(),
+            kind: JobKind::Verify,
+            plan: Some(PlanId::new("p-main")),
+            point: Some(SnapshotId([1; 32])),
+            due_unix_ns: 11 * S,
+            attempt: 1,
+            spec: Default::default(),
+        }
+        .into();
+        let verifies = |p: &Projections| {
+            periodic_checks(p, 1000 * S)
+                .into_iter()
+                .filter(|c| matches!(c, JobCommand::Verify { .. }))
+                .count()
+        };
+        let base = vec![(0, c.into()), (10, commit(1, "main", "p-main", 10, 5))];
+        assert_eq!(verifies(&state(&base)), 1, "due");
+        let mut open = base.clone();
+        open.push((11, scheduled.clone()));
+        assert_eq!(verifies(&state(&open)), 0, "one is open");
+        let mut ended = open.clone();
+        ended.push((
+            12,
+            vouch_events::JobStarted {
+                job: job.clone(),
+                agent: None,
+            }
+            .into(),
+        ));
+        ended.push((13, vouch_events::JobFinished { job }.into()));
+        assert_eq!(verifies(&state(&ended)), 1, "it ended");
+    }
+
+    /// Found by `cargo mutants` (`&&` for `||` in the test for damage):
+    /// damage named by pack ids alone still asks for full verifications.
+    #[test]
+    fn damage_named_only_by_pack_ids_is_followed_up() {
+        let p = state(&[(0, plan("main")), (10, commit(1, "main", "p-main", 10, 5))]);
+        let mut r = damaged(None);
+        r.damaged.clear();
+        let next = follow_ups(&p, JobKind::ReadBack, &[r.into()], 40, 40 * S);
+        assert_eq!(verified_read_all(&next), vec![SnapshotId([1; 32])]);
+    }
+
+    fn scheduled(job: &str, kind: JobKind, plan: &str, secs: i64) -> Event {
+        vouch_events::JobScheduled {
+            job: vouch_events::JobId::new(job),
+            kind,
+            plan: Some(PlanId::new(plan)),
+            point: None,
+            due_unix_ns: secs * S,
+            attempt: 1,
+            spec: Default::default(),
+        }
+        .into()
+    }
+
+    /// Found by `cargo mutants` (`last_backups_scheduled` emptied, `!=`
+    /// for `==`): a plan's last run is when its latest *backup* job was
+    /// scheduled; other kinds of jobs do not move it.
+    #[test]
+    fn a_plans_last_run_is_its_latest_backup_job() {
+        let p = state(&[
+            (0, plan("main")),
+            (10, scheduled("b1", JobKind::Backup, "p-main", 10)),
+            (20, scheduled("b2", JobKind::Backup, "p-main", 20)),
+            (30, scheduled("v1", JobKind::Verify, "p-main", 30)),
+        ]);
+        let last = last_backups_scheduled(&p);
+        assert_eq!(last.get(&PlanId::new("p-main")), Some(&(20 * S)));
+        assert_eq!(last.len(), 1);
+    }
+
+    /// Found by `cargo mutants` (the backup arm of `follow_ups` deleted,
+    /// the `!` of the retention test deleted, `&&` for `||` in the restore
+    /// test after a verification): a committed backup is verified and
+    /// followed by retention when the plan keeps less than everything; a
+    /// point of a removed plan is not restore-tested.
+    #[test]
+    fn a_backup_is_followed_by_its_verification_and_retention() {
+        let Event::PlanCreated(mut c) = tested_plan(None, None) else {
+            unreachable!()
+        };
+        c.definition.retention.last = Some(3);
+        let p = state(&[(0, c.into()), (10, commit(1, "main", "p-main", 10, 5))]);
+        let next = follow_ups(
+            &p,
+            JobKind::Backup,
+            &[commit(1, "main", "p-main", 10, 5)],
+            2,
+            11 * S,
+        );
+        let kinds: Vec<&str> = next
+            .iter()
+            .map(|(c, _)| match c {
+                JobCommand::Verify { .. } => "verify",
+                JobCommand::Retention { .. } => "retention",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, vec!["verify", "retention"]);
+        // Keep everything: no retention job.
+        let p = state(&[
+            (0, tested_plan(None, None)),
+            (10, commit(1, "main", "p-main", 10, 5)),
+        ]);
+        let next = follow_ups(
+            &p,
+            JobKind::Backup,
+            &[commit(1, "main", "p-main", 10, 5)],
+            2,
+            11 * S,
+        );
+        assert_eq!(next.len(), 1, "{next:?}");
+        // A removed plan's point is not restore-tested after verification.
+        let p = state(&[
+            (0, tested_plan(None, None)),
+            (10, commit(1, "main", "p-main", 10, 5)),
+            (
+                11,
+                vouch_events::PlanRemoved {
+                    plan: PlanId::new("p-main"),
+                }
+                .into(),
+            ),
+        ]);
+        assert!(restore_samples(&p, 12).is_empty());
+    }
+
+    /// Found by `cargo mutants` (`retention_protects` emptied): retention
+    /// keeps every point locked at `now` and the plan's newest recoverable
+    /// point, whatever its rules say.
+    #[test]
+    fn retention_protects_locked_points_and_the_newest_recoverable_one() {
+        let lock = |n: u8, until: i64| -> Event {
+            vouch_events::PointLocked {
+                point: SnapshotId([n; 32]),
+                until_unix_ns: until * S,
+            }
+            .into()
+        };
+        let p = state(&[
+            (0, tested_plan(None, None)),
+            (10, commit(1, "main", "p-main", 10, 5)),
+            (11, verify_passed(1)),
+            (12, restore_passed(1, true)),
+            (20, commit(2, "main", "p-main", 20, 5)),
+            (30, commit(3, "main", "p-main", 30, 5)),
+            (31, lock(3, 1000)),
+            (32, commit(4, "main", "p-main", 40, 5)),
+            (33, lock(4, 50)),
+        ]);
+        assert_eq!(
+            retention_protects(&p, &PlanId::new("p-main"), 100 * S),
+            vec![SnapshotId([1; 32]), SnapshotId([3; 32])],
+            "the recoverable point and the lock still in force, not the lapsed one"
+        );
+        // A lock runs until its time, exclusive (as the projection has it).
+        assert_eq!(
+            retention_protects(&p, &PlanId::new("p-main"), 1000 * S),
+            vec![SnapshotId([1; 32])]
+        );
     }
 
     #[test]

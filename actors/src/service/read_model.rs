@@ -44,6 +44,32 @@ pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(30);
 /// How long after a failed reopen the read model tries again.
 const REOPEN_AGAIN_AFTER: Duration = Duration::from_secs(5);
 
+/// Whether the read model answers queries: set by the read-model actor
+/// when its projections become untrusted (a failed reopen, a read store
+/// ahead of the log) and when a reopen succeeds; read by readiness and by
+/// the alerter, which cannot ask the read model itself then.
+#[derive(Debug, Default)]
+pub struct ReadModelHealth {
+    unavailable: std::sync::Mutex<Option<String>>,
+}
+
+impl ReadModelHealth {
+    /// Why queries are refused, when they are.
+    pub fn unavailable(&self) -> Option<String> {
+        self.unavailable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, why: Option<String>) {
+        *self
+            .unavailable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = why;
+    }
+}
+
 /// Holds the projections.
 pub struct ReadModelActor {
     model: ReadModel<SledStore>,
@@ -55,6 +81,7 @@ pub struct ReadModelActor {
     /// The projections may be half-applied (a panic while folding) and
     /// could not be reopened: queries are refused until a reopen succeeds.
     untrusted: Option<String>,
+    health: std::sync::Arc<ReadModelHealth>,
 }
 
 impl ReadModelActor {
@@ -64,7 +91,9 @@ impl ReadModelActor {
         log: LogReader,
         gate: RestartGate,
         every: Duration,
+        health: std::sync::Arc<ReadModelHealth>,
     ) -> Self {
+        health.set(None);
         ReadModelActor {
             model,
             log,
@@ -72,7 +101,14 @@ impl ReadModelActor {
             every,
             writing: false,
             untrusted: None,
+            health,
         }
+    }
+
+    /// Marks the projections untrusted (`Some(why)`) or trusted again.
+    fn set_untrusted(&mut self, why: Option<String>) {
+        self.health.set(why.clone());
+        self.untrusted = why;
     }
 
     fn catch_up(&mut self) {
@@ -128,7 +164,8 @@ impl ReadModelActor {
     fn reopen(&mut self, ctx: &mut Context<Self>) {
         match ReadModel::open(self.model.store().clone(), &self.log) {
             Ok(model) => {
-                if self.untrusted.take().is_some() {
+                if self.untrusted.is_some() {
+                    self.set_untrusted(None);
                     tracing::info!(
                         seq = model.projections().last_seq,
                         "read model reopened; answering queries again"
@@ -138,7 +175,7 @@ impl ReadModelActor {
             }
             Err(e) => {
                 tracing::error!(error = %e, "could not reopen the read model; queries are refused until it reopens");
-                self.untrusted = Some(e.to_string());
+                self.set_untrusted(Some(e.to_string()));
                 ctx.run_later(REOPEN_AGAIN_AFTER, |act, ctx| act.reopen(ctx));
             }
         }
@@ -187,12 +224,12 @@ impl Supervised for ReadModelActor {
         self.writing = false;
         match ReadModel::open(self.model.store().clone(), &self.log) {
             Ok(model) => {
-                self.untrusted = None;
+                self.set_untrusted(None);
                 self.model = model;
             }
             Err(e) => {
                 tracing::error!(error = %e, "could not reopen the read model; queries are refused until it reopens");
-                self.untrusted = Some(e.to_string());
+                self.set_untrusted(Some(e.to_string()));
             }
         }
         let _ = ctx;

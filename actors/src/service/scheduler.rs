@@ -16,6 +16,7 @@ use super::command::JobCommand;
 use super::dispatcher::{Dispatcher, EnqueueMany, Wake};
 use super::policy::{self, ReadBackWindow};
 use super::read_model::{Query, ReadModelActor};
+use super::store::{Append, EventStore};
 use crate::clock::{duration_to_ns, Clock};
 use crate::schedule::{Decision, PlanSchedule, Schedule};
 use crate::RestartGate;
@@ -93,6 +94,21 @@ pub struct Scheduler {
     reconciled: HashMap<RepositoryId, i64>,
     busy: bool,
     gate: RestartGate,
+    store: Addr<EventStore>,
+    /// The clock's reading at the previous tick: a tick that reads more
+    /// than [`CLOCK_STEP_TOLERANCE`] earlier records `service.clock_stepped`.
+    last_tick_ns: Option<i64>,
+}
+
+/// How far the wall clock may go back between two readings (at start: the
+/// log's last recorded event; while running: the scheduler's previous tick)
+/// before `service.clock_stepped` is recorded.
+pub const CLOCK_STEP_TOLERANCE: Duration = Duration::from_secs(60);
+
+/// Whether `now_ns` is a step back from `previous_ns` (more than
+/// [`CLOCK_STEP_TOLERANCE`] earlier).
+pub fn stepped_back(previous_ns: i64, now_ns: i64) -> bool {
+    now_ns < previous_ns.saturating_sub(duration_to_ns(CLOCK_STEP_TOLERANCE))
 }
 
 impl Scheduler {
@@ -100,11 +116,14 @@ impl Scheduler {
     pub fn new(
         read: Addr<ReadModelActor>,
         dispatcher: Addr<Dispatcher>,
+        store: Addr<EventStore>,
         clock: Arc<dyn Clock>,
         config: SchedulerConfig,
         gate: RestartGate,
     ) -> Self {
         Scheduler {
+            store,
+            last_tick_ns: None,
             read,
             dispatcher,
             clock,
@@ -217,6 +236,33 @@ impl Scheduler {
     }
 }
 
+impl Scheduler {
+    /// Records `service.clock_stepped` once when the wall clock reads more
+    /// than [`CLOCK_STEP_TOLERANCE`] earlier than at the previous tick (M8
+    /// while running: schedules, freshness and evidence ages are suspect
+    /// until it catches up, and an alert says so).
+    fn notice_clock_step(&mut self, now: i64, ctx: &mut Context<Self>) {
+        let previous = self.last_tick_ns.replace(now);
+        let Some(previous) = previous.filter(|&p| stepped_back(p, now)) else {
+            return;
+        };
+        tracing::warn!(previous, now, "the wall clock stepped back while running");
+        let event = vouch_events::ClockStepped {
+            previous_unix_ns: previous,
+            now_unix_ns: now,
+        };
+        let append = self.store.send(Append(vec![event.into()]));
+        ctx.spawn(append.into_actor(self).map(|res, _, _| {
+            if let Err(e) = res
+                .map_err(crate::service::ServiceError::from)
+                .and_then(|r| r)
+            {
+                tracing::error!(error = %e, "could not record the clock step");
+            }
+        }));
+    }
+}
+
 impl Actor for Scheduler {
     type Context = Context<Self>;
 
@@ -248,12 +294,13 @@ impl Supervised for Scheduler {
 impl Handler<Tick> for Scheduler {
     type Result = ResponseActFuture<Self, usize>;
 
-    fn handle(&mut self, _msg: Tick, _ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, _msg: Tick, ctx: &mut Self::Context) -> Self::Result {
         if self.busy {
             return Box::pin(actix::fut::ready(0));
         }
         self.busy = true;
         let now = self.clock.now_unix_ns();
+        self.notice_clock_step(now, ctx);
         let read_back = self.config.read_back;
         let query = self.read.send(Query::new(0, move |p| {
             let last_runs = policy::last_backups_scheduled(p);

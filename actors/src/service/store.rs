@@ -66,6 +66,9 @@ pub struct AppendHealth {
     consecutive_failures: AtomicU64,
     failing_since_unix_ns: AtomicI64,
     reason: Mutex<Option<String>>,
+    /// Tests: the store refuses appends (as a full disk would) while set.
+    #[cfg(test)]
+    refuse: AtomicBool,
 }
 
 /// What [`AppendHealth`] says now.
@@ -111,6 +114,13 @@ impl AppendHealth {
         let n = self.consecutive_failures.fetch_add(1, Ordering::SeqCst) + 1;
         tracing::error!(consecutive_failures = n, reason = %reason, "an append to the event log failed");
         *self.reason.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason);
+    }
+
+    /// Tests: makes the store refuse appends (without touching the log)
+    /// until called again with `false`.
+    #[cfg(test)]
+    pub(crate) fn refuse_appends(&self, refuse: bool) {
+        self.refuse.store(refuse, Ordering::SeqCst);
     }
 
     /// The status now.
@@ -237,6 +247,12 @@ impl EventStore {
             ctx.address(),
         );
         Box::pin(async move {
+            #[cfg(test)]
+            if health.refuse.load(Ordering::SeqCst) {
+                let e = ServiceError::Unavailable("no space left on device (test)".into());
+                health.failed(e.to_string(), clock.now_unix_ns());
+                return Err(e);
+            }
             let res = tokio::task::spawn_blocking(move || write(&log))
                 .await
                 .map_err(ServiceError::from)

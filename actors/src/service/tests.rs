@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use vouch_events::{
-    Event, EventLog, JobId, LogOptions, PacksReadBack, RepositoryId, SharedLog, SledStore,
+    Event, EventLog, JobId, LogOptions, PacksReadBack, PointState, RepositoryId, SharedLog,
+    SledStore, SnapshotId, VerificationPassed, VerifyDepth,
 };
 
 use super::command::{JobCommand, JobFailure, JobOutput, RunJob, Workers};
@@ -734,7 +735,12 @@ async fn a_read_model_that_cannot_reopen_refuses_queries_until_it_does() {
     loop {
         match svc.query(0, |p| p.last_seq).await {
             Ok(seq) => {
-                assert_eq!(seq, last, "the reopened state is the log's");
+                // The alerter may have recorded `ReadModelUnavailable`
+                // meanwhile.
+                assert!(
+                    seq >= last && seq <= svc.last_seq(),
+                    "the reopened state is the log's: {seq}"
+                );
                 break;
             }
             Err(ServiceError::Unavailable(_)) => {
@@ -843,4 +849,811 @@ async fn an_evaluation_asked_for_during_another_does_not_raise_twice() {
             _ => {}
         }
     }
+}
+
+/// Flips one byte of the first occurrence of `marker` in the log's segment
+/// files; returns whether it was found.
+fn flip_in_segments(events_dir: &std::path::Path, marker: &[u8]) -> bool {
+    let mut entries: Vec<_> = std::fs::read_dir(events_dir)
+        .expect("log dir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        let Ok(mut bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        if let Some(at) = bytes.windows(marker.len()).position(|w| w == marker) {
+            bytes[at] ^= 0x20;
+            std::fs::write(&path, bytes).expect("write segment");
+            return true;
+        }
+    }
+    false
+}
+
+/// Review L4: the log's open only looks at its tail, so damage to an
+/// acknowledged event in the middle of the log went unseen. The scrub
+/// re-reads every committed record: a clean log is recorded as verified,
+/// a flipped byte in an old event as `service.log_scrubbed` naming its
+/// seq, and the alerter raises the critical `LogDamaged` alert.
+#[actix::test]
+async fn a_scrub_finds_damage_to_an_acknowledged_event_and_raises_log_damaged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let svc = service_with(
+        dir.path(),
+        worker,
+        Arc::new(crate::ManualClock::new(T0)),
+        ServiceConfig {
+            scrub_every: None,
+            ..ServiceConfig::default()
+        },
+    )
+    .await;
+    let marker = "marker-7f3a9c-in-the-middle";
+    let marked = svc
+        .append(vec![vouch_events::ServiceStarted {
+            version: marker.into(),
+        }
+        .into()])
+        .await
+        .expect("append")
+        .last_seq;
+    svc.append(vec![vouch_events::ServiceStarted {
+        version: "after".into(),
+    }
+    .into()])
+        .await
+        .expect("append");
+
+    let clean = svc.scrub_log().await.expect("scrub");
+    assert!(clean.ok(), "an intact log verifies: {clean:?}");
+    assert_eq!(clean.events, clean.through_seq, "every committed event");
+    assert!(clean.through_seq > marked);
+    assert_eq!(clean.damaged_seq, None);
+
+    assert!(
+        flip_in_segments(&dir.path().join("events"), marker.as_bytes()),
+        "the marker is in a segment"
+    );
+    let found = svc.scrub_log().await.expect("scrub");
+    assert!(!found.ok(), "the flipped byte is found: {found:?}");
+    assert_eq!(found.damaged_seq, Some(marked), "{found:?}");
+    assert_eq!(found.events, marked - 1, "the events before it verified");
+    svc.evaluate_alerts().await.expect("evaluate");
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let open: Vec<(String, vouch_events::Severity)> = svc
+            .query(0, |p| {
+                p.alerts
+                    .open()
+                    .map(|a| (a.subject.clone(), a.severity))
+                    .collect()
+            })
+            .await
+            .expect("query");
+        if open.iter().any(|(s, _)| s == "event log damaged") {
+            assert!(open.contains(&(
+                "event log damaged".to_owned(),
+                vouch_events::Severity::Critical
+            )));
+            break;
+        }
+        assert!(Instant::now() < until, "no LogDamaged alert: {open:?}");
+        actix::clock::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Review H2: every repository in use is reconciled with the log on the
+/// first tick after a start, not again on the next tick, and again once
+/// `reconcile_every` passed (by the service's clock).
+#[actix::test]
+async fn repositories_are_reconciled_at_start_and_every_reconcile_every() {
+    use super::scheduler::SchedulerConfig;
+    use vouch_events::{
+        JobKind, KeepPolicy, PlanCreated, PlanDefinition, PlanId, RestoreTestPolicy,
+        VerificationPolicy, VerifyDepth,
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(crate::ManualClock::new(T0));
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let day = Duration::from_secs(24 * 3600);
+    let svc = service_with(
+        dir.path(),
+        worker,
+        clock.clone(),
+        ServiceConfig {
+            scheduler: SchedulerConfig {
+                // Ticks come from the test only.
+                tick: Duration::from_secs(365 * 24 * 3600),
+                read_back: None,
+                reconcile_every: Some(day),
+                ..SchedulerConfig::default()
+            },
+            scrub_every: None,
+            ..ServiceConfig::default()
+        },
+    )
+    .await;
+    let seq = svc
+        .append(vec![PlanCreated {
+            plan: PlanId::new("docs"),
+            definition: PlanDefinition {
+                source: "/srv".into(),
+                schedule: "0 3 * * *".into(),
+                retention: KeepPolicy::default(),
+                verification: VerificationPolicy {
+                    after_backup: true,
+                    every: None,
+                    depth: VerifyDepth::Structure,
+                },
+                restore_test: RestoreTestPolicy {
+                    every: None,
+                    max_evidence_age: day,
+                    sample_files: None,
+                    full_every: None,
+                },
+                rpo: day,
+                repository: RepositoryId::new("main"),
+                paused: true,
+            },
+        }
+        .into()])
+        .await
+        .expect("plan")
+        .last_seq;
+    svc.query(seq, |_| ()).await.expect("folded");
+    let reconciles = |n: usize| {
+        move |events: &[Event]| {
+            let got: Vec<&RepositoryId> = events
+                .iter()
+                .filter_map(|e| match e {
+                    Event::JobScheduled(s) if s.kind == JobKind::Reconcile => {
+                        s.spec.repository.as_ref()
+                    }
+                    _ => None,
+                })
+                .collect();
+            (got.len() >= n).then_some(got.len())
+        }
+    };
+    // A tick answers with how many jobs it proposed (the plan is paused:
+    // only reconciliations).
+    assert_eq!(svc.tick().await.expect("tick"), 1, "the first tick");
+    assert_eq!(
+        wait_for(&svc, "the first reconcile", reconciles(1)).await,
+        1
+    );
+    assert_eq!(svc.tick().await.expect("tick"), 0, "not on the next tick");
+    clock.advance(crate::duration_to_ns(day / 2));
+    assert_eq!(
+        svc.tick().await.expect("tick"),
+        0,
+        "not before reconcile_every"
+    );
+    clock.advance(crate::duration_to_ns(day / 2));
+    assert_eq!(svc.tick().await.expect("tick"), 1, "after reconcile_every");
+    assert_eq!(
+        wait_for(&svc, "the periodic reconcile", reconciles(2)).await,
+        2
+    );
+}
+
+fn commit(point: SnapshotId) -> Event {
+    vouch_events::BackupCommitted {
+        job: None,
+        plan: None,
+        repository: RepositoryId::new("default"),
+        snapshot: point,
+        snapshot_time_unix_ns: T0,
+        summary: vouch_events::BackupSummary {
+            files: 1,
+            bytes: 1,
+            added_bytes: 1,
+            stored_bytes: 1,
+            duration_ms: 1,
+        },
+    }
+    .into()
+}
+
+/// L3: a worker's result must be about the job that ran. A verification
+/// of point A that returns a pass of point B, and one that returns the
+/// `job.finished` of another job, are refused: nothing they say is
+/// appended, the job failed with `foreign_result`, point B is untouched and
+/// point A, whose check ended without a verdict, is held at `unknown`.
+#[actix::test]
+async fn a_result_about_another_point_or_job_is_refused_and_the_job_fails() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (SnapshotId([0xa; 32]), SnapshotId([0xb; 32]));
+    let worker = ScriptedWorker {
+        answer: Box::new(move |n, msg| {
+            let events = if n == 1 {
+                vec![VerificationPassed {
+                    point: b,
+                    job: Some(msg.job.clone()),
+                    depth: VerifyDepth::Structure,
+                    bytes_read: 1,
+                    blobs_checked: 1,
+                }
+                .into()]
+            } else {
+                vec![vouch_events::JobFinished {
+                    job: JobId::new("someone-else"),
+                }
+                .into()]
+            };
+            Ok(JobOutput { events })
+        }),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let svc = service_with(
+        dir.path(),
+        worker,
+        Arc::new(crate::SystemClock),
+        ServiceConfig::default(),
+    )
+    .await;
+    svc.append(vec![commit(a), commit(b)])
+        .await
+        .expect("commit");
+    let verify = || JobCommand::Verify {
+        point: a,
+        plan: None,
+        repository: RepositoryId::new("default"),
+        depth: VerifyDepth::Structure,
+    };
+    for (i, expected) in ["about point", "names job someone-else"].iter().enumerate() {
+        let job = svc.enqueue(verify()).await.expect("enqueued");
+        let failed = wait_for(&svc, "job.failed", |events| {
+            events.iter().find_map(|e| match e {
+                Event::JobFailed(f) if f.job == job => Some(f.clone()),
+                _ => None,
+            })
+        })
+        .await;
+        assert_eq!(failed.error_kind, super::FOREIGN_RESULT, "run {i}");
+        assert!(!failed.retryable);
+        assert!(
+            failed.message.contains(expected),
+            "run {i}: {}",
+            failed.message
+        );
+    }
+    let events = svc.events(1, 10_000).await.expect("events");
+    assert!(
+        !events.iter().any(|e| matches!(
+            &e.event,
+            Event::VerificationPassed(_) | Event::JobFinished(_)
+        )),
+        "a refused result was appended: {events:#?}"
+    );
+    let (state_a, state_b, inconsistent) = svc
+        .query(svc.last_seq(), move |p| {
+            (
+                p.points.points.get(&a).map(|pt| pt.state),
+                p.points.points.get(&b).map(|pt| pt.state),
+                p.inconsistencies_total,
+            )
+        })
+        .await
+        .expect("query");
+    assert_eq!(state_b, Some(PointState::Unverified));
+    assert_eq!(state_a, Some(PointState::Unknown));
+    assert_eq!(inconsistent, 0);
+}
+
+/// A service whose periodic evaluations and ticks are an hour apart: only
+/// commits trigger evaluations in a test's time.
+fn slow_config() -> ServiceConfig {
+    let mut config = ServiceConfig::default();
+    config.scheduler.read_back = None;
+    config.scheduler.tick = Duration::from_secs(3600);
+    config.alerting.evaluate_every = Duration::from_secs(3600);
+    config
+}
+
+/// Open lead of the simulation (seed 95): the evaluation a commit triggers
+/// read the projections at the alerter's own last append, not at the
+/// commit. With the read model's copy of the batch dropped on a full
+/// mailbox, it read projections without the commit, and the incident stayed
+/// open until the next periodic evaluation.
+#[actix::test]
+async fn an_alert_resolves_within_the_commit_that_ends_its_incident() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let clock = crate::ManualClock::new(T0);
+    let svc = service_with(dir.path(), worker, Arc::new(clock.clone()), slow_config()).await;
+
+    svc.append(vec![damaged_read(true)]).await.expect("append");
+    let raised = wait_for(&svc, "alert.raised", |events| {
+        events.iter().find_map(|e| match e {
+            Event::AlertRaised(a) if a.rule == "ReadBackDamaged" => Some(a.alert.clone()),
+            _ => None,
+        })
+    })
+    .await;
+
+    // Hold the read model on a query and fill its mailbox: the store's
+    // fan-out of the next batch to it is dropped.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let read = svc.read_model().clone();
+    let holding = read.send(super::read_model::Query::new(0, move |_| {
+        let _ = held.recv_timeout(Duration::from_secs(30));
+    }));
+    let holding = actix::spawn(holding);
+    let mut filled = 0;
+    while read
+        .try_send(super::read_model::Query::new(0, |_| ()))
+        .is_ok()
+    {
+        filled += 1;
+        assert!(filled < 100_000, "the read model's mailbox never filled");
+    }
+    // The first batch takes the store's own slot in the full mailbox
+    // (actix lets each sender past a full mailbox once); the later ones,
+    // the last of which ends the incident, are dropped. Each is waited
+    // for on the live stream, which the store feeds just before it hands
+    // the batch to its subscribers.
+    let mut live = svc.subscribe_events();
+    for i in 0..4 {
+        if i == 3 {
+            clock.advance(crate::NANOS_PER_SEC);
+        }
+        let event: Event = if i == 3 {
+            damaged_read(false)
+        } else {
+            vouch_events::ServiceStarted {
+                version: "filler".into(),
+            }
+            .into()
+        };
+        let receipt = svc.append(vec![event]).await.expect("append");
+        while live.recv().await.expect("live").seq < receipt.last_seq {}
+    }
+    // The store's hand-over to its subscribers follows the live stream at
+    // once, on its own thread.
+    actix::clock::sleep(Duration::from_millis(100)).await;
+    release.send(()).expect("release");
+    let _ = holding.await;
+
+    wait_for(&svc, "alert.resolved", |events| {
+        events.iter().find_map(|e| match e {
+            Event::AlertResolved(r) if r.alert == raised => Some(()),
+            _ => None,
+        })
+    })
+    .await;
+}
+
+/// A failed read of the projections (the read model cannot reopen) is
+/// tried again with a backoff: the commit's resolution is not left to the
+/// next periodic evaluation.
+#[actix::test]
+async fn an_evaluation_that_could_not_read_the_projections_is_retried() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let clock = crate::ManualClock::new(T0);
+    let config = ServiceConfig {
+        checkpoint_every: Duration::from_millis(20),
+        ..slow_config()
+    };
+    let svc = service_with(dir.path(), worker, Arc::new(clock.clone()), config).await;
+    svc.append(vec![damaged_read(true)]).await.expect("append");
+    let raised = wait_for(&svc, "alert.raised", |events| {
+        events.iter().find_map(|e| match e {
+            Event::AlertRaised(a) if a.rule == "ReadBackDamaged" => Some(a.alert.clone()),
+            _ => None,
+        })
+    })
+    .await;
+    // A checkpoint of the read store holds the alert (so a reopen over an
+    // empty log is refused as the read store being ahead).
+    actix::clock::sleep(Duration::from_millis(300)).await;
+
+    // The read model fails and cannot reopen (its log is out of reach).
+    let events = dir.path().join("events");
+    let aside = dir.path().join("events-aside");
+    std::fs::rename(&events, &aside).expect("move the log away");
+    std::fs::create_dir(&events).expect("empty log directory");
+    let panicked = svc
+        .query(0, |_| -> u64 { panic!("simulated panic while folding") })
+        .await;
+    assert!(panicked.is_err());
+    assert!(matches!(
+        svc.query(0, |p| p.last_seq).await,
+        Err(ServiceError::Unavailable(_))
+    ));
+    // The commit that ends the incident: its evaluation cannot read.
+    clock.advance(crate::NANOS_PER_SEC);
+    std::fs::remove_dir(&events).expect("rmdir");
+    std::fs::rename(&aside, &events).expect("move the log back");
+    svc.append(vec![damaged_read(false)]).await.expect("append");
+
+    wait_for(&svc, "alert.resolved", |events| {
+        events.iter().find_map(|e| match e {
+            Event::AlertResolved(r) if r.alert == raised => Some(()),
+            _ => None,
+        })
+    })
+    .await;
+}
+
+fn receiver(url: String) -> super::alerting::Receiver {
+    super::alerting::Receiver {
+        name: "hook".into(),
+        url,
+        format: super::alerting::WebhookFormat::Json,
+        max_attempts: 3,
+        retry_initial: Duration::from_millis(50),
+        timeout: Duration::from_secs(5),
+    }
+}
+
+/// The JSON bodies of `rule` with `status`.
+fn bodies_of(
+    bodies: &std::sync::Mutex<Vec<serde_json::Value>>,
+    rule: &str,
+    status: &str,
+) -> Vec<serde_json::Value> {
+    bodies
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter(|b| b["alert"]["rule"] == rule && b["status"] == status)
+        .cloned()
+        .collect()
+}
+
+async fn wait_for_rule(
+    bodies: &std::sync::Mutex<Vec<serde_json::Value>>,
+    rule: &str,
+    status: &str,
+) -> serde_json::Value {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(b) = bodies_of(bodies, rule, status).pop() {
+            return b;
+        }
+        assert!(
+            Instant::now() < until,
+            "no {status} {rule} arrived: {:#?}",
+            bodies.lock().expect("lock")
+        );
+        actix::clock::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// M10: while the log refuses appends, receivers are told (the alert
+/// cannot be recorded); once it takes writes again the alert is recorded
+/// with its resolution and receivers are told it is resolved, once each.
+#[actix::test]
+async fn a_log_that_refuses_appends_alerts_the_receivers_and_records_it_afterwards() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (url, bodies) = webhook().await;
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let mut config = slow_config();
+    config.alerting.receivers = vec![receiver(url)];
+    let clock = crate::ManualClock::new(T0);
+    let svc = service_with(dir.path(), worker, Arc::new(clock.clone()), config).await;
+
+    let health = svc.append_health_for_tests();
+    health.refuse_appends(true);
+    assert!(svc.append(vec![damaged_read(false)]).await.is_err());
+    assert!(!svc.append_status().healthy);
+    svc.evaluate_alerts().await.expect("evaluate");
+    let firing = wait_for_rule(&bodies, "LogNotWritable", "firing").await;
+    assert_eq!(firing["alert"]["severity"], "critical");
+    // Evaluations while it lasts neither record nor deliver it again.
+    clock.advance(crate::NANOS_PER_SEC);
+    svc.evaluate_alerts().await.expect("evaluate");
+    svc.evaluate_alerts().await.expect("evaluate");
+    let in_log = |events: &[Event]| {
+        events
+            .iter()
+            .any(|e| matches!(e, Event::AlertRaised(a) if a.rule == "LogNotWritable"))
+    };
+    let events: Vec<Event> = svc
+        .events(1, 10_000)
+        .await
+        .expect("events")
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    assert!(!in_log(&events), "it could not be recorded");
+
+    // The disk has room again: another append goes through first.
+    health.refuse_appends(false);
+    clock.advance(crate::NANOS_PER_SEC);
+    svc.append(vec![damaged_read(false)]).await.expect("append");
+    let resolved = wait_for_rule(&bodies, "LogNotWritable", "resolved").await;
+    assert_eq!(resolved["alert"]["alert"], firing["alert"]["alert"]);
+    let id = firing["alert"]["alert"].as_str().expect("id").to_owned();
+    let (raised, ended) = wait_for(&svc, "the alert recorded and resolved", |events| {
+        let raised = events
+            .iter()
+            .filter(|e| matches!(e, Event::AlertRaised(a) if a.alert.as_str() == id))
+            .count();
+        let ended = events
+            .iter()
+            .filter(|e| matches!(e, Event::AlertResolved(r) if r.alert.as_str() == id))
+            .count();
+        (raised > 0 && ended > 0).then_some((raised, ended))
+    })
+    .await;
+    assert_eq!((raised, ended), (1, 1));
+    actix::clock::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        bodies_of(&bodies, "LogNotWritable", "firing").len(),
+        1,
+        "{:#?}",
+        bodies.lock().expect("lock")
+    );
+    assert_eq!(bodies_of(&bodies, "LogNotWritable", "resolved").len(), 1);
+}
+
+/// M10: a read model that refuses queries (it could not be reopened) is an
+/// alert, raised without it, and resolved once it answers again.
+#[actix::test]
+async fn a_read_model_that_refuses_queries_raises_an_alert_without_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (url, bodies) = webhook().await;
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let mut config = ServiceConfig {
+        checkpoint_every: Duration::from_millis(20),
+        ..slow_config()
+    };
+    config.alerting.receivers = vec![receiver(url)];
+    let clock = crate::ManualClock::new(T0);
+    let svc = service_with(dir.path(), worker, Arc::new(clock.clone()), config).await;
+    svc.append(vec![damaged_read(false)]).await.expect("append");
+    // A checkpoint ahead of an empty log makes a reopen fail.
+    actix::clock::sleep(Duration::from_millis(300)).await;
+    assert_eq!(svc.read_model_unavailable(), None);
+
+    let events = dir.path().join("events");
+    let aside = dir.path().join("events-aside");
+    std::fs::rename(&events, &aside).expect("move the log away");
+    std::fs::create_dir(&events).expect("empty log directory");
+    assert!(svc
+        .query(0, |_| -> u64 { panic!("simulated panic while folding") })
+        .await
+        .is_err());
+    assert!(matches!(
+        svc.query(0, |p| p.last_seq).await,
+        Err(ServiceError::Unavailable(_))
+    ));
+    assert!(svc.read_model_unavailable().is_some());
+    std::fs::remove_dir(&events).expect("rmdir");
+    std::fs::rename(&aside, &events).expect("move the log back");
+    svc.evaluate_alerts().await.expect("evaluate");
+    let firing = wait_for_rule(&bodies, "ReadModelUnavailable", "firing").await;
+    assert_eq!(firing["alert"]["severity"], "critical");
+    let id = firing["alert"]["alert"].as_str().expect("id").to_owned();
+    wait_for(&svc, "the alert recorded", |events| {
+        events
+            .iter()
+            .any(|e| matches!(e, Event::AlertRaised(a) if a.alert.as_str() == id))
+            .then_some(())
+    })
+    .await;
+    // The alerter restarts while the read model is still out: what is open
+    // comes from the log, so it does not raise the alert a second time.
+    assert!(svc.alerter().send(PanicNow).await.is_err());
+    actix::clock::sleep(Duration::from_millis(200)).await;
+    svc.evaluate_alerts().await.expect("evaluate");
+    actix::clock::sleep(Duration::from_millis(200)).await;
+    assert!(svc.read_model_unavailable().is_some(), "still out");
+    // Reopened (every 5 s): resolved by the retried evaluation.
+    let resolved = wait_for_rule(&bodies, "ReadModelUnavailable", "resolved").await;
+    let raises = svc
+        .events(1, 10_000)
+        .await
+        .expect("events")
+        .into_iter()
+        .filter(|e| matches!(&e.event, Event::AlertRaised(a) if a.rule == "ReadModelUnavailable"))
+        .count();
+    assert_eq!(raises, 1, "one alert for one incident");
+    assert_eq!(resolved["alert"]["alert"], firing["alert"]["alert"]);
+    assert_eq!(svc.read_model_unavailable(), None);
+    assert_eq!(
+        bodies_of(&bodies, "ReadModelUnavailable", "firing").len(),
+        1
+    );
+}
+
+/// M8 while running: the wall clock going back more than a minute between
+/// two ticks of the scheduler is recorded once as `service.clock_stepped`
+/// and raises a `ClockStepped` alert; moving forward records nothing.
+#[actix::test]
+async fn a_clock_stepping_back_while_running_is_recorded_once_and_alerts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let clock = crate::ManualClock::new(T0);
+    let svc = service_with(dir.path(), worker, Arc::new(clock.clone()), slow_config()).await;
+    let steps = |events: &[vouch_events::Envelope]| -> Vec<vouch_events::ClockStepped> {
+        events
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::ClockStepped(c) => Some(c.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    svc.tick().await.expect("tick");
+    clock.advance(3_600 * crate::NANOS_PER_SEC);
+    svc.tick().await.expect("tick");
+    // Back by less than the tolerance: nothing.
+    clock.set(T0 + 3_550 * crate::NANOS_PER_SEC);
+    svc.tick().await.expect("tick");
+    let events = svc.events(1, 10_000).await.expect("events");
+    assert!(steps(&events).is_empty(), "{:?}", steps(&events));
+
+    // Back by ten minutes.
+    clock.set(T0 + 2_950 * crate::NANOS_PER_SEC);
+    svc.tick().await.expect("tick");
+    clock.advance(crate::NANOS_PER_SEC);
+    svc.tick().await.expect("tick");
+    let raised = wait_for(&svc, "the ClockStepped alert", |events| {
+        events.iter().find_map(|e| match e {
+            Event::AlertRaised(a) if a.rule == "ClockStepped" => Some(a.clone()),
+            _ => None,
+        })
+    })
+    .await;
+    assert_eq!(raised.severity, vouch_events::Severity::Warning);
+    let events = svc.events(1, 10_000).await.expect("events");
+    let got = steps(&events);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].previous_unix_ns, T0 + 3_550 * crate::NANOS_PER_SEC);
+    assert_eq!(got[0].now_unix_ns, T0 + 2_950 * crate::NANOS_PER_SEC);
+}
+
+fn docs_plan() -> Event {
+    use vouch_events::{
+        KeepPolicy, PlanCreated, PlanDefinition, PlanId, RestoreTestPolicy, VerificationPolicy,
+        VerifyDepth,
+    };
+    PlanCreated {
+        plan: PlanId::new("docs"),
+        definition: PlanDefinition {
+            source: "/srv".into(),
+            schedule: "hourly".into(),
+            retention: KeepPolicy::default(),
+            verification: VerificationPolicy {
+                after_backup: false,
+                every: None,
+                depth: VerifyDepth::Structure,
+            },
+            restore_test: RestoreTestPolicy {
+                every: None,
+                max_evidence_age: Duration::from_secs(3600),
+                sample_files: None,
+                full_every: None,
+            },
+            rpo: Duration::from_secs(3600),
+            repository: RepositoryId::new("main"),
+            paused: true,
+        },
+    }
+    .into()
+}
+
+/// A plan `unknown` for longer than its RPO alerts even when the alerter
+/// (or the service) restarted meanwhile: the timer is derived from the
+/// log, not kept in memory.
+#[actix::test]
+async fn a_plan_unproven_across_an_alerter_restart_still_alerts_after_its_rpo() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let clock = crate::ManualClock::new(T0);
+    let svc = service_with(dir.path(), worker, Arc::new(clock.clone()), slow_config()).await;
+    svc.append(vec![
+        docs_plan(),
+        vouch_events::BackupCommitted {
+            job: None,
+            plan: Some(vouch_events::PlanId::new("docs")),
+            repository: RepositoryId::new("main"),
+            snapshot: vouch_events::SnapshotId([1; 32]),
+            snapshot_time_unix_ns: T0,
+            summary: vouch_events::BackupSummary {
+                files: 3,
+                ..Default::default()
+            },
+        }
+        .into(),
+    ])
+    .await
+    .expect("append");
+    let unproven = |events: &[Event]| {
+        events
+            .iter()
+            .any(|e| matches!(e, Event::AlertRaised(a) if a.rule == "PlanNotProven"))
+    };
+    let status = svc
+        .query(svc.last_seq(), move |p| {
+            p.plan_protection(&vouch_events::PlanId::new("docs"), T0)
+                .status
+        })
+        .await
+        .expect("query");
+    assert!(
+        matches!(
+            status,
+            vouch_events::Protection::Unknown | vouch_events::Protection::AtRisk
+        ),
+        "{status:?}"
+    );
+
+    // Half the RPO later, the alerter fails and is restarted.
+    clock.advance(1_800 * crate::NANOS_PER_SEC);
+    svc.evaluate_alerts().await.expect("evaluate");
+    assert!(svc.alerter().send(PanicNow).await.is_err());
+    actix::clock::sleep(Duration::from_millis(200)).await;
+    let events: Vec<Event> = svc
+        .events(1, 10_000)
+        .await
+        .expect("events")
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    assert!(!unproven(&events), "not yet an RPO long");
+    // A newer backup keeps a point within the RPO: still no restore test.
+    svc.append(vec![vouch_events::BackupCommitted {
+        job: None,
+        plan: Some(vouch_events::PlanId::new("docs")),
+        repository: RepositoryId::new("main"),
+        snapshot: vouch_events::SnapshotId([2; 32]),
+        snapshot_time_unix_ns: T0 + 1_800 * crate::NANOS_PER_SEC,
+        summary: vouch_events::BackupSummary {
+            files: 3,
+            ..Default::default()
+        },
+    }
+    .into()])
+        .await
+        .expect("append");
+
+    // Past the RPO since the plan was created: the alert fires.
+    clock.advance(1_900 * crate::NANOS_PER_SEC);
+    svc.evaluate_alerts().await.expect("evaluate");
+    wait_for(&svc, "PlanNotProven", |events| {
+        unproven(events).then_some(())
+    })
+    .await;
 }

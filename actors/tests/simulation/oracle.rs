@@ -208,8 +208,6 @@ struct PlanFacts {
     definition: PlanDefinition,
     /// Seq of the creation or the last change of source or repository.
     epoch: u64,
-    /// An unreadable job/plan/backup/repository event may be about it.
-    capped_by: Option<u64>,
 }
 
 /// The facts of a log, gathered in one pass.
@@ -219,6 +217,11 @@ pub struct Facts {
     plans: BTreeMap<PlanId, PlanFacts>,
     /// Unreadable events that may be about any plan.
     all_capped_by: Option<u64>,
+    /// The first unreadable job/plan/backup event about each plan (by the
+    /// rules of `docs/events.md`, M6: the plan it names or its job's).
+    plan_caps: HashMap<PlanId, u64>,
+    /// Job id -> (kind, point, plan, started without a verdict yet).
+    jobs: HashMap<String, (JobKind, Option<SnapshotId>, Option<PlanId>, bool)>,
 }
 
 /// The point id a payload starts with (the documented rule for unknown
@@ -255,13 +258,22 @@ impl Facts {
     /// changes nothing, by the documented rule.
     pub fn gather(envs: &[Envelope], skip: &BTreeSet<u64>) -> Facts {
         let mut f = Facts::default();
-        // job -> (kind, point, plan, started)
-        let mut jobs: HashMap<String, (JobKind, Option<SnapshotId>, Option<PlanId>, bool)> =
-            HashMap::new();
         for env in envs {
+            f.apply(env, skip.contains(&env.seq));
+        }
+        f
+    }
+
+    /// Folds one more event (in seq order); `skipped`: the projection
+    /// found it inconsistent. The fast tier folds its facts this way, one
+    /// event at a time, instead of gathering the whole log every step.
+    pub fn apply(&mut self, env: &Envelope, skipped: bool) {
+        let mut jobs = std::mem::take(&mut self.jobs);
+        let f: &mut Facts = self;
+        {
             let seq = env.seq;
             let neg = |f: &mut Facts, point: &SnapshotId, kind: Neg| {
-                if skip.contains(&seq) {
+                if skipped {
                     return;
                 }
                 if let Some(p) = f.points.get_mut(point) {
@@ -278,7 +290,7 @@ impl Facts {
                 Event::RestoreTestFailed(e) => e.job.as_ref(),
                 _ => None,
             };
-            if let Some(j) = verdict_job.filter(|_| !skip.contains(&seq)) {
+            if let Some(j) = verdict_job.filter(|_| !skipped) {
                 if let Some(entry) = jobs.get_mut(j.as_str()) {
                     entry.3 = false;
                 }
@@ -299,31 +311,31 @@ impl Facts {
                         ..Default::default()
                     });
                 }
-                Event::VerificationPassed(e) if !skip.contains(&seq) => {
+                Event::VerificationPassed(e) if !skipped => {
                     if let Some(p) = f.points.get_mut(&e.point) {
                         p.verify_passes.push((seq, e.depth));
                     }
                 }
-                Event::RestoreTestPassed(e) if !skip.contains(&seq) => {
+                Event::RestoreTestPassed(e) if !skipped => {
                     if let Some(p) = f.points.get_mut(&e.point) {
                         let vacuous = e.evidence.files == 0 || e.evidence.digests_compared == 0;
                         p.restore_passes.push((seq, vacuous, e.evidence.complete));
                     }
                 }
                 Event::VerificationFailed(e) => {
-                    neg(&mut f, &e.point, Neg::Verdict);
-                    if let Some(p) = f.points.get_mut(&e.point).filter(|_| !skip.contains(&seq)) {
+                    neg(f, &e.point, Neg::Verdict);
+                    if let Some(p) = f.points.get_mut(&e.point).filter(|_| !skipped) {
                         p.verify_fails.push((seq, e.depth));
                     }
                 }
                 Event::RestoreTestFailed(e) => {
-                    neg(&mut f, &e.point, Neg::Verdict);
-                    if let Some(p) = f.points.get_mut(&e.point).filter(|_| !skip.contains(&seq)) {
+                    neg(f, &e.point, Neg::Verdict);
+                    if let Some(p) = f.points.get_mut(&e.point).filter(|_| !skipped) {
                         p.restore_fails.push(seq);
                     }
                 }
-                Event::PointVanished(e) => neg(&mut f, &e.point, Neg::Vanished),
-                Event::PointForgotten(e) if !skip.contains(&seq) => {
+                Event::PointVanished(e) => neg(f, &e.point, Neg::Vanished),
+                Event::PointForgotten(e) if !skipped => {
                     if let Some(p) = f.points.get_mut(&e.point) {
                         p.forgotten = true;
                     }
@@ -350,7 +362,7 @@ impl Facts {
                     };
                     if let Some(&(kind, Some(point), _, true)) = jobs.get(&id) {
                         if matches!(kind, JobKind::Verify | JobKind::RestoreTest) {
-                            neg(&mut f, &point, Neg::CheckJob);
+                            neg(f, &point, Neg::CheckJob);
                         }
                     }
                 }
@@ -365,19 +377,18 @@ impl Facts {
                             .collect(),
                     };
                     for id in hit {
-                        neg(&mut f, &id, Neg::ReadBack);
+                        neg(f, &id, Neg::ReadBack);
                     }
                 }
                 // A plan event that does not fit (created twice, changed
                 // while it does not exist) changes nothing.
-                Event::PlanCreated(_) | Event::PlanChanged(_) if skip.contains(&seq) => {}
+                Event::PlanCreated(_) | Event::PlanChanged(_) if skipped => {}
                 Event::PlanCreated(e) => {
                     f.plans.insert(
                         e.plan.clone(),
                         PlanFacts {
                             definition: e.definition.clone(),
                             epoch: seq,
-                            capped_by: None,
                         },
                     );
                 }
@@ -396,34 +407,38 @@ impl Facts {
                     match family {
                         "verification" | "restore_test" | "point" | "anomaly" => {
                             if let Some(id) = leading_point(&u.payload) {
-                                neg(&mut f, &id, Neg::Unknown);
+                                neg(f, &id, Neg::Unknown);
                             }
                         }
-                        "job" | "plan" | "backup" | "repository" => {
-                            let named = leading_str(&u.payload);
-                            let plan = named.as_ref().and_then(|s| {
-                                if f.plans.contains_key(&PlanId::new(s.as_str())) {
-                                    Some(Some(PlanId::new(s.as_str())))
-                                } else {
-                                    jobs.get(s).map(|j| j.2.clone())
+                        // The plan it names, whether or not it exists
+                        // yet (the cap outlives a removal and a
+                        // re-creation: the event stays in the log).
+                        "plan" => match leading_str(&u.payload) {
+                            Some(s) => {
+                                f.plan_caps.entry(PlanId::new(s.as_str())).or_insert(seq);
+                            }
+                            None => f.all_capped_by = Some(seq),
+                        },
+                        // Its job's plan; a job of no plan is about no
+                        // plan; a job the log does not know, about any.
+                        "job" | "backup" => {
+                            match leading_str(&u.payload).map(|s| jobs.get(&s).map(|j| j.2.clone()))
+                            {
+                                Some(Some(Some(plan))) => {
+                                    f.plan_caps.entry(plan).or_insert(seq);
                                 }
-                            });
-                            match plan {
-                                Some(Some(plan)) => {
-                                    if let Some(p) = f.plans.get_mut(&plan) {
-                                        p.capped_by = Some(seq);
-                                    }
-                                }
+                                Some(Some(None)) => {}
                                 _ => f.all_capped_by = Some(seq),
                             }
                         }
+                        "repository" => f.all_capped_by = Some(seq),
                         _ => {}
                     }
                 }
                 _ => {}
             }
         }
-        f
+        f.jobs = jobs;
     }
 }
 
@@ -432,9 +447,14 @@ impl Facts {
 /// point recorded after its epoch (its creation, re-creation, or last
 /// change of source or repository: M7), nor while an unreadable event may
 /// be about it (M6).
-pub fn safety(envs: &[Envelope], p: &Projections, _now: i64) -> Vec<Violation> {
+pub fn safety(envs: &[Envelope], p: &Projections, now: i64) -> Vec<Violation> {
     let skip: BTreeSet<u64> = p.inconsistencies.iter().map(|i| i.at.seq).collect();
-    let facts = Facts::gather(envs, &skip);
+    safety_of(&Facts::gather(envs, &skip), p, now)
+}
+
+/// [`safety`] over facts already gathered (the fast tier folds them one
+/// event at a time).
+pub fn safety_of(facts: &Facts, p: &Projections, _now: i64) -> Vec<Violation> {
     let mut out = Vec::new();
     for (id, pt) in &p.points.points {
         if pt.state != PointState::Recoverable {
@@ -477,7 +497,7 @@ pub fn safety(envs: &[Envelope], p: &Projections, _now: i64) -> Vec<Violation> {
             ));
             continue;
         };
-        if let Some(at) = pf.capped_by.or(facts.all_capped_by) {
+        if let Some(at) = facts.plan_caps.get(id).copied().or(facts.all_capped_by) {
             out.push(violation(
                 "plan-safety",
                 &["M6"],
@@ -562,13 +582,26 @@ pub fn monotone(what: &str, without: &Projections, with: &Projections, now: i64)
 /// One alert per incident: never two open for one subject, never resolved
 /// twice (read from the log).
 pub fn alerts_in_log(envs: &[Envelope]) -> Vec<Violation> {
-    let mut open: HashMap<String, String> = HashMap::new();
-    let mut subject_of: HashMap<String, String> = HashMap::new();
-    let mut out = Vec::new();
-    for env in envs {
+    let mut log = AlertLog::default();
+    envs.iter().flat_map(|env| log.apply(env)).collect()
+}
+
+/// [`alerts_in_log`] one event at a time: the alerts open by the log.
+#[derive(Clone, Debug, Default)]
+pub struct AlertLog {
+    /// Subject -> the open alert's id.
+    open: HashMap<String, String>,
+    /// Alert id -> its subject.
+    subject_of: HashMap<String, String>,
+}
+
+impl AlertLog {
+    /// Folds one event; what it breaks.
+    pub fn apply(&mut self, env: &Envelope) -> Vec<Violation> {
+        let mut out = Vec::new();
         match &env.event {
             Event::AlertRaised(a) => {
-                if let Some(other) = open.get(&a.subject) {
+                if let Some(other) = self.open.get(&a.subject) {
                     out.push(violation(
                         "alerts",
                         &["L5"],
@@ -578,14 +611,15 @@ pub fn alerts_in_log(envs: &[Envelope]) -> Vec<Violation> {
                         ),
                     ));
                 }
-                open.insert(a.subject.clone(), a.alert.to_string());
-                subject_of.insert(a.alert.to_string(), a.subject.clone());
+                self.open.insert(a.subject.clone(), a.alert.to_string());
+                self.subject_of
+                    .insert(a.alert.to_string(), a.subject.clone());
             }
             Event::AlertResolved(r) => {
-                let subject = subject_of.get(r.alert.as_str()).cloned();
+                let subject = self.subject_of.get(r.alert.as_str()).cloned();
                 match subject {
-                    Some(s) if open.get(&s).map(String::as_str) == Some(r.alert.as_str()) => {
-                        open.remove(&s);
+                    Some(s) if self.open.get(&s).map(String::as_str) == Some(r.alert.as_str()) => {
+                        self.open.remove(&s);
                     }
                     // The alerter's re-evaluation reads projections that
                     // do not hold its own last batch yet (a stale read, L5).
@@ -598,8 +632,8 @@ pub fn alerts_in_log(envs: &[Envelope]) -> Vec<Violation> {
             }
             _ => {}
         }
+        out
     }
-    out
 }
 
 /// After an evaluation, the open alerts are exactly the open incidents:

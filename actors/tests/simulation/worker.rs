@@ -10,14 +10,7 @@ use tokio::sync::oneshot;
 use vouch_actors::service::{CancelToken, JobCommand, JobFailure, JobOutput, RunJob};
 use vouch_events::JobId;
 
-/// How the simulator ends a job.
-pub enum Ending {
-    /// The worker answers this.
-    Answer(Result<JobOutput, JobFailure>),
-    /// The job's future panics: its answer never comes (the dispatcher sees
-    /// the worker's reply dropped).
-    Panic,
-}
+pub use super::outcome::Ending;
 
 /// A job waiting for its ending.
 pub struct Pending {

@@ -17,23 +17,22 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use vouch_actors::service::{
-    start, AlertFacts, AlertingConfig, DispatchConfig, JobCommand, JobFailure, JobOutput,
-    ReadBackWindow, SchedulerConfig, ServiceConfig, ServiceHandle, Workers,
+    start, ActorName, AlertFacts, AlertingConfig, DispatchConfig, ReadBackWindow, SchedulerConfig,
+    ServiceConfig, ServiceHandle, Workers,
 };
 use vouch_actors::BackoffPolicy;
 use vouch_events::{
-    BackupCommitted, BackupSummary, Envelope, Event, EventError, EventLog, JobFailed, JobId,
-    JobKind, JobScheduled, JobStarted, KeepPolicy, LogOptions, PacksReadBack, PlanChanged,
-    PlanCreated, PlanDefinition, PlanId, PlanRemoved, PointForgotten, PointVanished, Projections,
-    Recorded, RepositoryId, RestoreEvidence, RestoreTestFailed, RestoreTestPassed,
-    RestoreTestPolicy, RestoreTestStarted, SharedLog, SledStore, SnapshotId, UnknownEvent,
-    VerificationFailed, VerificationPassed, VerificationPolicy, VerificationStarted, VerifyDepth,
+    Envelope, EventError, EventLog, KeepPolicy, LogOptions, PlanChanged, PlanCreated,
+    PlanDefinition, PlanId, PlanRemoved, PointVanished, Projections, Recorded, RepositoryId,
+    RestoreTestPolicy, SharedLog, SledStore, SnapshotId, SyncFault, VerificationPolicy,
+    VerifyDepth,
 };
 
 use super::disk::{power_cut, read_log, read_log_from, Cut};
 use super::oracle::{self, Violation};
+use super::outcome::{self, hex};
 use super::rng::Rng;
-use super::worker::{Ending, Inbox, SimWorker};
+use super::worker::{Inbox, SimWorker};
 
 const HOUR: u64 = 3600;
 const START_NS: i64 = 1_800_000_000 * 1_000_000_000;
@@ -100,6 +99,10 @@ enum Action {
     Restart,
     Crash,
     PowerCut(Cut),
+    /// One actor panics in a handler; its supervisor restarts it.
+    Panic(ActorName),
+    /// The log's next syncs fail (an fsync error, a full disk).
+    SyncFaults(usize, SyncFault),
 }
 
 enum End {
@@ -140,6 +143,10 @@ pub struct World {
     /// holding CI.
     began: std::time::Instant,
     budget: Duration,
+    /// Sync faults were armed in this lifetime: the checks re-read the
+    /// whole log (a failed append cuts the segment back; it must never cut
+    /// an acknowledged record).
+    faults_armed: bool,
     /// `VOUCH_SIM_SERVICE_EVALUATES=1`: the harness asks for an
     /// evaluation before a check only after an `Advance`.
     service_evaluates: bool,
@@ -191,8 +198,21 @@ fn config() -> ServiceConfig {
             external_url: String::new(),
         },
         checkpoint_every: vouch_actors::service::CHECKPOINT_EVERY,
-        restart: policy(1, 60),
+        // A restarted actor waits 1 ms (doubling, at most a minute; a
+        // quiet minute resets it): the event store and the read model
+        // wait it out in real time on their own arbiters.
+        restart: BackoffPolicy::new(
+            Duration::from_millis(1),
+            2,
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+        )
+        .expect("restart policy"),
         version: "simulation".into(),
+        // The scrub runs on the blocking pool outside any append the
+        // settle rounds wait for; it is tested on its own
+        // (`a_scrub_finds_damage_to_an_acknowledged_event_and_raises_log_damaged`).
+        scrub_every: None,
     }
 }
 
@@ -230,6 +250,7 @@ impl World {
             injected: 0,
             last_cut: None,
             repair: false,
+            faults_armed: false,
             began: std::time::Instant::now(),
             service_evaluates: std::env::var("VOUCH_SIM_SERVICE_EVALUATES").is_ok_and(|v| v == "1"),
             budget: Duration::from_secs(
@@ -252,6 +273,10 @@ impl World {
             eprintln!("seed {} step {}: {line}", self.seed, self.step);
         }
         self.report.trace.push(format!("{}: {line}", self.step));
+    }
+
+    fn plan_ids(&self) -> Vec<PlanId> {
+        self.plans.iter().map(|p| p.0.clone()).collect()
     }
 
     fn found(&mut self, v: Violation) {
@@ -567,6 +592,8 @@ impl World {
             2,                        // 11 restart
             2,                        // 12 crash
             2,                        // 13 power cut
+            3,                        // 14 one actor panics
+            2,                        // 15 appends fail for a while
         ];
         match self.rng.weighted(&weights) {
             0 => Action::Complete(self.rng.below(pending)),
@@ -589,7 +616,24 @@ impl World {
             10 => Action::Unknown,
             11 => Action::Restart,
             12 => Action::Crash,
-            _ => Action::PowerCut(Cut::draw(&mut self.rng)),
+            13 => Action::PowerCut(Cut::draw(&mut self.rng)),
+            15 => Action::SyncFaults(
+                1 + self.rng.below(4),
+                [SyncFault::Eio, SyncFault::Enospc][self.rng.below(2)],
+            ),
+            _ => {
+                // Every supervised actor: the event store and the read
+                // model on their own arbiters, the others on this runtime.
+                Action::Panic(
+                    [
+                        ActorName::EventStore,
+                        ActorName::ReadModel,
+                        ActorName::Dispatcher,
+                        ActorName::Scheduler,
+                        ActorName::Alerter,
+                    ][self.rng.below(5)],
+                )
+            }
         }
     }
 
@@ -671,7 +715,14 @@ impl World {
             }
             Action::Complete(i) => {
                 let Some(p) = sim.inbox.take(i) else { return };
-                let ending = self.ending(&p.job, &p.command, p.cancel.is_cancelled(), now);
+                let ending = outcome::ending(
+                    &mut self.rng,
+                    &self.proj,
+                    &p.job,
+                    &p.command,
+                    p.cancel.is_cancelled(),
+                    now,
+                );
                 p.end(ending);
             }
             Action::ChangePlan(plan, source) => {
@@ -731,409 +782,60 @@ impl World {
             }
             Action::Unknown => {
                 self.unknown_injected = true;
-                let ev = self.unknown_event(&self.proj.clone());
+                let plans: Vec<PlanId> = self.plans.iter().map(|p| p.0.clone()).collect();
+                let ev = outcome::unknown_event(&mut self.rng, &plans, &self.proj);
                 self.note(format!("a newer build wrote {}", ev.event_type()));
                 let _ = sim.svc.append(vec![ev]).await;
+            }
+            Action::SyncFaults(n, fault) => {
+                // The next `n` appends that reach the disk fail; later
+                // steps use up what this one leaves.
+                sim.log.sync_faults().fail_next(n, fault);
+                self.faults_armed = true;
+            }
+            Action::Panic(actor) => {
+                let r = sim.svc.panic_actor(actor).await;
+                self.note(format!("the {actor:?} panicked: {r:?}"));
+                if let Err(e) = r {
+                    self.found(Violation {
+                        oracle: "panic",
+                        findings: BTreeSet::new(),
+                        detail: format!("the {actor:?} did not panic when told: {e}"),
+                    });
+                }
+                // Its restart waits out the supervisor's backoff (at most
+                // the policy's 60 s; 1 ms after a quiet minute): time moves
+                // past it, for the clock and tokio alike.
+                for _ in 0..16 {
+                    tokio::task::yield_now().await;
+                }
+                self.clock.advance(Duration::from_secs(61));
+                tokio::time::advance(Duration::from_secs(61)).await;
             }
             Action::Restart | Action::Crash | Action::PowerCut(_) => {}
         }
     }
 
-    /// How a job ends, drawn from the seed.
-    fn ending(&mut self, job: &JobId, command: &JobCommand, cancelled: bool, now: i64) -> Ending {
-        let job = job.clone();
-        let fail = |kind: &str, retryable: bool, events: Vec<Event>| {
-            Ending::Answer(Err(JobFailure {
-                kind: kind.into(),
-                message: format!("simulated {kind}"),
-                retryable,
-                events,
-            }))
-        };
-        let ok = |events: Vec<Event>| Ending::Answer(Ok(JobOutput { events }));
-        if cancelled {
-            return fail("cancelled", false, self.started_events(&job, command));
-        }
-        match command {
-            JobCommand::Backup { plan, definition } => match self.rng.weighted(&[14, 1, 2, 1, 1]) {
-                0 | 1 => {
-                    let empty = self.rng.chance(1, 12);
-                    let files = if empty {
-                        0
-                    } else {
-                        1 + self.rng.below(5000) as u64
-                    };
-                    ok(vec![BackupCommitted {
-                        job: Some(job),
-                        plan: Some(plan.clone()),
-                        repository: definition.repository.clone(),
-                        snapshot: SnapshotId(self.rng.bytes32()),
-                        snapshot_time_unix_ns: now - 1_000_000_000,
-                        summary: BackupSummary {
-                            files,
-                            bytes: files * 4096,
-                            added_bytes: files * 100,
-                            stored_bytes: files * 50,
-                            duration_ms: 1000,
-                        },
-                    }
-                    .into()])
-                }
-                2 => fail("source_missing", true, Vec::new()),
-                3 => fail("repository_corrupt", false, Vec::new()),
-                _ => Ending::Panic,
-            },
-            JobCommand::Verify { point, depth, .. } => {
-                let started: Event = VerificationStarted {
-                    point: *point,
-                    job: Some(job.clone()),
-                    depth: *depth,
-                }
-                .into();
-                match self.rng.weighted(&[12, 2, 2, 2, 1]) {
-                    0 => ok(vec![
-                        started,
-                        VerificationPassed {
-                            point: *point,
-                            job: Some(job),
-                            depth: *depth,
-                            bytes_read: 4096,
-                            blobs_checked: 10,
-                        }
-                        .into(),
-                    ]),
-                    1 => ok(vec![
-                        started,
-                        VerificationFailed {
-                            point: *point,
-                            job: Some(job),
-                            depth: *depth,
-                            bytes_read: 4096,
-                            damaged: vec!["pack 3f2a: blob fails authentication".into()],
-                        }
-                        .into(),
-                    ]),
-                    // A check that stops without a verdict (what the engine worker did on
-                    // damaged data before the C1 fix): the point must be capped.
-                    2 => fail("damaged", false, vec![started]),
-                    3 => fail("io", true, vec![started]),
-                    _ => Ending::Panic,
-                }
-            }
-            JobCommand::RestoreTest {
-                point,
-                sample_files,
-                ..
-            } => {
-                let files_in_point = self
-                    .proj
-                    .points
-                    .points
-                    .get(point)
-                    .and_then(|p| p.summary.as_ref())
-                    .map_or(100, |s| s.files);
-                let files = sample_files.map_or(files_in_point, |n| n.min(files_in_point));
-                let evidence = RestoreEvidence {
-                    restored: vec!["etc/hosts".into()],
-                    files,
-                    bytes: files * 4096,
-                    digests_compared: files,
-                    digests_matched: files,
-                    duration_ms: 1000,
-                    location: "sandbox (simulated)".into(),
-                    files_in_point: Some(files_in_point),
-                    bytes_in_point: Some(files_in_point * 4096),
-                    complete: files == files_in_point,
-                };
-                let started: Event = RestoreTestStarted {
-                    point: *point,
-                    job: Some(job.clone()),
-                }
-                .into();
-                match self.rng.weighted(&[12, 2, 2, 2, 1]) {
-                    0 => ok(vec![
-                        started,
-                        RestoreTestPassed {
-                            point: *point,
-                            job: Some(job),
-                            evidence,
-                        }
-                        .into(),
-                    ]),
-                    1 => ok(vec![
-                        started,
-                        RestoreTestFailed {
-                            point: *point,
-                            job: Some(job),
-                            evidence,
-                            reason: "a pack is damaged".into(),
-                            cause: ["damaged", "mismatch", "missing"][self.rng.below(3)].into(),
-                        }
-                        .into(),
-                    ]),
-                    2 => fail("damaged", false, vec![started]),
-                    3 => fail("io", true, vec![started]),
-                    _ => Ending::Panic,
-                }
-            }
-            JobCommand::Retention { plan, protect, .. } => {
-                if self.rng.chance(1, 10) {
-                    return fail("repository_locked", true, Vec::new());
-                }
-                let mut live: Vec<(i64, SnapshotId)> = self
-                    .proj
-                    .points
-                    .of_plan(plan)
-                    .filter(|p| p.expired.is_none() && !protect.contains(&p.id))
-                    .map(|p| (p.snapshot_time_unix_ns, p.id))
-                    .collect();
-                live.sort();
-                let keep = 2;
-                let forget = live.len().saturating_sub(keep);
-                let events = live
-                    .into_iter()
-                    .take(forget)
-                    .filter(|_| self.rng.chance(1, 2))
-                    .map(|(_, id)| {
-                        PointForgotten {
-                            point: id,
-                            rule: "keep-last 2".into(),
-                        }
-                        .into()
-                    })
-                    .collect();
-                ok(events)
-            }
-            JobCommand::Reconcile { .. } => {
-                // Manifests are the simulator's to lose (`point.vanished`
-                // steps); a reconcile finds nothing new, or fails on I/O.
-                if self.rng.chance(1, 10) {
-                    return fail("io", true, Vec::new());
-                }
-                ok(Vec::new())
-            }
-            JobCommand::ReadBack {
-                repository,
-                slices,
-                of,
-            } => {
-                if self.rng.chance(1, 10) {
-                    return fail("io", true, Vec::new());
-                }
-                let damage = self.rng.chance(1, 5);
-                let points: Vec<SnapshotId> = self
-                    .proj
-                    .points
-                    .points
-                    .values()
-                    .filter(|p| &p.repository == repository && p.expired.is_none())
-                    .map(|p| p.id)
-                    .collect();
-                let (damaged, damaged_packs, affected) = if damage {
-                    let pack = hex(&self.rng.bytes32());
-                    let affected = if self.rng.chance(1, 4) {
-                        None
-                    } else {
-                        Some(
-                            points
-                                .into_iter()
-                                .filter(|_| self.rng.chance(1, 2))
-                                .collect(),
-                        )
-                    };
-                    (
-                        vec![format!("pack {pack}: fails authentication")],
-                        vec![pack],
-                        affected,
-                    )
-                } else {
-                    (Vec::new(), Vec::new(), Some(Vec::new()))
-                };
-                ok(vec![PacksReadBack {
-                    repository: repository.clone(),
-                    job: Some(job),
-                    slices: slices.clone(),
-                    of: *of,
-                    packs: 5,
-                    bytes_read: 5 << 20,
-                    damaged,
-                    damaged_packs,
-                    affected_points: affected,
-                }
-                .into()])
-            }
-        }
-    }
-
-    fn started_events(&self, job: &JobId, command: &JobCommand) -> Vec<Event> {
-        match command {
-            JobCommand::Verify { point, depth, .. } => vec![VerificationStarted {
-                point: *point,
-                job: Some(job.clone()),
-                depth: *depth,
-            }
-            .into()],
-            JobCommand::RestoreTest { point, .. } => vec![RestoreTestStarted {
-                point: *point,
-                job: Some(job.clone()),
-            }
-            .into()],
-            _ => Vec::new(),
-        }
-    }
-
-    /// An event a newer build wrote: of a family this build cannot read.
-    fn unknown_event(&mut self, p: &Projections) -> Event {
-        let backups: Vec<&vouch_events::Job> = p
-            .jobs
-            .jobs
-            .values()
-            .filter(|j| j.kind == JobKind::Backup)
-            .collect();
-        let live: Vec<SnapshotId> = p
-            .points
-            .points
-            .values()
-            .filter(|x| x.expired.is_none())
-            .map(|x| x.id)
-            .collect();
-        match self.rng.below(3) {
-            0 if !backups.is_empty() => {
-                let job = backups[self.rng.below(backups.len())].id.to_string();
-                unknown("job.failed", msgpack_str_array(&job))
-            }
-            1 if !live.is_empty() => unknown(
-                "verification.failed",
-                msgpack_point_array(&live[self.rng.below(live.len())]),
-            ),
-            _ => {
-                let plan = self.plans[self.rng.below(self.plans.len())].0.to_string();
-                unknown("plan.changed", msgpack_str_array(&plan))
-            }
-        }
-    }
-
-    /// A negative fact about something `p` knows (for monotonicity).
-    fn negative_fact(&mut self, p: &Projections, now: i64) -> Option<(String, Vec<Event>)> {
-        let live: Vec<&vouch_events::Point> = p
-            .points
-            .points
-            .values()
-            .filter(|x| x.expired.is_none())
-            .collect();
-        let plans: Vec<&vouch_events::Plan> = p
-            .plans
-            .plans
-            .values()
-            .filter(|x| x.removed.is_none())
-            .collect();
-        self.injected += 1;
-        let kind = self.rng.below(8);
-        if kind == 7 {
-            let plan = *self.rng.pick(&plans)?;
-            let definition = PlanDefinition {
-                source: format!("{}-moved", plan.definition.source),
-                ..plan.definition.clone()
-            };
-            return Some((
-                "plan.changed (source)".into(),
-                vec![PlanChanged {
-                    plan: plan.id.clone(),
-                    definition,
-                }
-                .into()],
-            ));
-        }
-        if kind == 6 {
-            return Some((
-                "an unknown event of the job family".into(),
-                vec![self.unknown_event(p)],
-            ));
-        }
-        let pt = *self.rng.pick(&live)?;
-        let point = pt.id;
-        let job = JobId::new(format!("injected-{}", self.injected));
-        let events: Vec<Event> = match kind {
-            0 => vec![VerificationFailed {
-                point,
-                job: None,
-                depth: VerifyDepth::ReadAll,
-                bytes_read: 0,
-                damaged: vec!["injected".into()],
-            }
-            .into()],
-            1 => vec![RestoreTestFailed {
-                point,
-                job: None,
-                evidence: RestoreEvidence::default(),
-                reason: "injected".into(),
-                cause: "damaged".into(),
-            }
-            .into()],
-            2 => vec![
-                JobScheduled {
-                    job: job.clone(),
-                    kind: JobKind::Verify,
-                    plan: pt.plan.clone(),
-                    point: Some(point),
-                    due_unix_ns: now,
-                    attempt: 1,
-                    spec: Default::default(),
-                }
-                .into(),
-                JobStarted {
-                    job: job.clone(),
-                    agent: None,
-                }
-                .into(),
-                VerificationStarted {
-                    point,
-                    job: Some(job.clone()),
-                    depth: VerifyDepth::Structure,
-                }
-                .into(),
-                JobFailed {
-                    job,
-                    error_kind: "damaged".into(),
-                    message: "injected".into(),
-                    retryable: false,
-                }
-                .into(),
-            ],
-            3 => vec![PacksReadBack {
-                repository: pt.repository.clone(),
-                job: None,
-                slices: vec![0],
-                of: 4,
-                packs: 1,
-                bytes_read: 0,
-                damaged: vec!["pack 00: injected".into()],
-                damaged_packs: vec!["00".repeat(32)],
-                affected_points: if self.rng.chance(1, 2) {
-                    Some(vec![point])
-                } else {
-                    None
-                },
-            }
-            .into()],
-            4 => vec![PointVanished {
-                point,
-                repository: pt.repository.clone(),
-                reason: "injected".into(),
-            }
-            .into()],
-            _ => vec![unknown("restore_test.failed", msgpack_point_array(&point))],
-        };
-        let what = events
-            .iter()
-            .map(|e| e.event_type())
-            .collect::<Vec<_>>()
-            .join("+");
-        Some((format!("{what} about point {}", point.short()), events))
-    }
-
     async fn check(&mut self, sim: &Live<'_>) {
         let from = self.envs.last().map_or(1, |e| e.seq + 1);
+        if std::mem::take(&mut self.faults_armed) || sim.log.sync_faults().pending() > 0 {
+            // After failed appends: every acknowledged event is still on
+            // disk, unchanged (the writer cut back only what it did not
+            // acknowledge).
+            self.faults_armed = sim.log.sync_faults().pending() > 0;
+            match read_log(&self.log_dir()) {
+                Ok(all) => {
+                    for v in oracle::acknowledged(&self.acked, &all, false) {
+                        self.found(v);
+                    }
+                }
+                Err(e) => self.found(Violation {
+                    oracle: "log-read",
+                    findings: BTreeSet::new(),
+                    detail: format!("after failed appends the log cannot be read: {e}"),
+                }),
+            }
+        }
         let envs = match read_log_from(&self.log_dir(), from) {
             Ok(new) => {
                 for e in &new {
@@ -1194,7 +896,10 @@ impl World {
             self.found(v);
         }
         // Monotonicity: a negative fact at the end of the log...
-        if let Some((what, events)) = self.negative_fact(&replay, now) {
+        let plan_ids = self.plan_ids();
+        if let Some((what, events)) =
+            outcome::negative_fact(&mut self.rng, &mut self.injected, &plan_ids, &replay, now)
+        {
             let mut with = replay.clone();
             for (seq, e) in (replay.last_seq + 1..).zip(events.iter()) {
                 with.apply_event(Recorded { seq, unix_ns: now }, e);
@@ -1209,7 +914,9 @@ impl World {
             let mut with = Projections::fold(upto[..k].iter());
             let at_ns = upto[k - 1].recorded_unix_ns;
             let prefix = with.clone();
-            if let Some((what, events)) = self.negative_fact(&prefix, at_ns) {
+            if let Some((what, events)) =
+                outcome::negative_fact(&mut self.rng, &mut self.injected, &plan_ids, &prefix, at_ns)
+            {
                 for (seq, e) in (with.last_seq + 1..).zip(events.iter()) {
                     with.apply_event(
                         Recorded {
@@ -1282,7 +989,7 @@ impl Live<'_> {
             // query, and its events are appended before the next round's
             // empty append.
             if alerter {
-                let _ = self.svc.evaluate_alerts().await;
+                let _ = self.svc.evaluate_alerts_and_wait().await;
             }
             let _ = self.svc.append(Vec::new()).await;
             let load = self.svc.load().await.ok();
@@ -1373,37 +1080,4 @@ fn open_store(path: &Path) -> Result<SledStore, String> {
         }
     }
     Err(last)
-}
-
-fn unknown(event_type: &str, payload: Vec<u8>) -> Event {
-    Event::Unknown(UnknownEvent {
-        event_type: event_type.into(),
-        schema_version: 99,
-        payload,
-    })
-}
-
-fn msgpack_str_array(s: &str) -> Vec<u8> {
-    let mut out = vec![0x92];
-    let b = s.as_bytes();
-    if b.len() < 32 {
-        out.push(0xa0 | b.len() as u8);
-    } else {
-        out.push(0xd9);
-        out.push(b.len().min(255) as u8);
-    }
-    out.extend_from_slice(&b[..b.len().min(255)]);
-    out.extend_from_slice(&[0xa1, b'x']);
-    out
-}
-
-fn msgpack_point_array(id: &SnapshotId) -> Vec<u8> {
-    let mut out = vec![0x92, 0xc4, 0x20];
-    out.extend_from_slice(&id.0);
-    out.extend_from_slice(&[0xa1, b'x']);
-    out
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }

@@ -277,6 +277,13 @@ impl SharedLog {
         Subscription::new(self.dir.clone(), from_seq.max(1), self.notifier.clone())
     }
 
+    /// The faults armed for the writer's next syncs (cargo feature
+    /// `failpoints`; see [`SyncFaults`](crate::SyncFaults)).
+    #[cfg(feature = "failpoints")]
+    pub fn sync_faults(&self) -> crate::SyncFaults {
+        lock(&self.log).sync_faults.clone()
+    }
+
     /// Re-reads every segment up to the committed seq, checking each
     /// record's checksum, seq and link, without taking the writer's lock
     /// (appends go on meanwhile). See [`scrub`](crate::log::scrub).

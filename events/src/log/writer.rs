@@ -84,6 +84,8 @@ pub struct EventLog {
     buf: Vec<u8>,
     #[cfg(test)]
     pub(crate) before_sync: Option<SyncHook>,
+    #[cfg(feature = "failpoints")]
+    pub(crate) sync_faults: super::failpoints::SyncFaults,
 }
 
 impl std::fmt::Debug for EventLog {
@@ -383,6 +385,8 @@ impl EventLog {
             buf: Vec::new(),
             #[cfg(test)]
             before_sync: None,
+            #[cfg(feature = "failpoints")]
+            sync_faults: Default::default(),
         };
         // What the log holds from now on is what readers are given: it is
         // acknowledged (the head of an older build's log, or an intact
@@ -472,11 +476,17 @@ impl EventLog {
         }
         #[cfg(test)]
         let hook = self.before_sync.clone();
+        #[cfg(feature = "failpoints")]
+        let fault = self.sync_faults.clone();
         let result = match &mut self.active {
             Some((seg, file, len)) => match file.write_all(&buf).and_then(|()| {
                 #[cfg(test)]
                 if let Some(h) = &hook {
                     h();
+                }
+                #[cfg(feature = "failpoints")]
+                if let Some(e) = fault.take() {
+                    return Err(e);
                 }
                 file.sync_data()
             }) {

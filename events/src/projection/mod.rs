@@ -115,18 +115,14 @@ fn leading_str(payload: &[u8]) -> Option<&str> {
     std::str::from_utf8(rest.get(start..start.checked_add(len)?)?).ok()
 }
 
-/// Where a `backup.committed` payload names its job: `[job?, plan?, ...]`.
-fn leading_optional_str(payload: &[u8]) -> Option<&str> {
-    leading_str(payload)
-}
-
 /// Version of the snapshot encoding; a snapshot of another version is
 /// ignored and the projections are rebuilt from the log.
 /// 2: jobs keep the latest ended backup outcome of each plan (D2).
 /// 3: the rolling read-back window ([`ReadBackProjection`]).
 /// 4: caps, open failures and coverage on points, plan epochs, unknown
 ///    scopes, the rules tag ([`PROJECTION_RULES`]).
-pub const PROJECTION_SNAPSHOT_VERSION: u16 = 4;
+/// 5: the newest recorded time (`latest_recorded_unix_ns`, the clock cap).
+pub const PROJECTION_SNAPSHOT_VERSION: u16 = 5;
 
 /// A digest of the projection's source code, computed by the build
 /// script: a snapshot folded by other rules is not trusted (its derived
@@ -163,6 +159,12 @@ pub struct Projections {
     pub inconsistencies_total: u64,
     /// Events this build could not read.
     pub unknown_events: Vec<UnknownSeen>,
+    /// The newest `recorded_unix_ns` folded. A clock that reads earlier
+    /// than this by more than [`CLOCK_TOLERANCE_NS`] stepped back (M8):
+    /// every plan is at most `unknown` until it catches up. A new fact can
+    /// only move it forward, so the cap is monotone.
+    #[serde(default)]
+    pub latest_recorded_unix_ns: i64,
 }
 
 impl Projections {
@@ -201,6 +203,7 @@ impl Projections {
             return;
         }
         self.last_seq = at.seq;
+        self.latest_recorded_unix_ns = self.latest_recorded_unix_ns.max(at.unix_ns);
         if let Event::Unknown(u) = event {
             let (about_points, point) = self.points.apply_unknown(at, u);
             let caps = self.scope_of_unknown(u, about_points, point);
@@ -290,7 +293,9 @@ impl Projections {
             };
         match family {
             "job" => job_scope(leading_str(&u.payload)),
-            "backup" => job_scope(leading_optional_str(&u.payload)),
+            // `backup.*` payloads lead with an optional job: `[job?, ...]`
+            // (nil when none, which `leading_str` reads as no string).
+            "backup" => job_scope(leading_str(&u.payload)),
             "plan" => match leading_str(&u.payload) {
                 Some(plan) => UnknownScope::Plan(PlanId::new(plan)),
                 None => UnknownScope::All,
@@ -311,6 +316,18 @@ impl Projections {
         let verdict = plan_protection(&self.plans, &self.points, &self.jobs, plan, now_unix_ns);
         if verdict.status <= Protection::Unknown {
             return verdict;
+        }
+        // A clock that stepped back makes old evidence look fresh: nothing
+        // is trusted while the log holds a record dated after now. (A cap,
+        // not a verdict: it never lifts an `unprotected` plan, and a new
+        // fact can only move the newest record forward.)
+        if self.latest_recorded_unix_ns > now_unix_ns.saturating_add(CLOCK_TOLERANCE_NS) {
+            return PlanProtection {
+                status: Protection::Unknown,
+                reason: "the log holds events recorded after the clock's now: the wall clock \
+                         stepped back, and times and freshness are suspect until it catches up"
+                    .into(),
+            };
         }
         let repository = self.plans.plans.get(plan).map(|p| &p.definition.repository);
         let capping = self.unknown_events.iter().find(|u| match &u.caps {

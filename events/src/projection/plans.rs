@@ -136,13 +136,17 @@ fn verdict(status: Protection, reason: impl Into<String>) -> PlanProtection {
     }
 }
 
-/// How far in the future (after `now`) a recorded time may lie before it is
-/// taken for a clock that stepped back: evidence dated after now proves
-/// nothing about now.
+/// How far in the future (after `now`) the log's newest recorded time may
+/// lie before it is taken for a clock that stepped back: evidence dated
+/// after now proves nothing about now.
 pub const CLOCK_TOLERANCE_NS: i64 = 5 * 60 * 1_000_000_000;
 
 /// The protection of `plan` at `now` (pure: the caller passes the clock's
-/// time). See the rules in `docs/events.md`.
+/// time), by its plan, points and jobs alone. See the rules in
+/// `docs/events.md`. The caps that read the whole log — a clock that
+/// stepped back (M8) and unreadable events (M6) — are applied by
+/// [`Projections::plan_protection`](crate::Projections::plan_protection),
+/// which is what everything outside this module calls.
 pub fn plan_protection(
     plans: &PlansProjection,
     points: &PointsProjection,
@@ -170,29 +174,12 @@ pub fn plan_protection(
     let ns = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
     let window_start = now_unix_ns.saturating_sub(ns(p.definition.rpo));
     let evidence_start = now_unix_ns.saturating_sub(ns(p.definition.restore_test.max_evidence_age));
-    let future = now_unix_ns.saturating_add(CLOCK_TOLERANCE_NS);
     // Points of the plan's current definition only: recorded after its
     // creation and after the latest change of its source or repository.
     let current: Vec<_> = points
         .of_plan(plan)
         .filter(|pt| pt.since.seq > p.epoch.seq)
         .collect();
-    // A clock that stepped back makes old evidence look fresh: anything
-    // recorded after now is not trusted (the plan is unknown until the
-    // clock passes it again).
-    let dated_after_now = current.iter().any(|pt| {
-        pt.since.unix_ns > future
-            || pt
-                .last_restore_test
-                .as_ref()
-                .is_some_and(|r| r.at.unix_ns > future)
-    }) || p.epoch.unix_ns > future;
-    if dated_after_now {
-        return verdict(
-            Protection::Unknown,
-            "evidence is dated after the clock's now: the wall clock stepped back",
-        );
-    }
     let in_window: Vec<_> = current
         .iter()
         // The snapshot's time comes from the client's clock: a time after

@@ -354,6 +354,11 @@ fn job_lifecycle_with_retries() {
     assert_eq!(p.jobs.jobs[&JobId::new("j")].state, JobState::Scheduled);
     let p = when(p, started("j"));
     assert_eq!(p.jobs.jobs[&JobId::new("j")].state, JobState::Running);
+    assert_eq!(
+        p.jobs.jobs[&JobId::new("j")].retries(),
+        0,
+        "the first start"
+    );
     let p = when(
         p,
         JobProgress {
@@ -437,6 +442,60 @@ fn agents_are_seen_and_leases_end_with_their_job() {
         .into(),
     );
     assert_eq!(p.inconsistencies.len(), 1);
+}
+
+/// `cargo mutants` (the registration arm, and the failed and abandoned
+/// arms that end leases): a registration records what the agent said of
+/// itself, and a lease ends however its job ends.
+#[test]
+fn an_agent_registers_and_its_leases_end_when_their_jobs_fail_or_are_abandoned() {
+    let a = AgentId::new("a1");
+    let lease = |job: &str| -> Event {
+        LeaseGranted {
+            agent: AgentId::new("a1"),
+            job: JobId::new(job),
+            expires_unix_ns: T0 + 60 * SEC,
+        }
+        .into()
+    };
+    let p = given(&[
+        AgentRegistered {
+            agent: a.clone(),
+            hostname: "web-1".into(),
+            os: "linux".into(),
+            version: "0.1.0".into(),
+        }
+        .into(),
+        scheduled("f", 1),
+        scheduled("g", 1),
+        lease("f"),
+        lease("g"),
+        started("f"),
+        started("g"),
+    ]);
+    let agent = &p.agents.agents[&a];
+    assert_eq!(
+        (
+            agent.hostname.as_deref(),
+            agent.os.as_deref(),
+            agent.version.as_deref(),
+            agent.last_seen_unix_ns
+        ),
+        (Some("web-1"), Some("linux"), Some("0.1.0"), Some(T0 + SEC))
+    );
+    assert_eq!(agent.leases.len(), 2);
+    let p = when(p, failed("f"));
+    assert!(!p.agents.agents[&a].leases.contains_key(&JobId::new("f")));
+    assert_eq!(p.agents.agents[&a].leases.len(), 1);
+    let p = when(
+        p,
+        JobAbandoned {
+            job: JobId::new("g"),
+            reason: "the agent stopped renewing".into(),
+        }
+        .into(),
+    );
+    assert!(p.agents.agents[&a].leases.is_empty());
 }
 
 // ---- plan protection ------------------------------------------------------
@@ -886,7 +945,8 @@ fn arb_any_event() -> impl Strategy<Value = Event> {
 
 proptest! {
     /// An event flagged as inconsistent changes nothing but the list of
-    /// inconsistencies (and the seq/hash the state reflects).
+    /// inconsistencies (and the seq/hash/newest recorded time the state
+    /// reflects: like its seq, its time is a fact about the log).
     #[test]
     fn regression_d6_an_inconsistent_event_changes_nothing_else(
         events in proptest::collection::vec(arb_any_event(), 0..80),
@@ -901,6 +961,7 @@ proptest! {
                 same.inconsistencies_total = before.inconsistencies_total;
                 same.last_seq = before.last_seq;
                 same.last_hash = before.last_hash;
+                same.latest_recorded_unix_ns = before.latest_recorded_unix_ns;
                 prop_assert_eq!(&same, &before, "{:?}", env.event);
             }
         }

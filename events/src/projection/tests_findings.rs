@@ -624,6 +624,69 @@ fn regression_m8_evidence_dated_after_now_is_not_trusted() {
     );
 }
 
+/// Found by the fast tier of the simulation (`model_simulation`, seeds
+/// 1174 and 453 of the first 2000, after a restart with the clock stepped
+/// back): the clock cap looked only at the plan's current points and their
+/// latest restore test, so a negative fact that replaced a future-dated
+/// restore test (or a source change that retired a future-dated point)
+/// lifted it: `unknown` became `protected`. The cap now reads the newest
+/// time the log recorded at all, which a new fact can only move forward.
+#[test]
+fn regression_m8_a_negative_fact_does_not_lift_the_clock_cap() {
+    // Point 1 proven at T0 + 3..5 s; point 2 committed and verified, then
+    // restore-tested two hours later (the clock then stepped back).
+    let mut p = given(&[plan_created(1), commit(1), vp(1), rp(1), commit(2), vp(2)]);
+    let later = T0 + 2 * HOUR;
+    p.apply_event(
+        Recorded {
+            seq: p.last_seq + 1,
+            unix_ns: later,
+        },
+        &rp(2),
+    );
+    let now = T0 + HOUR; // an hour behind the log's newest record
+    assert_eq!(
+        p.plan_protection(&plan_id(1), now).status,
+        Protection::Unknown
+    );
+    // A failed restore test of point 2, recorded at the stepped-back now.
+    let mut with = p.clone();
+    with.apply_event(
+        Recorded {
+            seq: p.last_seq + 1,
+            unix_ns: now,
+        },
+        &restored(2, 3, true, false),
+    );
+    assert_eq!(
+        with.plan_protection(&plan_id(1), now).status,
+        Protection::Unknown,
+        "{}",
+        with.plan_protection(&plan_id(1), now).reason
+    );
+    // Nor does a change of the plan's source (point 2 stops counting).
+    let mut moved = p.clone();
+    let mut def = plan_def(24 * 3600, 48 * 3600);
+    def.source = "/elsewhere".into();
+    moved.apply_event(
+        Recorded {
+            seq: p.last_seq + 1,
+            unix_ns: now,
+        },
+        &PlanChanged {
+            plan: plan_id(1),
+            definition: def,
+        }
+        .into(),
+    );
+    assert!(moved.plan_protection(&plan_id(1), now).status <= Protection::Unknown);
+    // Once the clock passes the newest record again, the facts decide.
+    assert_eq!(
+        with.plan_protection(&plan_id(1), later + HOUR).status,
+        Protection::Protected
+    );
+}
+
 // ---- M9 -------------------------------------------------------------------
 
 #[test]
@@ -869,6 +932,445 @@ proptest! {
             if p.plan_protection(&plan.id, T0 + HOUR).status == Protection::Protected {
                 prop_assert!(p.points.of_plan(&plan.id).any(|pt| pt.state == PointState::Recoverable
                     && pt.since.seq > plan.epoch.seq));
+            }
+        }
+    }
+}
+
+// ---- Found by cargo mutants -----------------------------------------------
+
+/// `cargo mutants` (`replace * with +` in `CLOCK_TOLERANCE_NS`): the
+/// tolerance for evidence dated after now is five minutes, not a second.
+/// Four minutes of skew still proves; six do not.
+#[test]
+fn mutants_evidence_after_now_is_tolerated_for_five_minutes_and_no_more() {
+    let p = given(&recoverable_history());
+    let recorded = T0 + 4 * SEC;
+    assert_eq!(
+        p.plan_protection(&plan_id(1), recorded - 4 * 60 * SEC)
+            .status,
+        Protection::Protected,
+        "four minutes of skew are within the tolerance"
+    );
+    assert_eq!(
+        p.plan_protection(&plan_id(1), recorded - 6 * 60 * SEC)
+            .status,
+        Protection::Unknown,
+        "six minutes are not"
+    );
+    // The tolerance is inclusive (the `>` of the log-wide cap).
+    assert_eq!(
+        p.plan_protection(&plan_id(1), recorded - CLOCK_TOLERANCE_NS)
+            .status,
+        Protection::Protected,
+        "exactly five minutes are within the tolerance"
+    );
+}
+
+/// `cargo mutants` (`replace match guard p.removed.is_none() with true`):
+/// a removed plan cannot be changed or removed again. Either is an
+/// inconsistency, and the plan keeps its definition, its epoch and its
+/// first removal.
+#[test]
+fn mutants_a_removed_plan_is_neither_changed_nor_removed_again() {
+    let removed: Event = PlanRemoved { plan: plan_id(1) }.into();
+    let mut p = given(&[plan_created(1), removed.clone()]);
+    let before = p.plans.plans.get(&plan_id(1)).cloned().expect("plan");
+    let mut changed = plan_def(24 * 3600, 48 * 3600);
+    changed.source = "/elsewhere".into();
+    apply(
+        &mut p,
+        &PlanChanged {
+            plan: plan_id(1),
+            definition: changed,
+        }
+        .into(),
+    );
+    apply(&mut p, &removed);
+    let after = p.plans.plans.get(&plan_id(1)).expect("plan");
+    assert_eq!(after.definition, before.definition, "not changed");
+    assert_eq!(after.epoch, before.epoch, "the epoch did not move");
+    assert_eq!(after.removed, before.removed, "the first removal stands");
+    assert_eq!(
+        p.inconsistencies
+            .iter()
+            .map(|i| i.event_type.as_str())
+            .collect::<Vec<_>>(),
+        vec!["plan.changed", "plan.removed"]
+    );
+}
+
+/// `cargo mutants` (`PointState::as_str`, `Protection::as_str` and their
+/// `Display` replaced by constants): the names are the API's and the
+/// docs' vocabulary, and `Display` says the same.
+#[test]
+fn mutants_state_names_are_the_documented_ones() {
+    let points: Vec<String> = PointState::ALL.iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        points,
+        [
+            "unknown",
+            "unverified",
+            "verified",
+            "recoverable",
+            "corrupt",
+            "unrecoverable",
+            "expired",
+            "vanished"
+        ]
+    );
+    for s in PointState::ALL {
+        assert_eq!(s.to_string(), s.as_str());
+    }
+    let plans: Vec<String> = [
+        Protection::Unprotected,
+        Protection::Unknown,
+        Protection::AtRisk,
+        Protection::Protected,
+    ]
+    .iter()
+    .map(|p| format!("{p}/{}", p.as_str()))
+    .collect();
+    assert_eq!(
+        plans,
+        [
+            "unprotected/unprotected",
+            "unknown/unknown",
+            "at-risk/at-risk",
+            "protected/protected"
+        ]
+    );
+}
+
+/// `cargo mutants` (`PointState::rank` replaced by a constant): the rank
+/// the monotonicity rule compares is the documented order, so a constant
+/// rank cannot make every history look monotone.
+#[test]
+fn mutants_rank_orders_the_states_as_documented() {
+    use PointState::*;
+    for s in [Expired, Vanished, Corrupt, Unrecoverable] {
+        assert_eq!(s.rank(), 0, "{s} counts for nothing");
+    }
+    assert!(Unknown.rank() > Corrupt.rank());
+    assert!(Unverified.rank() > Unknown.rank());
+    assert!(Verified.rank() > Unverified.rank());
+    assert!(Recoverable.rank() > Verified.rank());
+}
+
+/// `cargo mutants` (`Point::flagged` replaced by `true`): only an anomaly
+/// flags a point.
+#[test]
+fn mutants_a_point_is_flagged_only_by_an_anomaly() {
+    let p = given(&recoverable_history());
+    assert!(!p.points.points[&sid(1)].flagged());
+    let p = when(
+        p,
+        AnomalyDetected {
+            point: sid(1),
+            compared_with: None,
+            signals: vec![AnomalySignal {
+                kind: "mass-rewrite".into(),
+                score_permille: 900,
+                detail: String::new(),
+            }],
+        }
+        .into(),
+    );
+    assert!(p.points.points[&sid(1)].flagged());
+    assert_eq!(
+        state(&p, 1),
+        PointState::Recoverable,
+        "a flag is no verdict"
+    );
+}
+
+/// A check job that finished is no longer running: a later abandonment
+/// named after it (a late, superseded report) does not cap its point.
+/// (`cargo mutants` deleting the `job.finished` arm of the points
+/// projection survives this test: the jobs projection already refuses an
+/// abandonment after a finish, so the arm only keeps the running-check map
+/// from growing; it changes no state.)
+#[test]
+fn mutants_a_finished_check_job_no_longer_caps_its_point() {
+    let mut events = recoverable_history();
+    events.extend(check_job("c", 1, JobKind::Verify));
+    events.push(vp(1));
+    events.push(
+        JobFinished {
+            job: JobId::new("c"),
+        }
+        .into(),
+    );
+    events.push(
+        JobAbandoned {
+            job: JobId::new("c"),
+            reason: "a late report of a superseded run".into(),
+        }
+        .into(),
+    );
+    let p = given(&events);
+    assert_eq!(state(&p, 1), PointState::Recoverable);
+}
+
+/// `cargo mutants` (`!=` for `==` in `newest_first`): points put into the
+/// projection by hand (not indexed) are listed too, newest first.
+#[test]
+fn mutants_newest_first_lists_points_that_were_not_indexed() {
+    let mut p = given(&[plan_created(1), commit(1), commit(2)]);
+    let mut extra = p.points.points[&sid(2)].clone();
+    extra.id = sid(3);
+    extra.since.seq = 99;
+    p.points.points.insert(sid(3), extra);
+    let order: Vec<SnapshotId> = p.points.newest_first().map(|pt| pt.id).collect();
+    assert_eq!(order, vec![sid(3), sid(2), sid(1)]);
+}
+
+/// `cargo mutants` (the guard that keeps the deeper of two open
+/// verification failures, and the `depth` field of the kept failure): a
+/// shallow failure after a deep one does not make the deep one clearable by
+/// a shallow pass, whatever their order.
+#[test]
+fn mutants_the_deeper_open_verification_failure_stays_open() {
+    use VerifyDepth::{ReadAll, Structure};
+    for (first, second) in [(ReadAll, Structure), (Structure, ReadAll)] {
+        let p = given(&[
+            plan_created(1),
+            commit(1),
+            verified(1, first, false),
+            verified(1, second, false),
+            verified(1, Structure, true),
+        ]);
+        assert_eq!(
+            state(&p, 1),
+            PointState::Corrupt,
+            "{first:?} then {second:?} failed: a structure pass clears neither"
+        );
+        let p = when(p, verified(1, ReadAll, true));
+        assert_eq!(state(&p, 1), PointState::Verified, "a read-all pass does");
+    }
+}
+
+/// `cargo mutants` (the `restore_test.started` arm deleted): a restore
+/// test that starts on a forgotten point is an inconsistency, as a
+/// verification's start is.
+#[test]
+fn mutants_a_restore_test_started_on_a_forgotten_point_is_inconsistent() {
+    let p = given(&[
+        plan_created(1),
+        commit(1),
+        PointForgotten {
+            point: sid(1),
+            rule: "keep-last 0".into(),
+        }
+        .into(),
+        RestoreTestStarted {
+            point: sid(1),
+            job: None,
+        }
+        .into(),
+    ]);
+    assert_eq!(
+        p.inconsistencies
+            .iter()
+            .map(|i| i.event_type.as_str())
+            .collect::<Vec<_>>(),
+        vec!["restore_test.started"]
+    );
+}
+
+/// `cargo mutants` (`!=` for `==` when a forgotten point's running checks
+/// are dropped): forgetting one point leaves the check jobs running on
+/// the others, so a check of another point that then fails without a
+/// verdict still caps that point.
+#[test]
+fn mutants_forgetting_a_point_keeps_the_running_checks_of_others() {
+    let mut events = vec![plan_created(1), commit(1), commit_files(2, 1, 3), vp(2)];
+    events.extend(check_job("c2", 2, JobKind::Verify));
+    events.push(
+        PointForgotten {
+            point: sid(1),
+            rule: "keep-last 1".into(),
+        }
+        .into(),
+    );
+    events.push(job_failed("c2"));
+    let p = given(&events);
+    assert_eq!(
+        state(&p, 2),
+        PointState::Unknown,
+        "the failed check caps it"
+    );
+}
+
+/// `cargo mutants` (`>` for `>=` in the lock checks): a lock runs until
+/// its time, exclusive (forgetting at that very time is allowed), and
+/// locking again until the same time is no shortening.
+#[test]
+fn mutants_lock_bounds() {
+    let lock = |until| -> Event {
+        PointLocked {
+            point: sid(1),
+            until_unix_ns: until,
+        }
+        .into()
+    };
+    // Recorded at T0 + 1 s, + 2 s, ...: the forget below is the 5th event.
+    let until = T0 + 5 * SEC;
+    let p = given(&[
+        plan_created(1),
+        commit(1),
+        lock(until),
+        lock(until),
+        PointForgotten {
+            point: sid(1),
+            rule: "keep-last 0".into(),
+        }
+        .into(),
+    ]);
+    assert!(p.inconsistencies.is_empty(), "{:?}", p.inconsistencies);
+    assert_eq!(state(&p, 1), PointState::Expired);
+}
+
+/// `cargo mutants` (the guard that trusts a read-back's list of affected
+/// points only when it names its damaged packs): damage it could not tie
+/// to packs makes every live point of the repository suspect, whatever
+/// list came with it.
+#[test]
+fn mutants_damage_without_named_packs_makes_every_point_suspect() {
+    let mut history = recoverable_history();
+    history.extend([commit_files(2, 1, 3), vp(2), rp(2)]);
+    let mut damage = read_back(&[], Some(vec![1]));
+    if let Event::PacksReadBack(e) = &mut damage {
+        e.damaged = vec!["a pack could not be listed".into()];
+    }
+    history.push(damage);
+    let p = given(&history);
+    assert_eq!(state(&p, 1), PointState::Unknown);
+    assert_eq!(state(&p, 2), PointState::Unknown, "not only the listed one");
+}
+
+/// `cargo mutants` (`>` in the list of damaged packs a suspect point
+/// names): at most three packs are named, then "...".
+#[test]
+fn mutants_a_suspect_point_names_at_most_three_damaged_packs() {
+    let reason = |packs: &[&str]| {
+        let mut history = recoverable_history();
+        history.push(read_back(packs, Some(vec![1])));
+        let p = given(&history);
+        p.points.points[&sid(1)]
+            .suspect
+            .as_ref()
+            .map(|c| c.reason.clone())
+            .unwrap_or_default()
+    };
+    assert!(reason(&["0a", "0b", "0c"]).contains("pack 0a, 0b, 0c of"));
+    let four = reason(&["0a", "0b", "0c", "0d"]);
+    assert!(four.contains("pack 0a, 0b, 0c, ... of"), "{four}");
+}
+
+/// `cargo mutants` (`>` for `>=` in the grace of a young plan): a plan
+/// without points is `unknown` only while it is younger than its RPO; at
+/// exactly its RPO it is `unprotected`.
+#[test]
+fn mutants_the_grace_of_a_young_plan_ends_at_its_rpo() {
+    let p = given(&[plan_created(1)]);
+    let created = T0 + SEC;
+    let rpo = 24 * HOUR;
+    assert_eq!(
+        p.plan_protection(&plan_id(1), created + rpo - 1).status,
+        Protection::Unknown
+    );
+    assert_eq!(
+        p.plan_protection(&plan_id(1), created + rpo).status,
+        Protection::Unprotected
+    );
+}
+
+/// `cargo mutants` (the guard `found.status >= AtRisk` of the empty-newest
+/// rule replaced by `true`): an empty newest point makes a plan at best
+/// `at-risk`, never better than what its points say: an unprotected plan
+/// stays unprotected.
+#[test]
+fn mutants_an_empty_newest_point_never_raises_a_plan() {
+    let p = given(&[
+        plan_created(1),
+        commit_files(1, 1, 0),
+        verified(1, VerifyDepth::ReadAll, false),
+    ]);
+    assert_eq!(state(&p, 1), PointState::Corrupt);
+    assert_eq!(protection(&p, 1), Protection::Unprotected);
+}
+
+/// `cargo mutants` (the `||` of the checks that skip points of another
+/// repository, forgotten or vanished): a read-back of one repository that
+/// lists a point of another leaves that point alone.
+#[test]
+fn mutants_a_read_back_never_touches_another_repositorys_point() {
+    let mut history = recoverable_history();
+    let mut damage = read_back(&["0a"], Some(vec![1]));
+    if let Event::PacksReadBack(e) = &mut damage {
+        e.repository = RepositoryId::new("other");
+    }
+    history.push(damage);
+    assert_eq!(state(&given(&history), 1), PointState::Recoverable);
+}
+
+/// `cargo mutants` (the `array 16` and `array 32` arms of reading the
+/// point an unreadable event is about): a payload of 16 or more fields
+/// still names its point, so only that point is held at `unknown`.
+#[test]
+fn mutants_an_unreadable_event_with_many_fields_still_names_its_point() {
+    let mut base = recoverable_history();
+    base.extend([commit_files(2, 1, 3), vp(2), rp(2)]);
+    for header in [vec![0xdc, 0x00, 0x10], vec![0xdd, 0x00, 0x00, 0x00, 0x10]] {
+        let mut payload = header.clone();
+        payload.extend([0xc4, 0x20]);
+        payload.extend(sid(1).0);
+        payload.extend(std::iter::repeat_n(0xc0, 15));
+        let p = given(&[base.clone(), vec![unknown("verification.passed", payload)]].concat());
+        assert_eq!(state(&p, 1), PointState::Unknown, "{header:x?}");
+        assert_eq!(state(&p, 2), PointState::Recoverable, "{header:x?}");
+    }
+}
+
+/// `cargo mutants` (the arms of reading the id an unreadable event leads
+/// with): whatever msgpack header its array has (fixarray, array 16,
+/// array 32) and however its leading string is encoded (fixstr, str 8,
+/// str 16), an unreadable plan event names its plan, and an unreadable
+/// backup event its job, so only that plan is held at `unknown`.
+#[test]
+fn mutants_an_unreadable_event_names_its_plan_whatever_its_encoding() {
+    let mut base = recoverable_history();
+    base.push(plan_created(2));
+    base.extend([commit_files(2, 2, 3), vp(2), rp(2)]);
+    base.push(
+        JobScheduled {
+            job: JobId::new("b2"),
+            kind: JobKind::Backup,
+            plan: Some(plan_id(2)),
+            point: None,
+            due_unix_ns: T0,
+            attempt: 1,
+            spec: JobSpec::default(),
+        }
+        .into(),
+    );
+    let arrays: [&[u8]; 3] = [
+        &[0x92],
+        &[0xdc, 0x00, 0x02],
+        &[0xdd, 0x00, 0x00, 0x00, 0x02],
+    ];
+    let strings: [&[u8]; 3] = [&[0xa2], &[0xd9, 0x02], &[0xda, 0x00, 0x02]];
+    for (event_type, id) in [("plan.changed", "p2"), ("backup.committed", "b2")] {
+        for array in arrays {
+            for string in strings {
+                let mut payload = [array, string].concat();
+                payload.extend(id.as_bytes());
+                payload.push(0xc0);
+                let p = given(&[base.clone(), vec![unknown(event_type, payload)]].concat());
+                let case = format!("{event_type} {array:x?} {string:x?}");
+                assert_eq!(protection(&p, 1), Protection::Protected, "{case}");
+                assert_eq!(protection(&p, 2), Protection::Unknown, "{case}");
             }
         }
     }

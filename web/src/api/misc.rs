@@ -56,6 +56,13 @@ pub(crate) async fn readyz(ctx: web::Data<Ctx>) -> HttpResponse {
                     )),
                 });
             }
+            if let Some(why) = h.read_model_unavailable() {
+                return HttpResponse::ServiceUnavailable().json(Ready {
+                    status: "read_model_unavailable".into(),
+                    seq: Some(h.last_seq()),
+                    reason: Some(format!("the read model refuses queries: {why}")),
+                });
+            }
             HttpResponse::Ok().json(Ready {
                 status: "ready".into(),
                 seq: Some(h.last_seq()),
@@ -73,7 +80,8 @@ pub(crate) async fn whoami(principal: Principal) -> HttpResponse {
     HttpResponse::Ok().json(principal)
 }
 
-/// Prometheus text format (any role).
+/// Prometheus text format (every role but agents; a `metrics` token can
+/// read nothing else).
 #[utoipa::path(get, path = "/metrics", tag = "health",
     responses((status = 200, content_type = "text/plain; version=0.0.4", body = String),
         (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
@@ -81,8 +89,9 @@ pub(crate) async fn whoami(principal: Principal) -> HttpResponse {
 pub(crate) async fn metrics(
     metrics: web::Data<Metrics>,
     ctx: web::Data<Ctx>,
-    _who: Principal,
+    who: Principal,
 ) -> Result<HttpResponse, WebError> {
+    who.require_metrics()?;
     let text = metrics.scrape(&ctx).await?;
     Ok(HttpResponse::Ok().content_type(CONTENT_TYPE).body(text))
 }

@@ -5,6 +5,7 @@
 //! invisible to the service (review H1, issue 12).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::PoisonError;
 
 use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -14,7 +15,9 @@ use utoipa::openapi::schema::{
 };
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::ToSchema;
-use vouch_events::{Event, SnapshotId, VerificationFailed, VerificationPassed, VerifyDepth};
+use vouch_events::{
+    Event, Projections, SnapshotId, VerificationFailed, VerificationPassed, VerifyDepth,
+};
 
 use super::{grammar, Ctx};
 use crate::auth::Principal;
@@ -284,6 +287,7 @@ fn is_problem(s: &str) -> bool {
 }
 
 /// A checked point verdict.
+#[derive(Clone)]
 struct Verdict {
     point: SnapshotId,
     depth: VerifyDepth,
@@ -482,34 +486,103 @@ pub(crate) async fn create(
             "this service serves no repository {repository:?}"
         )));
     }
-    let ids: Vec<SnapshotId> = verdicts.iter().map(|v| v.point).collect();
+    // Decided and appended with nothing in between (L7): a point forgotten
+    // while the report was being decided is answered `forgotten`, never
+    // given a verdict after it was forgotten.
+    let decided = std::sync::Arc::new(std::sync::Mutex::new(None::<Decision>));
+    let slot = decided.clone();
     let repo = repository.clone();
-    // Per point: None unknown (or of another repository), Some(true) live.
-    let known: BTreeMap<SnapshotId, bool> = handle
-        .query(0, move |p| {
-            ids.iter()
-                .filter_map(|id| {
-                    p.points
-                        .points
-                        .get(id)
-                        .filter(|pt| pt.repository.as_str() == repo)
-                        .map(|pt| (*id, pt.expired.is_none()))
-                })
-                .collect()
+    let appended = handle
+        .append_decided(move |p| {
+            let d = decide(p, &repo, &verdicts, bytes_read, blobs_checked);
+            let events = d.events.clone();
+            *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(d);
+            if events.is_empty() {
+                // Nothing to record: answered from the decision alone.
+                return Err(());
+            }
+            Ok(events)
         })
         .await?;
-    let mut unknown = Vec::new();
-    let mut forgotten = Vec::new();
-    let mut events: Vec<Event> = Vec::new();
-    let mut recorded = Vec::new();
+    let Some(d) = decided
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+    else {
+        return Err(WebError::Internal(
+            "the verify report was never decided".into(),
+        ));
+    };
+    let mut answer = VerifyReportAnswer {
+        repository: repository.clone(),
+        recorded: Vec::new(),
+        unknown: d.unknown,
+        forgotten: d.forgotten,
+    };
+    if let Ok(receipt) = appended {
+        let failed = d
+            .recorded
+            .iter()
+            .filter(|(_, k)| *k == "verification.failed")
+            .count();
+        tracing::info!(
+            repository = %repository,
+            points = d.recorded.len(),
+            failed,
+            "recorded a verify report of the CLI"
+        );
+        answer.recorded = d
+            .recorded
+            .into_iter()
+            .zip(receipt.first_seq..)
+            .map(|((point, kind), seq)| RecordedVerdict {
+                point: point.to_string(),
+                kind,
+                seq,
+            })
+            .collect();
+    }
+    Ok(HttpResponse::Ok().json(answer))
+}
+
+/// What a report records, decided on one state of the log.
+#[derive(Debug)]
+struct Decision {
+    events: Vec<Event>,
+    /// Per event, its point and type.
+    recorded: Vec<(SnapshotId, &'static str)>,
+    unknown: Vec<String>,
+    forgotten: Vec<String>,
+}
+
+/// One event per verdict on a point of `repository` the log knows and has
+/// not forgotten; the others are named `unknown` or `forgotten`.
+fn decide(
+    p: &Projections,
+    repository: &str,
+    verdicts: &[Verdict],
+    bytes_read: u64,
+    blobs_checked: u64,
+) -> Decision {
+    let mut d = Decision {
+        events: Vec::new(),
+        recorded: Vec::new(),
+        unknown: Vec::new(),
+        forgotten: Vec::new(),
+    };
     for v in verdicts {
-        match known.get(&v.point) {
-            None => unknown.push(v.point.to_string()),
-            Some(false) => forgotten.push(v.point.to_string()),
-            Some(true) => {
-                let kind = match v.damaged {
+        let known = p
+            .points
+            .points
+            .get(&v.point)
+            .filter(|pt| pt.repository.as_str() == repository);
+        match known {
+            None => d.unknown.push(v.point.to_string()),
+            Some(pt) if pt.expired.is_some() => d.forgotten.push(v.point.to_string()),
+            Some(_) => {
+                let kind = match &v.damaged {
                     None => {
-                        events.push(
+                        d.events.push(
                             VerificationPassed {
                                 point: v.point,
                                 job: None,
@@ -522,52 +595,24 @@ pub(crate) async fn create(
                         "verification.passed"
                     }
                     Some(damaged) => {
-                        events.push(
+                        d.events.push(
                             VerificationFailed {
                                 point: v.point,
                                 job: None,
                                 depth: v.depth,
                                 bytes_read,
-                                damaged,
+                                damaged: damaged.clone(),
                             }
                             .into(),
                         );
                         "verification.failed"
                     }
                 };
-                recorded.push((v.point, kind));
+                d.recorded.push((v.point, kind));
             }
         }
     }
-    let mut answer = VerifyReportAnswer {
-        repository: repository.clone(),
-        recorded: Vec::new(),
-        unknown,
-        forgotten,
-    };
-    if !events.is_empty() {
-        let failed = recorded
-            .iter()
-            .filter(|(_, k)| *k == "verification.failed")
-            .count();
-        tracing::info!(
-            repository = %repository,
-            points = recorded.len(),
-            failed,
-            "recording a verify report of the CLI"
-        );
-        let receipt = handle.append(events).await?;
-        answer.recorded = recorded
-            .into_iter()
-            .zip(receipt.first_seq..)
-            .map(|((point, kind), seq)| RecordedVerdict {
-                point: point.to_string(),
-                kind,
-                seq,
-            })
-            .collect();
-    }
-    Ok(HttpResponse::Ok().json(answer))
+    d
 }
 
 #[cfg(test)]

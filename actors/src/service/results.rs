@@ -1,0 +1,254 @@
+//! Results must name their job (review finding L3). The dispatcher fences a
+//! run by the token of its `job.started`; this checks that what the run
+//! returned is about that job: a result is recorded only when none of its
+//! events names another job, another point or another repository than the
+//! command's. A refused result is recorded as the job's failure with kind
+//! [`FOREIGN_RESULT`], and none of its events is appended.
+
+use vouch_events::{Event, JobId, RepositoryId, SnapshotId};
+
+use super::command::JobCommand;
+
+/// The `error_kind` of a job whose worker returned events about something
+/// else than the job (never retried: the same worker would answer the same).
+pub const FOREIGN_RESULT: &str = "foreign_result";
+
+/// The job an event names, if it names one.
+fn job_of(e: &Event) -> Option<&JobId> {
+    match e {
+        Event::JobScheduled(e) => Some(&e.job),
+        Event::JobStarted(e) => Some(&e.job),
+        Event::JobProgress(e) => Some(&e.job),
+        Event::JobFinished(e) => Some(&e.job),
+        Event::JobFailed(e) => Some(&e.job),
+        Event::JobAbandoned(e) => Some(&e.job),
+        Event::LeaseGranted(e) => Some(&e.job),
+        Event::LeaseExpired(e) => Some(&e.job),
+        Event::BackupCommitted(e) => e.job.as_ref(),
+        Event::VerificationStarted(e) => e.job.as_ref(),
+        Event::VerificationPassed(e) => e.job.as_ref(),
+        Event::VerificationFailed(e) => e.job.as_ref(),
+        Event::RestoreTestStarted(e) => e.job.as_ref(),
+        Event::RestoreTestPassed(e) => e.job.as_ref(),
+        Event::RestoreTestFailed(e) => e.job.as_ref(),
+        Event::PacksReadBack(e) => e.job.as_ref(),
+        _ => None,
+    }
+}
+
+/// The repository an event names, if it names one.
+fn repository_of(e: &Event) -> Option<&RepositoryId> {
+    match e {
+        Event::BackupCommitted(e) => Some(&e.repository),
+        Event::PointDiscovered(e) => Some(&e.repository),
+        Event::PacksReadBack(e) => Some(&e.repository),
+        Event::PointVanished(e) => Some(&e.repository),
+        _ => None,
+    }
+}
+
+/// Why the point event `e` (about `point`) is not about `command`, if it
+/// is not. `committed`: the points the same result commits.
+fn foreign_point(
+    command: &JobCommand,
+    committed: &[SnapshotId],
+    e: &Event,
+    point: SnapshotId,
+) -> Option<String> {
+    let ty = e.event_type();
+    match command {
+        JobCommand::Verify { point: own, .. } | JobCommand::RestoreTest { point: own, .. } => {
+            (point != *own).then(|| {
+                format!(
+                    "{ty} is about point {}, the job's is {}",
+                    point.short(),
+                    own.short()
+                )
+            })
+        }
+        // A backup speaks only of the points it commits (anomalies too).
+        JobCommand::Backup { .. } => (!committed.contains(&point)).then(|| {
+            format!(
+                "{ty} is about point {}, which this backup did not commit",
+                point.short()
+            )
+        }),
+        // A reconciliation finds manifests the log does not know, and
+        // misses only those of the live points it was given.
+        JobCommand::Reconcile { live, .. } => match e {
+            Event::PointDiscovered(_) => None,
+            Event::PointVanished(_) if live.contains(&point) => None,
+            _ => Some(format!(
+                "{ty} is about point {}, not one of the live points this reconciliation checked",
+                point.short()
+            )),
+        },
+        // A read-back is about packs, not points.
+        JobCommand::ReadBack { .. } => Some(format!(
+            "{ty} is about point {}; a read-back is about no point",
+            point.short()
+        )),
+        // Retention decides over the plan's points, which the command does
+        // not list; the projection refuses forgetting a locked point.
+        JobCommand::Retention { .. } => None,
+    }
+}
+
+/// Why the `events` that the worker running `job` on `command` returned
+/// cannot be recorded, if they cannot: the first event that names another
+/// job, a job's lifecycle (the dispatcher records those), another
+/// repository, another plan or another point than the command's.
+pub(crate) fn foreign(job: &JobId, command: &JobCommand, events: &[Event]) -> Option<String> {
+    let committed: Vec<SnapshotId> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::BackupCommitted(b) => Some(b.snapshot),
+            _ => None,
+        })
+        .collect();
+    for e in events {
+        let ty = e.event_type();
+        if let Some(other) = job_of(e).filter(|j| *j != job) {
+            return Some(format!("{ty} names job {other}, not {job}"));
+        }
+        if matches!(
+            e,
+            Event::JobScheduled(_)
+                | Event::JobStarted(_)
+                | Event::JobFinished(_)
+                | Event::JobFailed(_)
+                | Event::JobAbandoned(_)
+        ) {
+            return Some(format!(
+                "{ty} is the dispatcher's to record, not a worker's"
+            ));
+        }
+        if let Some(r) = repository_of(e).filter(|r| *r != command.repository()) {
+            return Some(format!(
+                "{ty} names repository {r}, the job's is {}",
+                command.repository()
+            ));
+        }
+        if let (Event::BackupCommitted(b), JobCommand::Backup { plan, .. }) = (e, command) {
+            if b.plan.as_ref() != Some(plan) {
+                return Some(format!(
+                    "{ty} names plan {}, the job's is {plan}",
+                    b.plan.as_ref().map_or("none", |p| p.as_str())
+                ));
+            }
+        }
+        if let Some(reason) = e
+            .point()
+            .and_then(|point| foreign_point(command, &committed, e, point))
+        {
+            return Some(reason);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vouch_events::{
+        BackupCommitted, BackupSummary, JobFinished, PlanId, PointForgotten, VerificationPassed,
+        VerifyDepth,
+    };
+
+    fn verify(point: u8) -> JobCommand {
+        JobCommand::Verify {
+            point: SnapshotId([point; 32]),
+            plan: None,
+            repository: RepositoryId::new("main"),
+            depth: VerifyDepth::Structure,
+        }
+    }
+
+    fn passed(point: u8, job: &str) -> Event {
+        VerificationPassed {
+            point: SnapshotId([point; 32]),
+            job: Some(JobId::new(job)),
+            depth: VerifyDepth::Structure,
+            bytes_read: 1,
+            blobs_checked: 1,
+        }
+        .into()
+    }
+
+    fn committed(plan: &str, repo: &str, point: u8) -> Event {
+        BackupCommitted {
+            job: Some(JobId::new("j")),
+            plan: Some(PlanId::new(plan)),
+            repository: RepositoryId::new(repo),
+            snapshot: SnapshotId([point; 32]),
+            snapshot_time_unix_ns: 1,
+            summary: BackupSummary::default(),
+        }
+        .into()
+    }
+
+    #[test]
+    fn a_result_about_its_own_job_and_point_is_recorded() {
+        let j = JobId::new("j");
+        assert_eq!(foreign(&j, &verify(1), &[passed(1, "j")]), None);
+        assert_eq!(foreign(&j, &verify(1), &[]), None);
+    }
+
+    #[test]
+    fn a_result_about_another_point_job_plan_or_repository_is_refused() {
+        let j = JobId::new("j");
+        let other_point = foreign(&j, &verify(1), &[passed(2, "j")]);
+        assert!(other_point.is_some_and(|r| r.contains("point")));
+        let other_job = foreign(&j, &verify(1), &[passed(1, "k")]);
+        assert!(other_job.is_some_and(|r| r.contains("names job k")));
+        let finished = foreign(
+            &j,
+            &verify(1),
+            &[JobFinished {
+                job: JobId::new("k"),
+            }
+            .into()],
+        );
+        assert!(finished.is_some());
+        let own_finished = foreign(&j, &verify(1), &[JobFinished { job: j.clone() }.into()]);
+        assert!(own_finished.is_some_and(|r| r.contains("dispatcher")));
+        let backup = JobCommand::Backup {
+            plan: PlanId::new("p"),
+            definition: vouch_events::PlanDefinition {
+                source: "/s".into(),
+                schedule: "0 3 * * *".into(),
+                retention: vouch_events::KeepPolicy::default(),
+                verification: vouch_events::VerificationPolicy {
+                    after_backup: true,
+                    every: None,
+                    depth: VerifyDepth::Structure,
+                },
+                restore_test: vouch_events::RestoreTestPolicy {
+                    every: None,
+                    max_evidence_age: std::time::Duration::from_secs(1),
+                    sample_files: None,
+                    full_every: None,
+                },
+                rpo: std::time::Duration::from_secs(1),
+                repository: RepositoryId::new("main"),
+                paused: false,
+            },
+        };
+        assert_eq!(foreign(&j, &backup, &[committed("p", "main", 3)]), None);
+        assert!(foreign(&j, &backup, &[committed("q", "main", 3)]).is_some());
+        assert!(foreign(&j, &backup, &[committed("p", "other", 3)]).is_some());
+        // A backup speaks only of the point it commits.
+        assert!(foreign(&j, &backup, &[committed("p", "main", 3), passed(4, "j")]).is_some());
+        let read_back = JobCommand::ReadBack {
+            repository: RepositoryId::new("main"),
+            slices: vec![0],
+            of: 1,
+        };
+        let forgot: Event = PointForgotten {
+            point: SnapshotId([5; 32]),
+            rule: "r".into(),
+        }
+        .into();
+        assert!(foreign(&j, &read_back, &[forgot]).is_some());
+    }
+}
