@@ -63,7 +63,7 @@ for _ in $(seq 1 300); do
   sleep 0.2
 done
 addr=$(sed -n 's/^listening on //p' "$out")
-token=$(sed -n 's/^admin token: //p' "$out")
+token=$(cat "$work/data/initial-admin-token" 2>/dev/null)
 [ -n "$addr" ] && [ -n "$token" ] || { echo "vouch serve did not come up"; exit 1; }
 PYTHONPATH="$work" SCHEMATHESIS_HOOKS=vouch_ci_hooks \
 "$venv/bin/st" run "$addr/api/v1/openapi.json" \

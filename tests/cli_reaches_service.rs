@@ -56,15 +56,15 @@ fn start(dir: &Path) -> Service {
         .expect("vouch serve starts");
     let stdout = child.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
-    let mut token = None;
     let addr = loop {
         let line = lines
             .next()
             .expect("vouch serve printed its address before exiting")
             .expect("stdout readable");
-        if let Some(t) = line.strip_prefix("admin token: ") {
-            token = Some(t.trim().to_owned());
-        }
+        assert!(
+            !line.contains("admin token"),
+            "stdout is no terminal: the token stays in its file: {line}"
+        );
         if let Some(a) = line.strip_prefix("listening on http://") {
             break a.trim().parse().expect("an address");
         }
@@ -73,7 +73,10 @@ fn start(dir: &Path) -> Service {
     Service {
         child,
         addr,
-        token: token.expect("the first start prints an admin token"),
+        token: std::fs::read_to_string(data.join("initial-admin-token"))
+            .expect("the first start leaves its admin token in the data directory")
+            .trim()
+            .to_owned(),
         data,
     }
 }

@@ -76,28 +76,28 @@ impl Serve {
                 let _ = tx.send(line);
             }
         });
-        let (mut addr, mut token) = (None, None);
+        let mut addr = None;
         let deadline = Instant::now() + LONG;
-        while addr.is_none() || token.is_none() {
+        while addr.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
             let line = match rx.recv_timeout(left) {
                 Ok(l) => l,
                 Err(e) => {
                     let _ = child.kill();
-                    panic!("vouch serve did not print its address and admin token ({e}); got address {addr:?}, token {}", token.is_some());
+                    panic!("vouch serve did not print its address ({e})");
                 }
             };
             if let Some(a) = line.trim().strip_prefix("listening on http://") {
                 addr = Some(a.trim().to_owned());
             }
-            if let Some(t) = line.trim().strip_prefix("admin token:") {
-                token = Some(t.trim().to_owned());
-            }
         }
         Serve {
             child,
             addr: addr.unwrap_or_default(),
-            token: token.unwrap_or_default(),
+            token: std::fs::read_to_string(data_dir.join("initial-admin-token"))
+                .expect("the first start leaves its admin token in the data directory")
+                .trim()
+                .to_owned(),
         }
     }
 }

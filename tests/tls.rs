@@ -72,15 +72,15 @@ fn start(data_dir: &Path, c: &Certificate) -> Service {
     .expect("vouch serve starts");
     let stdout = child.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
-    let mut token = None;
     let addr = loop {
         let line = lines
             .next()
             .expect("vouch serve printed its address before exiting")
             .expect("stdout readable");
-        if let Some(t) = line.strip_prefix("admin token: ") {
-            token = Some(t.trim().to_owned());
-        }
+        assert!(
+            !line.contains("admin token"),
+            "stdout is no terminal: the token stays in its file: {line}"
+        );
         if let Some(a) = line.strip_prefix("listening on https://") {
             break a.trim().parse().expect("an address");
         }
@@ -93,17 +93,21 @@ fn start(data_dir: &Path, c: &Certificate) -> Service {
     Service {
         child,
         addr,
-        token: token.expect("the first start prints an admin token"),
+        token: std::fs::read_to_string(data_dir.join("initial-admin-token"))
+            .expect("the first start leaves its admin token in the data directory")
+            .trim()
+            .to_owned(),
     }
 }
 
-/// One HTTPS/1.1 exchange trusting only `trusted`: status and body.
+/// One HTTPS/1.1 exchange trusting only `trusted`: status, body and the
+/// head (status line and headers).
 fn https_get(
     addr: SocketAddr,
     trusted: &CertificateDer<'static>,
     path: &str,
     token: Option<&str>,
-) -> Result<(u16, String), std::io::Error> {
+) -> Result<(u16, String, String), std::io::Error> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(trusted.clone()).map_err(std::io::Error::other)?;
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -140,7 +144,7 @@ fn https_get(
         .nth(1)
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| std::io::Error::other(format!("no status line in {head:?}")))?;
-    Ok((status, body.to_owned()))
+    Ok((status, body.to_owned(), head.to_owned()))
 }
 
 #[test]
@@ -149,11 +153,16 @@ fn the_api_is_served_over_tls_with_the_configured_certificate() {
     let c = certificate(dir.path(), "server");
     let svc = start(&dir.path().join("data"), &c);
 
-    let (status, body) = https_get(svc.addr, &c.der, "/healthz", None).expect("healthz");
+    let (status, body, head) = https_get(svc.addr, &c.der, "/healthz", None).expect("healthz");
     assert_eq!(status, 200, "{body}");
-    let (status, _) = https_get(svc.addr, &c.der, "/api/v1/plans", None).expect("plans");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("\r\nstrict-transport-security: max-age=31536000"),
+        "HSTS over TLS: {head}"
+    );
+    let (status, _, _) = https_get(svc.addr, &c.der, "/api/v1/plans", None).expect("plans");
     assert_eq!(status, 401, "TLS changes nothing about authentication");
-    let (status, body) =
+    let (status, body, _) =
         https_get(svc.addr, &c.der, "/api/v1/plans", Some(&svc.token)).expect("plans");
     assert_eq!(status, 200, "{body}");
 
@@ -230,4 +239,28 @@ fn a_key_that_does_not_match_the_certificate_stops_the_start_with_a_clear_error(
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no private key"), "{stderr}");
+}
+
+/// Security review finding 10: plain HTTP on an address other than
+/// loopback is refused before anything is created, with what to do.
+#[test]
+fn plain_http_beyond_loopback_is_refused_without_insecure_http() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let out = Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
+        .arg(&data)
+        .env("VOUCH_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("vouch serve runs");
+    assert!(!out.status.success(), "refused");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refusing to serve plain HTTP on 0.0.0.0:0")
+            && err.contains("--tls-cert")
+            && err.contains("--insecure-http"),
+        "says why and what to do: {err}"
+    );
+    assert!(!data.exists(), "nothing was created");
 }

@@ -51,6 +51,11 @@ pub struct ServeArgs {
     /// The PEM private key of `--tls-cert`.
     #[arg(long, env = "VOUCH_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Serve plain HTTP on an address other than loopback. Without it such
+    /// an address needs TLS (`--tls-cert`/`--tls-key` or `[tls]`): tokens
+    /// and the content of backed-up files would cross the network in clear.
+    #[arg(long, env = "VOUCH_INSECURE_HTTP")]
+    pub insecure_http: bool,
     /// Log lines as `text` or `json` (on stderr).
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -82,7 +87,8 @@ pub enum TokenAction {
         /// Its unique name (an agent's token is named after the agent).
         #[arg(long)]
         name: String,
-        /// admin, operator, viewer or agent.
+        /// admin, operator, viewer, restore (viewer plus file contents),
+        /// metrics (only /metrics) or agent.
         #[arg(long, default_value = "viewer")]
         role: String,
     },
@@ -134,6 +140,9 @@ pub struct Config {
     /// `[read_store]`.
     #[serde(default)]
     pub read_store: ReadStoreSection,
+    /// `[log]`.
+    #[serde(default)]
+    pub log: LogSection,
     /// `[[webhooks]]`.
     #[serde(default)]
     pub webhooks: Vec<WebhookSection>,
@@ -210,6 +219,16 @@ pub struct ReadStoreSection {
     /// (default 30s; at least 1s). A shorter interval makes restarts
     /// replay less of the log and costs a snapshot encoding each time.
     pub checkpoint_every: Option<String>,
+}
+
+/// `[log]`: the event log's own maintenance.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSection {
+    /// How often the whole log is re-read and checked (default 24h; "off"
+    /// turns the periodic scrub off; at least 1s). The first scrub runs
+    /// at most 15 minutes after a start.
+    pub scrub_every: Option<String>,
 }
 
 /// `[[webhooks]]`.
@@ -308,16 +327,115 @@ fn default_repository(data_dir: &Path) -> anyhow::Result<RepoSpec> {
     })
 }
 
-/// Loads the tokens; on first start makes an admin token and prints it once.
-/// Makes (and prints once) an admin token when there is none.
+/// Plain HTTP only on loopback, unless the admin says otherwise: every
+/// address `listen` resolves to must be a loopback one.
+fn refuse_plain_http_off_loopback(listen: &str, insecure_http: bool) -> anyhow::Result<()> {
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<std::net::SocketAddr> = listen
+        .to_socket_addrs()
+        .with_context(|| format!("listen address {listen:?} is not an address"))?
+        .collect();
+    let open: Vec<String> = addrs
+        .iter()
+        .filter(|a| !a.ip().is_loopback())
+        .map(ToString::to_string)
+        .collect();
+    if open.is_empty() {
+        return Ok(());
+    }
+    if insecure_http {
+        tracing::warn!(listen, "serving plain HTTP beyond loopback (--insecure-http): tokens and file contents cross the network in clear");
+        return Ok(());
+    }
+    bail!(
+        "refusing to serve plain HTTP on {} (not loopback): tokens and the content of backed-up files would cross the network in clear. \
+         Give a certificate (--tls-cert and --tls-key, or [tls] in the configuration), listen on 127.0.0.1, \
+         or pass --insecure-http if a proxy in front terminates TLS",
+        open.join(", ")
+    )
+}
+
+/// Everything the service creates from now on is its user's alone: the
+/// event log, the read store, the restore-test sandbox and the files a
+/// restore test writes there before their recorded modes are applied (a
+/// copy of `/etc/shadow` must never be world-readable, not even for the
+/// seconds of a test).
+fn make_private() {
+    // SAFETY: umask only sets this process's file-mode creation mask; it
+    // has no failure mode and touches no memory.
+    unsafe {
+        libc::umask(0o077);
+    }
+}
+
+/// Creates the data directory with mode 0700, or brings an existing one
+/// to 0700 (with a warning): it holds the repository passphrase, the token
+/// hashes, the event log and restored copies of what is backed up.
+fn private_data_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating the data directory {}", dir.display()))?;
+    let mode = std::fs::metadata(dir)
+        .with_context(|| format!("reading the data directory {}", dir.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        tracing::warn!(
+            path = %dir.display(),
+            mode = format!("{:o}", mode & 0o777),
+            "the data directory was open to group or others; set to 0700"
+        );
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).with_context(
+            || format!("setting the data directory {} to mode 0700", dir.display()),
+        )?;
+    }
+    Ok(())
+}
+
+/// The file in the data directory where the first start leaves the first
+/// admin token (mode 0600).
+pub const INITIAL_ADMIN_TOKEN_FILE: &str = "initial-admin-token";
+
+/// On the very first start (no `tokens.json` yet) makes the first admin
+/// token and leaves it in [`INITIAL_ADMIN_TOKEN_FILE`], readable by the
+/// service's user only; it is shown on the terminal only when stdout is
+/// one, so it never lands in a journal or a log file. A token store that
+/// exists but is empty (every token revoked, say during an incident) stays
+/// empty: a restart never mints a token nobody asked for.
 fn ensure_admin_token(data_dir: &Path) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
     let path = data_dir.join("tokens.json");
-    let mut store = TokenStore::load(&path)?;
-    if store.is_empty() {
-        let token = store.create("admin", Role::Admin)?;
-        store.save(&path)?;
+    if path.exists() {
+        if TokenStore::load(&path)?.is_empty() {
+            tracing::warn!(
+                path = %path.display(),
+                "no API token is valid: every request will be refused; make one with `vouch token create --data-dir DIR --name NAME --role admin`"
+            );
+        }
+        return Ok(());
+    }
+    let mut store = TokenStore::new();
+    let token = store.create("admin", Role::Admin)?;
+    let file = data_dir.join(INITIAL_ADMIN_TOKEN_FILE);
+    // A start cut off before the store was saved left a token no store
+    // knows: this one replaces it.
+    match std::fs::remove_file(&file) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("removing {}", file.display()))
+        }
+        _ => {}
+    }
+    write_secret(&file, format!("{token}\n").as_bytes())?;
+    store.save(&path)?;
+    eprintln!(
+        "\n*** the first admin token is in {} (mode 0600); only its hash is kept.\n*** Sign in with it, keep it somewhere safe, then delete the file. Make more with `vouch token create`.\n",
+        file.display()
+    );
+    if std::io::stdout().is_terminal() {
         println!("admin token: {token}");
-        eprintln!("*** this admin token is shown once; only its hash is stored. Make more with `vouch token create`.");
     }
     Ok(())
 }
@@ -450,6 +568,17 @@ fn service_config(c: &Config) -> anyhow::Result<ServiceConfig> {
         }
         None => vouch_actors::service::CHECKPOINT_EVERY,
     };
+    let scrub_every = match c.log.scrub_every.as_deref() {
+        Some("off") => None,
+        Some(s) => {
+            let d = dur(s, "log.scrub_every")?;
+            if d < Duration::from_secs(1) {
+                bail!("log.scrub_every must be at least 1s, or \"off\" (it is {s:?})");
+            }
+            Some(d)
+        }
+        None => Some(vouch_actors::service::SCRUB_EVERY),
+    };
     Ok(ServiceConfig {
         dispatch,
         scheduler,
@@ -457,6 +586,7 @@ fn service_config(c: &Config) -> anyhow::Result<ServiceConfig> {
         checkpoint_every,
         restart: BackoffPolicy::default(),
         version: env!("CARGO_PKG_VERSION").into(),
+        scrub_every,
     })
 }
 
@@ -493,12 +623,15 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         None => None,
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
+    if tls.is_none() {
+        refuse_plain_http_off_loopback(&s.listen, a.insecure_http)?;
+    }
     let grace = match &s.config.jobs.shutdown_grace {
         Some(g) => dur(g, "jobs.shutdown_grace")?,
         None => Duration::from_secs(60),
     };
-    std::fs::create_dir_all(&s.data_dir)
-        .with_context(|| format!("creating the data directory {}", s.data_dir.display()))?;
+    make_private();
+    private_data_dir(&s.data_dir)?;
     let data_dir = std::path::absolute(&s.data_dir)?;
     let mut specs = vec![default_repository(&data_dir)?];
     for r in &s.config.repositories {
@@ -603,4 +736,27 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     })?;
     eprintln!("stopped");
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refuse_plain_http_off_loopback;
+
+    #[test]
+    fn plain_http_is_for_loopback_unless_the_admin_says_otherwise() {
+        for loopback in ["127.0.0.1:8080", "[::1]:0", "localhost:0"] {
+            assert!(
+                refuse_plain_http_off_loopback(loopback, false).is_ok(),
+                "{loopback}"
+            );
+        }
+        for open in ["0.0.0.0:8080", "192.0.2.7:8080", "[::]:0"] {
+            let err = refuse_plain_http_off_loopback(open, false)
+                .expect_err(open)
+                .to_string();
+            assert!(err.contains("--insecure-http"), "{err}");
+            assert!(refuse_plain_http_off_loopback(open, true).is_ok(), "{open}");
+        }
+        assert!(refuse_plain_http_off_loopback("no port", false).is_err());
+    }
 }

@@ -39,15 +39,16 @@ pub fn start(data_dir: &Path, config: &Path, token: Option<&str>) -> Service {
         .expect("vouch serve starts");
     let stdout = child.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
-    let mut token = token.map(str::to_owned);
+    let token = token.map(str::to_owned);
     let addr = loop {
         let line = lines
             .next()
             .expect("vouch serve printed its address before exiting")
             .expect("stdout readable");
-        if let Some(t) = line.strip_prefix("admin token: ") {
-            token = Some(t.trim().to_owned());
-        }
+        assert!(
+            !line.contains("admin token"),
+            "stdout is no terminal: the token stays in its file: {line}"
+        );
         if let Some(a) = line.strip_prefix("listening on http://") {
             break a.trim().parse().expect("an address");
         }
@@ -57,8 +58,22 @@ pub fn start(data_dir: &Path, config: &Path, token: Option<&str>) -> Service {
     Service {
         child,
         addr,
-        token: token.expect("the first start prints an admin token"),
+        token: token.unwrap_or_else(|| initial_admin_token(data_dir)),
     }
+}
+
+/// The admin token the first start left in the data directory.
+pub fn initial_admin_token(data_dir: &Path) -> String {
+    let path = data_dir.join("initial-admin-token");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| {
+            panic!(
+                "the first start leaves its admin token in {}: {e}",
+                path.display()
+            )
+        })
+        .trim()
+        .to_owned()
 }
 
 /// One HTTP/1.1 exchange (Connection: close): status and body.

@@ -37,6 +37,10 @@ const ctx = {
   get canOperate() {
     return !!principal && (principal.role === 'admin' || principal.role === 'operator');
   },
+  /** May the signed-in role download the content of backed-up files? */
+  get canReadContent() {
+    return !!principal && (principal.role === 'admin' || principal.role === 'restore');
+  },
   /** Subscribes to live messages (`type` like 'progress' or 'backup.committed', or '*'). */
   on(type, fn) {
     const l = { type, fn };

@@ -207,7 +207,7 @@ ${anomalies.length ? `<ul class="anomalies">${anomalies.map((a) => `<li><span cl
         ? `<button type="button" class="link" data-dir="${esc(full)}">${esc(e.name)}/</button>`
         : `<span>${esc(e.name)}</span>`;
       rows += `<tr data-entry="${esc(e.name)}" data-kind="${esc(e.kind)}"><th scope="row">${name}</th><td>${esc(e.kind)}</td><td class="num">${e.kind === 'file' ? fmtBytes(e.size) : ''}</td><td><code>${modeText(e.mode)}</code></td><td>${esc(fmtTime(e.mtime))}</td>
-<td>${e.kind === 'file' ? `<button type="button" class="small secondary" data-download="${esc(full)}" aria-label="Download ${esc(e.name)}">Download</button>` : ''}</td></tr>`;
+<td>${e.kind === 'file' && ctx.canReadContent ? `<button type="button" class="small secondary" data-download="${esc(full)}" aria-label="Download ${esc(e.name)}">Download</button>` : ''}</td></tr>`;
     }
     files.innerHTML = `<p class="crumbs" aria-label="Directory">${crumbs}</p>
 ${entries.length ? `<div class="table-wrap"><table class="files"><thead><tr><th scope="col">Name</th><th scope="col">Kind</th><th scope="col" class="num">Size</th><th scope="col">Mode</th><th scope="col">Modified</th><th scope="col"><span class="sr">Download</span></th></tr></thead><tbody>${rows}</tbody></table></div>` : '<p class="muted">This directory is empty.</p>'}`;

@@ -77,8 +77,14 @@ pub enum Role {
     Admin,
     /// Reads everything; plans, jobs and locks: create, change, run, cancel.
     Operator,
-    /// Read only.
+    /// Read only: plans, points, jobs, alerts, events, file names; never
+    /// the content of a backed-up file.
     Viewer,
+    /// What a viewer reads, plus the content of backed-up files (download).
+    Restore,
+    /// Only `GET /metrics` (for Prometheus: its token sits in a readable
+    /// scrape configuration, so it can read nothing else).
+    Metrics,
     /// A backup agent: only plans whose source is `agent:<token name>:...`,
     /// their jobs and points.
     Agent,
@@ -91,6 +97,8 @@ impl Role {
             Role::Admin => "admin",
             Role::Operator => "operator",
             Role::Viewer => "viewer",
+            Role::Restore => "restore",
+            Role::Metrics => "metrics",
             Role::Agent => "agent",
         }
     }
@@ -110,9 +118,11 @@ impl FromStr for Role {
             "admin" => Ok(Role::Admin),
             "operator" => Ok(Role::Operator),
             "viewer" => Ok(Role::Viewer),
+            "restore" => Ok(Role::Restore),
+            "metrics" => Ok(Role::Metrics),
             "agent" => Ok(Role::Agent),
             _ => Err(format!(
-                "unknown role {s:?}: expected admin, operator, viewer or agent"
+                "unknown role {s:?}: expected admin, operator, viewer, restore, metrics or agent"
             )),
         }
     }
@@ -132,10 +142,35 @@ impl Principal {
     pub fn require_write(&self) -> Result<(), WebError> {
         match self.role {
             Role::Admin | Role::Operator => Ok(()),
-            Role::Viewer | Role::Agent => Err(WebError::Forbidden(format!(
-                "a token with role {} may not change anything",
-                self.role
-            ))),
+            Role::Viewer | Role::Restore | Role::Metrics | Role::Agent => Err(WebError::Forbidden(
+                format!("a token with role {} may not change anything", self.role),
+            )),
+        }
+    }
+
+    /// Ok if the caller may read the content of backed-up files (admin,
+    /// restore); 403 otherwise. Metadata (names, sizes, modes) is not
+    /// content.
+    pub fn require_content(&self) -> Result<(), WebError> {
+        match self.role {
+            Role::Admin | Role::Restore => Ok(()),
+            Role::Operator | Role::Viewer | Role::Metrics | Role::Agent => {
+                Err(WebError::Forbidden(format!(
+                    "reading the content of backed-up files needs an admin or restore token, not {}",
+                    self.role
+                )))
+            }
+        }
+    }
+
+    /// Ok if the caller may scrape `/metrics` (every role but agents: the
+    /// metrics name every plan).
+    pub fn require_metrics(&self) -> Result<(), WebError> {
+        match self.role {
+            Role::Agent => Err(WebError::Forbidden(
+                "an agent token may not read /metrics (it names every plan)".into(),
+            )),
+            _ => Ok(()),
         }
     }
 
@@ -522,6 +557,9 @@ fn bearer_token(req: &ServiceRequest) -> Result<&str, WebError> {
     Ok(token)
 }
 
+/// The one route a [`Role::Metrics`] token may use.
+pub const METRICS_PATH: &str = "/metrics";
+
 /// Middleware (for `middleware::from_fn`) that lets a request through only
 /// with a valid bearer token, and records its [`Principal`] in the request
 /// extensions.
@@ -536,6 +574,11 @@ pub async fn require_token(
     let principal = store
         .authenticate(token)
         .ok_or(WebError::Unauthorized("unknown or revoked token"))?;
+    if principal.role == Role::Metrics && req.path() != METRICS_PATH {
+        return Err(
+            WebError::Forbidden(format!("a metrics token may only read {METRICS_PATH}")).into(),
+        );
+    }
     req.extensions_mut().insert(principal);
     next.call(req).await
 }

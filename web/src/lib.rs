@@ -63,6 +63,7 @@ pub struct AppState {
     browse: Option<Arc<dyn Browse>>,
     log_dir: Option<PathBuf>,
     ctx: Option<web::Data<Ctx>>,
+    hsts: bool,
 }
 
 impl AppState {
@@ -81,6 +82,7 @@ impl AppState {
             browse: None,
             log_dir: None,
             ctx: None,
+            hsts: false,
         })
     }
 
@@ -129,6 +131,13 @@ impl AppState {
     }
 
     /// Shares one context between every worker.
+    /// Every answer carries `Strict-Transport-Security` ([`HSTS`]):
+    /// [`serve`] sets it when it serves TLS.
+    pub fn with_hsts(mut self) -> Self {
+        self.hsts = true;
+        self
+    }
+
     fn sealed(mut self) -> Self {
         self.ctx = Some(self.ctx());
         self
@@ -184,6 +193,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     crate::configure_console(cfg);
 }
 
+/// The `Strict-Transport-Security` value sent over TLS: a year, so a
+/// browser that once reached the console over HTTPS never falls back to
+/// plain HTTP (no `includeSubDomains`: the host's other names are not ours).
+pub const HSTS: &str = "max-age=31536000";
+
 /// The whole application: state, request spans and counting, [`configure`].
 pub fn app(
     state: AppState,
@@ -197,10 +211,15 @@ pub fn app(
     >,
 > {
     let ctx = state.ctx();
+    let mut headers = actix_web::middleware::DefaultHeaders::new();
+    if state.hsts {
+        headers = headers.add((actix_web::http::header::STRICT_TRANSPORT_SECURITY, HSTS));
+    }
     App::new()
         .app_data(state.metrics)
         .app_data(state.tokens)
         .app_data(ctx)
+        .wrap(headers)
         .wrap(from_fn(routes::count_requests))
         .configure(configure)
 }
@@ -219,7 +238,12 @@ pub fn serve(
     state: AppState,
     tls: Option<rustls::ServerConfig>,
 ) -> std::io::Result<Server> {
-    let state = state.sealed();
+    let state = if tls.is_some() {
+        state.with_hsts()
+    } else {
+        state
+    }
+    .sealed();
     if state.service.is_some() && tokio::runtime::Handle::try_current().is_ok() {
         let follower = state.clone();
         tokio::spawn(async move { follower.follow_events().await });

@@ -12,10 +12,10 @@ use crate::error::doc as errors;
 struct BearerAuth;
 
 impl Modify for BearerAuth {
-    /// Declares the bearer scheme, and 401 on every operation that needs
-    /// it: `require_token` answers 401 before any handler runs, so the
-    /// handlers' own annotations do not list it. Marks path parameters
-    /// required.
+    /// Declares the bearer scheme, and 401 and 403 on every operation that
+    /// needs it: `require_token` answers 401 before any handler runs, and
+    /// 403 to a `metrics` token anywhere but `/metrics`, so the handlers'
+    /// own annotations do not list them. Marks path parameters required.
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
@@ -24,6 +24,8 @@ impl Modify for BearerAuth {
         );
         let (name, response) = <errors::Unauthorized as ToResponse>::response();
         components.responses.insert(name.to_owned(), response);
+        let (forbidden, response) = <errors::Forbidden as ToResponse>::response();
+        components.responses.insert(forbidden.to_owned(), response);
         for item in openapi.paths.paths.values_mut() {
             for op in [
                 &mut item.get,
@@ -49,6 +51,10 @@ impl Modify for BearerAuth {
                     op.responses
                         .responses
                         .insert("401".to_owned(), RefOr::Ref(Ref::from_response_name(name)));
+                    op.responses
+                        .responses
+                        .entry("403".to_owned())
+                        .or_insert_with(|| RefOr::Ref(Ref::from_response_name(forbidden)));
                 }
             }
         }

@@ -18,7 +18,7 @@ use vouch_actors::service::{
 };
 use vouch_events::{
     BackupCommitted, BackupSummary, EventLog, LogOptions, RestoreEvidence, RestoreTestPassed,
-    SharedLog, SledStore, SnapshotId, VerificationPassed, VerifyDepth,
+    SharedLog, SledStore, SnapshotId, VerificationFailed, VerificationPassed, VerifyDepth,
 };
 use vouch_web::{openapi_json_text, serve, AppState, Role, TokenHash, TokenStore};
 
@@ -26,6 +26,8 @@ const ADMIN: &str = "vouch_test_admin";
 const OPERATOR: &str = "vouch_test_operator";
 const VIEWER: &str = "vouch_test_viewer";
 const AGENT: &str = "vouch_test_agent_web1";
+const METRICS: &str = "vouch_test_metrics";
+const RESTORE: &str = "vouch_test_restore";
 
 /// TEST DOUBLE of the engine's workers: answers every job at once with
 /// real event values (a made-up snapshot id derived from the job id).
@@ -94,12 +96,22 @@ struct Server {
     addr: SocketAddr,
     handle: ServerHandle,
     service: ServiceHandle,
+    log: Arc<SharedLog>,
     client: awc::Client,
     _dir: tempfile::TempDir,
 }
 
 impl Server {
     async fn start() -> Server {
+        Server::start_with(None, ServiceConfig::default()).await
+    }
+
+    /// A server whose engine side (repositories, file browser) is `browse`,
+    /// its service configured by `config`.
+    async fn start_with(
+        browse: Option<Arc<dyn vouch_web::Browse>>,
+        config: ServiceConfig,
+    ) -> Server {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
         let log_dir = dir.path().join("log");
         let log = EventLog::open(
@@ -117,14 +129,15 @@ impl Server {
             restore_test: worker.clone().recipient(),
             retention: worker.recipient(),
         };
+        let log = Arc::new(SharedLog::new(log));
         let service = start(
-            Arc::new(SharedLog::new(log)),
+            log.clone(),
             store,
             workers,
             Arc::new(vouch_actors::SystemClock),
             ServiceConfig {
                 version: "test".into(),
-                ..ServiceConfig::default()
+                ..config
             },
         )
         .await
@@ -134,10 +147,16 @@ impl Server {
         tokens.insert(TokenHash::of(OPERATOR), "ops", Role::Operator);
         tokens.insert(TokenHash::of(VIEWER), "dash", Role::Viewer);
         tokens.insert(TokenHash::of(AGENT), "web-1", Role::Agent);
+        tokens.insert(TokenHash::of(METRICS), "prometheus", Role::Metrics);
+        tokens.insert(TokenHash::of(RESTORE), "helpdesk", Role::Restore);
         let state = AppState::new(tokens)
             .unwrap_or_else(|e| panic!("state: {e}"))
             .with_service(service.clone())
             .with_log_dir(&log_dir);
+        let state = match browse {
+            Some(b) => state.with_browse(b),
+            None => state,
+        };
         let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
         let addr = listener
             .local_addr()
@@ -149,6 +168,7 @@ impl Server {
             addr,
             handle,
             service,
+            log,
             client: awc::Client::builder()
                 .timeout(Duration::from_secs(30))
                 .finish(),
@@ -280,6 +300,52 @@ async fn viewer_and_agent_cannot_change_anything() {
     assert_eq!(status, StatusCode::OK, "{v}");
     assert_eq!(v["paused"], true);
     assert_eq!(v["next_run_at"], Value::Null);
+    s.stop().await;
+}
+
+/// Security review finding 2: a `metrics` token (the one Prometheus keeps
+/// in a readable scrape configuration) reads `/metrics` and nothing else;
+/// the content of backed-up files needs an admin or restore token (a
+/// viewer's or an operator's is refused before the point is even looked
+/// up); agents cannot read `/metrics` (it names every plan).
+#[actix_web::test]
+async fn roles_fit_their_use_metrics_reads_only_metrics_and_content_needs_admin_or_restore() {
+    let s = Server::start().await;
+    let (status, _) = s.post("/api/v1/plans", ADMIN, plan("home", "/home")).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = s.get("/metrics", METRICS).await;
+    assert_eq!(status, StatusCode::OK);
+    for path in [
+        "/api/v1/plans",
+        "/api/v1/points",
+        "/api/v1/events",
+        "/api/v1/whoami",
+        "/api/v1/overview",
+    ] {
+        let (status, v) = s.get(path, METRICS).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}: {v}");
+        assert_eq!(v["code"], "forbidden");
+    }
+    let (status, _) = s.get("/metrics", AGENT).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    for token in [ADMIN, OPERATOR, VIEWER, RESTORE] {
+        let (status, _) = s.get("/metrics", token).await;
+        assert_eq!(status, StatusCode::OK, "{token}");
+    }
+    let file = format!("/api/v1/points/{}/file?path=/etc/shadow", "0".repeat(64));
+    for token in [OPERATOR, VIEWER, METRICS, AGENT] {
+        let (status, v) = s.get(&file, token).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{token}: {v}");
+    }
+    for token in [ADMIN, RESTORE] {
+        let (status, v) = s.get(&file, token).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "past the role check: {v}");
+    }
+    // A restore token reads, and changes nothing.
+    let (status, _) = s.get("/api/v1/plans", RESTORE).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = s.post("/api/v1/plans/home/run", RESTORE, json!(null)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
     s.stop().await;
 }
 
@@ -808,5 +874,456 @@ async fn concurrent_creations_of_one_plan_create_it_once() {
         .await;
     let creations = events["events"].as_array().map_or(0, Vec::len);
     assert_eq!(creations, 1, "{events}");
+    s.stop().await;
+}
+
+/// The value of the series `name{labels}` in a scrape (none: absent).
+fn series(text: &str, name_and_labels: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(name_and_labels)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .and_then(|v| v.parse().ok())
+    })
+}
+
+async fn scrape(s: &Server) -> String {
+    let (status, text) = s.get("/metrics", VIEWER).await;
+    assert_eq!(status, StatusCode::OK);
+    text.as_str().unwrap_or_default().to_owned()
+}
+
+/// H3: `/metrics` says how much each plan's proof covers: the newest
+/// point's restore coverage (files and bytes), whether that test was
+/// complete, its verified depth, and when a complete restore test last
+/// passed; a point whose proof no longer counts shows 0 and `none`, and
+/// "never" is absent, not 0.
+#[actix_web::test]
+async fn metrics_show_each_plans_restore_coverage_and_verified_depth() {
+    let s = Server::start().await;
+    for id in ["home", "idle"] {
+        let (status, _) = s.post("/api/v1/plans", OPERATOR, plan(id, "/home")).await;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    let (status, _) = s
+        .post("/api/v1/plans/home/run", OPERATOR, json!(null))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let pts = until(&s, "/api/v1/points?state=recoverable", |v| {
+        v.as_array().is_some_and(|a| a.len() == 1)
+    })
+    .await;
+    let hex = pts[0]["id"].as_str().unwrap_or_default().to_owned();
+    let (_, detail) = s.get(&format!("/api/v1/points/{hex}"), VIEWER).await;
+    let complete_at = detail["last_complete_restore_at"]
+        .as_str()
+        .and_then(|t| {
+            time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
+        })
+        .map(|t| t.unix_timestamp_nanos() as f64 / 1e9)
+        .unwrap_or_else(|| panic!("no complete restore in {detail}"));
+    let cov = |m: &str| {
+        format!("vouch_plan_newest_point_restore_coverage_ratio{{measure=\"{m}\",plan=\"home\"}}")
+    };
+    let depth =
+        |d: &str| format!("vouch_plan_newest_point_verified_depth{{depth=\"{d}\",plan=\"home\"}}");
+    let complete = "vouch_plan_newest_point_restore_complete{plan=\"home\"}";
+    let data = "vouch_plan_newest_point_verified_data_ratio{plan=\"home\"}";
+    let last = "vouch_plan_last_complete_restore_test_timestamp_seconds{plan=\"home\"}";
+
+    // The fake worker restores every file (complete) after a structure
+    // verification.
+    let text = scrape(&s).await;
+    assert_eq!(series(&text, &cov("files")), Some(1.0), "{text}");
+    assert_eq!(series(&text, &cov("bytes")), Some(1.0), "{text}");
+    assert_eq!(series(&text, complete), Some(1.0), "{text}");
+    assert_eq!(series(&text, &depth("structure")), Some(1.0), "{text}");
+    for d in ["none", "read-sample", "read-all"] {
+        assert_eq!(series(&text, &depth(d)), Some(0.0), "{d}: {text}");
+    }
+    assert_eq!(series(&text, data), Some(0.0), "{text}");
+    let at = series(&text, last).unwrap_or_else(|| panic!("{last} missing in\n{text}"));
+    assert!((at - complete_at).abs() < 1e-3, "{at} != {complete_at}");
+    // A plan without a point has none of these series: never is absent.
+    assert!(
+        !text.lines().any(|l| l.contains("plan=\"idle\"")
+            && (l.starts_with("vouch_plan_newest_point_")
+                || l.starts_with("vouch_plan_last_complete_restore_test_"))),
+        "{text}"
+    );
+
+    // A sample of one file of three, then a deeper verification.
+    let point: SnapshotId = hex.parse().unwrap_or_else(|e| panic!("{e:?}"));
+    s.service
+        .append(vec![
+            RestoreTestPassed {
+                point,
+                job: None,
+                evidence: RestoreEvidence {
+                    restored: vec!["/a".into()],
+                    files: 1,
+                    bytes: 750,
+                    digests_compared: 1,
+                    digests_matched: 1,
+                    duration_ms: 1,
+                    location: "test:/sandbox".into(),
+                    files_in_point: Some(3),
+                    bytes_in_point: Some(3000),
+                    complete: false,
+                },
+            }
+            .into(),
+            VerificationPassed {
+                point,
+                job: None,
+                depth: VerifyDepth::ReadSample(25),
+                bytes_read: 150,
+                blobs_checked: 1,
+            }
+            .into(),
+        ])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text = scrape(&s).await;
+    let files = series(&text, &cov("files")).unwrap_or(-1.0);
+    assert!((files - 1.0 / 3.0).abs() < 1e-9, "{text}");
+    assert_eq!(series(&text, &cov("bytes")), Some(0.25), "{text}");
+    assert_eq!(series(&text, complete), Some(0.0), "{text}");
+    assert_eq!(series(&text, &depth("read-sample")), Some(1.0), "{text}");
+    assert_eq!(series(&text, &depth("structure")), Some(0.0), "{text}");
+    assert_eq!(series(&text, data), Some(0.25), "{text}");
+    // The complete test still counts.
+    assert_eq!(series(&text, last), Some(at), "{text}");
+
+    // A failed verification: the point is corrupt and proves nothing.
+    s.service
+        .append(vec![VerificationFailed {
+            point,
+            job: None,
+            depth: VerifyDepth::ReadAll,
+            bytes_read: 10,
+            damaged: vec!["pack 00".into()],
+        }
+        .into()])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text = scrape(&s).await;
+    assert_eq!(series(&text, &cov("files")), Some(0.0), "{text}");
+    assert_eq!(series(&text, &cov("bytes")), Some(0.0), "{text}");
+    assert_eq!(series(&text, complete), Some(0.0), "{text}");
+    assert_eq!(series(&text, &depth("none")), Some(1.0), "{text}");
+    assert_eq!(series(&text, data), Some(0.0), "{text}");
+    assert_eq!(series(&text, last), None, "{text}");
+    s.stop().await;
+}
+
+/// Commits a point of no plan straight into the log; returns its id.
+async fn commit_point(s: &Server, n: u8) -> SnapshotId {
+    let id = SnapshotId([n; 32]);
+    s.service
+        .append(vec![BackupCommitted {
+            job: None,
+            plan: None,
+            repository: vouch_events::RepositoryId::new("default"),
+            snapshot: id,
+            snapshot_time_unix_ns: 1_800_000_000_000_000_000,
+            summary: BackupSummary {
+                files: 1,
+                bytes: 1,
+                added_bytes: 1,
+                stored_bytes: 1,
+                duration_ms: 1,
+            },
+        }
+        .into()])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    id
+}
+
+/// The `until` of every `point.locked` in the log, in log order.
+async fn locks_in_log(s: &Server) -> Vec<i64> {
+    s.service
+        .scan_events(1, |it| {
+            it.filter_map(|env| match &env.event {
+                vouch_events::Event::PointLocked(e) => Some(e.until_unix_ns),
+                _ => None,
+            })
+            .collect()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+async fn inconsistencies(s: &Server) -> u64 {
+    s.service
+        .query(s.service.last_seq(), |p| p.inconsistencies_total)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// L7: a lock is never shortened: an earlier `until` is refused (409) and
+/// appends nothing; the same `until` again is answered without a new event.
+#[actix_web::test]
+async fn a_lock_is_never_shortened() {
+    let s = Server::start().await;
+    let point = commit_point(&s, 7).await;
+    let path = format!("/api/v1/points/{point}/lock");
+    let (status, v) = s
+        .post(&path, OPERATOR, json!({"until": "2031-01-01T00:00:00Z"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let (status, v) = s
+        .post(&path, OPERATOR, json!({"until": "2030-01-01T00:00:00Z"}))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{v}");
+    assert_eq!(v["code"], "conflict");
+    let (status, v) = s
+        .post(&path, OPERATOR, json!({"until": "2031-01-01T00:00:00Z"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["locked_until"], "2031-01-01T00:00:00Z");
+    assert_eq!(locks_in_log(&s).await.len(), 1);
+    assert_eq!(inconsistencies(&s).await, 0);
+    s.stop().await;
+}
+
+/// L7: concurrent locks of one point with different ends: the final lock
+/// is the latest asked for, every accepted lock was at least the one
+/// before it (the log's locks never decrease), every refusal is a 409,
+/// and the log holds no inconsistency.
+#[actix_web::test]
+async fn concurrent_locks_of_one_point_never_shorten_it() {
+    let s = Server::start().await;
+    let point = commit_point(&s, 9).await;
+    let path = format!("/api/v1/points/{point}/lock");
+    // Years in a scrambled order, so that appends in arrival order would
+    // shorten the lock.
+    let years = [
+        2035, 2031, 2039, 2030, 2037, 2033, 2032, 2038, 2034, 2036, 2040, 2029,
+    ];
+    let answers = futures_util::future::join_all(years.iter().map(|y| {
+        s.post(
+            &path,
+            OPERATOR,
+            json!({"until": format!("{y}-01-01T00:00:00Z")}),
+        )
+    }))
+    .await;
+    for (st, v) in &answers {
+        assert!(
+            *st == StatusCode::OK || (*st == StatusCode::CONFLICT && v["code"] == "conflict"),
+            "{st}: {v}"
+        );
+    }
+    let accepted = answers
+        .iter()
+        .filter(|(st, _)| *st == StatusCode::OK)
+        .count();
+    let (_, v) = s.get(&format!("/api/v1/points/{point}"), VIEWER).await;
+    assert_eq!(v["locked_until"], "2040-01-01T00:00:00Z", "{v}");
+    let locks = locks_in_log(&s).await;
+    assert_eq!(locks.len(), accepted, "{locks:?}");
+    assert!(locks.windows(2).all(|w| w[0] < w[1]), "{locks:?}");
+    assert_eq!(inconsistencies(&s).await, 0);
+    s.stop().await;
+}
+
+/// TEST DOUBLE of the engine's side: serves one repository, `default`,
+/// and browses nothing.
+struct OneRepository;
+
+impl vouch_web::Browse for OneRepository {
+    fn list(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+    ) -> Result<Vec<vouch_web::BrowseEntry>, vouch_web::BrowseError> {
+        Err(vouch_web::BrowseError::NotFound("nothing to browse".into()))
+    }
+
+    fn read_file(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+    ) -> Result<vouch_web::FileReader, vouch_web::BrowseError> {
+        Err(vouch_web::BrowseError::NotFound("nothing to read".into()))
+    }
+
+    fn repositories(&self) -> Result<Vec<vouch_web::RepoStats>, vouch_web::BrowseError> {
+        Ok(vec![vouch_web::RepoStats {
+            id: "default".into(),
+            location: "test:/repo".into(),
+            snapshots: 0,
+            packs: 0,
+            size_bytes: 0,
+        }])
+    }
+}
+
+/// L7: verify reports decided and appended with nothing in between: while
+/// reports arrive, retention forgets their points; no verdict is recorded
+/// after its point was forgotten (the log holds no inconsistency), and
+/// every point of every report is answered either recorded or forgotten.
+#[actix_web::test]
+async fn verify_reports_racing_retention_never_judge_a_forgotten_point() {
+    let s = Server::start_with(Some(Arc::new(OneRepository)), ServiceConfig::default()).await;
+    let mut points = Vec::new();
+    for n in 1..=20u8 {
+        points.push(commit_point(&s, n).await);
+    }
+    let report = json!({
+        "points": points
+            .iter()
+            .map(|p| json!({"point": p.to_string(), "verdict": "passed", "depth": "structure"}))
+            .collect::<Vec<_>>(),
+        "bytes_read": 10,
+        "blobs_checked": 2,
+    });
+    // Each report is sent again when told to try again (503), as a client
+    // must: a report that lost the race to the log eight times in a row is
+    // answered 503, never recorded on a stale view.
+    let reports = futures_util::future::join_all((0..12).map(|_| async {
+        let mut tries = 0;
+        loop {
+            let answer = s
+                .post(
+                    "/api/v1/repositories/default/verify-reports",
+                    OPERATOR,
+                    report.clone(),
+                )
+                .await;
+            tries += 1;
+            let again =
+                answer.0 == StatusCode::SERVICE_UNAVAILABLE && answer.1["code"] == "unavailable";
+            if !again || tries == 50 {
+                return answer;
+            }
+            actix_web::rt::task::yield_now().await;
+        }
+    }));
+    let forgets = async {
+        for p in &points {
+            s.service
+                .append(vec![vouch_events::PointForgotten {
+                    point: *p,
+                    rule: "keep-last 0".into(),
+                }
+                .into()])
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            actix_web::rt::task::yield_now().await;
+        }
+    };
+    let (answers, ()) = futures_util::join!(reports, forgets);
+    for (st, v) in &answers {
+        assert_eq!(*st, StatusCode::OK, "{v}");
+        let recorded = v["recorded"].as_array().map_or(0, Vec::len);
+        let forgotten = v["forgotten"].as_array().map_or(0, Vec::len);
+        assert_eq!(recorded + forgotten, points.len(), "{v}");
+    }
+    assert_eq!(inconsistencies(&s).await, 0);
+    // And in the log: no verification after its point's forget.
+    let late = s
+        .service
+        .scan_events(1, |it| {
+            let mut gone = std::collections::BTreeSet::new();
+            let mut late = 0;
+            for env in it {
+                match &env.event {
+                    vouch_events::Event::PointForgotten(e) => {
+                        gone.insert(e.point);
+                    }
+                    vouch_events::Event::VerificationPassed(e) if gone.contains(&e.point) => {
+                        late += 1
+                    }
+                    _ => {}
+                }
+            }
+            late
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(late, 0);
+    s.stop().await;
+}
+
+/// M10: while the event log refuses appends, `/readyz` answers 503 with the
+/// reason (a load balancer or supervisor stops sending work), and 200 once
+/// appends go through again.
+#[actix_web::test]
+async fn readyz_is_503_with_the_reason_while_the_log_refuses_appends() {
+    let s = Server::start().await;
+    // The log's syncs fail for real (ENOSPC) until disarmed: any append,
+    // ours or the service's own, fails.
+    let faults = s.log.sync_faults();
+    faults.fail_next(10_000, vouch_events::SyncFault::Enospc);
+    let (status, _) = s
+        .post("/api/v1/plans", OPERATOR, plan("home", "/home"))
+        .await;
+    assert!(status.is_server_error(), "{status}");
+    let (status, ready) = s.call(Method::GET, "/readyz", None, None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{ready}");
+    assert_eq!(ready["status"], "log_not_writable");
+    let reason = ready["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("refuses appends") && reason.contains("No space left on device"),
+        "{ready}"
+    );
+    faults.clear();
+    let (status, _) = s
+        .post("/api/v1/plans", OPERATOR, plan("home", "/home"))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "appends go through again");
+    let (status, ready) = s.call(Method::GET, "/readyz", None, None).await;
+    assert_eq!(status, StatusCode::OK, "{ready}");
+    s.stop().await;
+}
+
+/// `/readyz` answers 503 `read_model_unavailable` with the reason while the
+/// read model refuses queries (it failed and could not be reopened).
+#[actix_web::test]
+async fn readyz_is_503_while_the_read_model_cannot_reopen() {
+    let s = Server::start_with(
+        None,
+        ServiceConfig {
+            checkpoint_every: Duration::from_millis(20),
+            ..ServiceConfig::default()
+        },
+    )
+    .await;
+    s.service
+        .append(vec![vouch_events::ServiceStarted {
+            version: "again".into(),
+        }
+        .into()])
+        .await
+        .unwrap_or_else(|e| panic!("append: {e}"));
+    // A checkpoint of the read store, then the log out of reach: a reopen
+    // finds the read store ahead of the log.
+    actix_web::rt::time::sleep(Duration::from_millis(300)).await;
+    let log = s._dir.path().join("log");
+    let aside = s._dir.path().join("log-aside");
+    std::fs::rename(&log, &aside).unwrap_or_else(|e| panic!("rename: {e}"));
+    std::fs::create_dir(&log).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    let panicked = s
+        .service
+        .query(0, |_| -> u64 { panic!("simulated panic while folding") })
+        .await;
+    assert!(panicked.is_err());
+    let _ = s.service.query(0, |p| p.last_seq).await;
+    let (status, ready) = s.call(Method::GET, "/readyz", None, None).await;
+    std::fs::remove_dir(&log).unwrap_or_else(|e| panic!("rmdir: {e}"));
+    std::fs::rename(&aside, &log).unwrap_or_else(|e| panic!("rename: {e}"));
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{ready}");
+    assert_eq!(ready["status"], "read_model_unavailable");
+    assert!(
+        ready["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("the read model refuses queries"),
+        "{ready}"
+    );
     s.stop().await;
 }

@@ -159,11 +159,14 @@ pub(crate) async fn get(
     Ok(HttpResponse::Ok().json(point_detail(&point, history)))
 }
 
-/// Locks a point against deletion until a time.
+/// Locks a point against deletion until a time. A lock is never
+/// shortened: an `until` earlier than the point's lock is refused (409);
+/// the same `until` again is answered without a new event.
 #[utoipa::path(post, path = "/api/v1/points/{id}/lock", tag = "points",
     params(PointIdParam), request_body = LockInput,
     responses((status = 200, body = PointView), (status = 400, response = errors::BadRequest),
         (status = 403, response = errors::Forbidden), (status = 404, response = errors::NotFound),
+        (status = 409, response = errors::Conflict),
         (status = 413, response = errors::PayloadTooLarge),
         (status = 415, response = errors::UnsupportedMediaType),
         (status = 422, response = errors::Invalid), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
@@ -185,18 +188,52 @@ pub(crate) async fn lock(
         )]
         .into(),
     })?;
-    with_point(&ctx, &who, id, 0, |_| ()).await?;
     tracing::info!(point = %id, until = %rfc3339(until), "locking point");
-    let receipt = ctx
+    let seen = who.clone();
+    // Decided and appended with nothing in between (L7): a lock is never
+    // shortened, not even by two requests deciding on one stale view.
+    let decided = ctx
         .service()?
-        .append(vec![PointLocked {
-            point: id,
-            until_unix_ns: until,
-        }
-        .into()])
+        .append_decided(move |p| {
+            let pt = p
+                .points
+                .points
+                .get(&id)
+                .filter(|pt| plan_visible(p, &seen, pt.plan.as_ref()))
+                .ok_or_else(|| LockRefused::Error(WebError::not_found("point", id)))?;
+            match pt.locked_until_unix_ns {
+                Some(current) if current > until => {
+                    Err(LockRefused::Error(WebError::Conflict(format!(
+                        "point {id} is locked until {}, later than {}: a lock cannot be shortened",
+                        rfc3339(current),
+                        rfc3339(until)
+                    ))))
+                }
+                Some(current) if current == until => Err(LockRefused::AlreadyLocked(p.last_seq)),
+                _ => Ok(vec![PointLocked {
+                    point: id,
+                    until_unix_ns: until,
+                }
+                .into()]),
+            }
+        })
         .await?;
-    let view = with_point(&ctx, &who, id, receipt.last_seq, point_view).await?;
+    let seq = match decided {
+        Ok(receipt) => receipt.last_seq,
+        Err(LockRefused::AlreadyLocked(seq)) => seq,
+        Err(LockRefused::Error(e)) => return Err(e),
+    };
+    let view = with_point(&ctx, &who, id, seq, point_view).await?;
     Ok(HttpResponse::Ok().json(view))
+}
+
+/// Why a lock appends nothing.
+enum LockRefused {
+    /// The point is already locked until exactly then (as of this seq):
+    /// answered like a lock, appends nothing.
+    AlreadyLocked(u64),
+    /// Refused.
+    Error(WebError),
 }
 
 fn snapshot_path_schema() -> utoipa::openapi::Object {
@@ -273,6 +310,7 @@ pub(crate) async fn file(
     id: web::Path<String>,
     q: web::Query<PathQuery>,
 ) -> Result<HttpResponse, WebError> {
+    who.require_content()?;
     let id = parse_id(&id)?;
     let path = browse_path(&q)?;
     let repo = with_point(&ctx, &who, id, 0, |pt| pt.repository.to_string()).await?;
