@@ -81,6 +81,9 @@ pub struct Report {
     pub time_settle: Duration,
     /// Time spent in the oracles.
     pub time_check: Duration,
+    /// Checks that left out the alerts oracle because the log still
+    /// refused appends.
+    pub alert_checks_skipped: usize,
 }
 
 #[derive(Debug)]
@@ -892,8 +895,19 @@ impl World {
         for e in upto {
             self.alert_facts.apply(e);
         }
-        for v in oracle::alerts_match(&live, &self.alert_facts, now) {
-            self.found(v);
+        // "After an evaluation the open alerts are the open incidents"
+        // holds only once the alerter can record what it decided: while
+        // the log still refuses appends (armed faults left, or the last
+        // append failed) it delivers and keeps what it could not record
+        // (tested in the service's own tests), and the check waits for a
+        // step after the log takes writes again.
+        let log_refuses = sim.log.sync_faults().pending() > 0 || !sim.svc.append_status().healthy;
+        if log_refuses {
+            self.report.alert_checks_skipped += 1;
+        } else {
+            for v in oracle::alerts_match(&live, &self.alert_facts, now) {
+                self.found(v);
+            }
         }
         // Monotonicity: a negative fact at the end of the log...
         let plan_ids = self.plan_ids();
