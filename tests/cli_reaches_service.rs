@@ -39,7 +39,10 @@ fn start(dir: &Path) -> Service {
     // No rolling read-back: only the CLI may find the damage here.
     std::fs::write(
         &config,
-        "[scheduler]\ntick = \"1s\"\nmax_jitter = \"0s\"\n\n[jobs]\nretry_initial = \"1s\"\nshutdown_grace = \"5s\"\n\n[alerting]\nevaluate_every = \"1s\"\n\n[verification]\nread_back_window = \"off\"\n",
+        format!(
+            "[sources]\nallow = [{:?}]\n\n[scheduler]\ntick = \"1s\"\nmax_jitter = \"0s\"\n\n[jobs]\nretry_initial = \"1s\"\nshutdown_grace = \"5s\"\n\n[alerting]\nevaluate_every = \"1s\"\n\n[verification]\nread_back_window = \"off\"\n",
+            dir.to_str().expect("a UTF-8 temporary directory")
+        ),
     )
     .expect("config written");
     let data = dir.join("data");

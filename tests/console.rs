@@ -59,9 +59,23 @@ impl Serve {
             "`vouch serve` is not available (issue 5): {}",
             String::from_utf8_lossy(&help.stderr)
         );
+        // Plans may back up what lies beside the data directory (the
+        // test's temporary directory), nothing else.
+        let parent = data_dir.parent().expect("the data directory has a parent");
+        let config = parent.join("vouch.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[sources]\nallow = [{:?}]\n",
+                parent.to_str().expect("a UTF-8 temporary directory")
+            ),
+        )
+        .expect("config written");
         let mut child = Command::new(env!("CARGO_BIN_EXE_vouch"))
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
+            .arg("--config")
+            .arg(&config)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

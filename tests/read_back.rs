@@ -31,10 +31,13 @@ fn write_config(dir: &Path) -> PathBuf {
     let path = dir.join("vouch.toml");
     std::fs::write(
         &path,
-        "[scheduler]\ntick = \"1s\"\nmax_jitter = \"0s\"\n\n\
-         [jobs]\nretry_initial = \"1s\"\nshutdown_grace = \"5s\"\n\n\
-         [alerting]\nevaluate_every = \"1s\"\n\n\
-         [verification]\nread_back_window = \"3s\"\nread_back_slices = 1\n",
+        format!(
+            "{}[scheduler]\ntick = \"1s\"\nmax_jitter = \"0s\"\n\n\
+             [jobs]\nretry_initial = \"1s\"\nshutdown_grace = \"5s\"\n\n\
+             [alerting]\nevaluate_every = \"1s\"\n\n\
+             [verification]\nread_back_window = \"3s\"\nread_back_slices = 1\n",
+            sources_allow(dir)
+        ),
     )
     .expect("config written");
     path

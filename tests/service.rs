@@ -49,7 +49,8 @@ fn write_config(dir: &Path, webhooks: &str) -> PathBuf {
     std::fs::write(
         &path,
         format!(
-            "[scheduler]\ntick = \"1s\"\nmax_jitter = \"0s\"\n\n[jobs]\nretry_initial = \"1s\"\nshutdown_grace = \"5s\"\n\n[alerting]\nevaluate_every = \"1s\"\n{webhooks}"
+            "{}[scheduler]\ntick = \"1s\"\nmax_jitter = \"0s\"\n\n[jobs]\nretry_initial = \"1s\"\nshutdown_grace = \"5s\"\n\n[alerting]\nevaluate_every = \"1s\"\n{webhooks}",
+            sources_allow(dir)
         ),
     )
     .expect("config written");
@@ -687,5 +688,79 @@ fn the_service_keeps_its_files_private_and_its_first_token_out_of_its_output() {
     assert_eq!(
         http(svc.addr, "GET", "/api/v1/plans", Some(&svc.token), None).0,
         401
+    );
+}
+
+fn put(svc: &Service, path: &str, body: &Value) -> (u16, Value) {
+    let (status, text) = http(svc.addr, "PUT", path, Some(&svc.token), Some(body));
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Security review finding 1: sources lie below the roots the
+/// administrator allows, never over the service's own files, judged by
+/// where they resolve, at creation, on change and when each backup starts.
+#[test]
+fn plan_sources_stay_inside_the_allowed_roots_and_away_from_the_services_own_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = source_tree(dir.path());
+    let config = write_config(dir.path(), "");
+    let data = dir.path().join("data");
+    let svc = start(&data, &config, None);
+    let refused = |body: Value, why: &str| {
+        let (status, answer) = post(&svc, "/api/v1/plans", &body);
+        assert_eq!(status, 422, "{body}: {answer}");
+        let field = answer["fields"]["source"].as_str().unwrap_or_default();
+        assert!(field.contains(why), "{body}: {why:?} in {answer}");
+    };
+    let plan = |id: &str, source: &Path| serde_json::json!({"id": id, "source": source, "schedule": "0 3 * * *", "rpo": "1d"});
+    // The data directory (tokens, passphrase, log, repository), inside it,
+    // around it, and the configuration file.
+    refused(plan("data", &data), "data directory");
+    refused(
+        plan("pass", &data.join("repository.passphrase")),
+        "data directory",
+    );
+    refused(plan("above", dir.path()), "data directory");
+    refused(plan("conf", &config), "configuration file");
+    // Outside the allowed roots, spelled directly or through a symlink.
+    refused(plan("etc", Path::new("/etc")), "outside the source roots");
+    let link = dir.path().join("etc-link");
+    std::os::unix::fs::symlink("/etc", &link).expect("symlink");
+    refused(plan("link", &link.join("ssh")), "outside the source roots");
+    refused(
+        serde_json::json!({"id": "dots", "source": format!("{}/../../etc", src.display())}),
+        "plain path",
+    );
+
+    // Allowed, then changed to what is not: refused, the plan unchanged.
+    create_plan(&svc, "docs", &src);
+    let (status, answer) = put(
+        &svc,
+        "/api/v1/plans/docs",
+        &serde_json::json!({"source": data, "schedule": "0 3 * * *", "rpo": "1d"}),
+    );
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(
+        get(&svc, "/api/v1/plans/docs")["source"].as_str(),
+        src.to_str()
+    );
+
+    // A symlink planted after the plan was accepted: the backup refuses
+    // to start, says why, and is not retried.
+    let moved = dir.path().join("src-real");
+    std::fs::rename(&src, &moved).expect("rename");
+    std::os::unix::fs::symlink("/etc", &src).expect("symlink");
+    let job = run_plan(&svc, "docs");
+    let failed = eventually("the backup fails", || {
+        let j = get(&svc, &format!("/api/v1/jobs/{job}"));
+        (j["state"] == "failed").then_some(j)
+    });
+    assert_eq!(failed["error"]["kind"], "source_refused", "{failed}");
+    assert_eq!(failed["error"]["retryable"], false, "{failed}");
+    assert!(
+        get(&svc, "/api/v1/points?plan=docs")
+            .as_array()
+            .is_some_and(|p| p.is_empty()),
+        "no point of /etc"
     );
 }

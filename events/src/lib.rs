@@ -31,6 +31,7 @@ mod log;
 mod plan;
 mod projection;
 pub mod retention;
+pub mod sources;
 mod store;
 mod upcast;
 

@@ -320,7 +320,11 @@ impl Server {
         let config = log.with_extension("toml");
         std::fs::write(
             &config,
-            format!("[read_store]\ncheckpoint_every = \"{CHECKPOINT_EVERY}\"\n"),
+            // The plans' source never exists: the load is the API's, no
+            // backup reads anything.
+            format!(
+                "[sources]\nallow = [\"/nonexistent/vouch-bench\"]\n\n[read_store]\ncheckpoint_every = \"{CHECKPOINT_EVERY}\"\n"
+            ),
         )
         .ctx(|| format!("writing {}", config.display()))?;
         let mut cmd = Command::new(vouch);

@@ -26,6 +26,7 @@ use vouch_actors::service::{
     WebhookFormat,
 };
 use vouch_actors::{BackoffPolicy, SystemClock};
+use vouch_events::sources::{Protected, RootList, SourcePolicy, DEFAULT_SOURCE_ROOTS};
 use vouch_events::{EventLog, LogOptions, RepositoryId, SharedLog, SledStore};
 use vouch_web::{AppState, LiveTokens, Role, TokenStore};
 
@@ -149,6 +150,20 @@ pub struct Config {
     /// `[[repositories]]` besides the default one.
     #[serde(default)]
     pub repositories: Vec<RepositorySection>,
+    /// `[sources]`.
+    #[serde(default)]
+    pub sources: SourcesSection,
+}
+
+/// `[sources]`: where plan sources may lie (see
+/// `vouch_events::sources`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourcesSection {
+    /// Absolute roots sources must lie at or below (default `["/home",
+    /// "/srv"]`; `["/"]` allows the whole host but the service's own
+    /// files).
+    pub allow: Option<Vec<PathBuf>>,
 }
 
 /// `[tls]`.
@@ -298,6 +313,47 @@ fn read_secret(path: &Path) -> anyhow::Result<Vec<u8>> {
         bail!("{} is empty", path.display());
     }
     Ok(s)
+}
+
+/// The administrator's rules over plan sources: below the configured roots
+/// (default [`DEFAULT_SOURCE_ROOTS`]), and never over the service's own
+/// files: its data directory, its configuration, its TLS key, every
+/// repository and passphrase file.
+fn source_policy(s: &Settings, data_dir: &Path) -> anyhow::Result<SourcePolicy> {
+    let allow: Vec<PathBuf> = match &s.config.sources.allow {
+        Some(roots) => roots.clone(),
+        None => DEFAULT_SOURCE_ROOTS.iter().map(PathBuf::from).collect(),
+    };
+    if let Some(bad) = allow.iter().find(|p| !p.is_absolute()) {
+        bail!("sources.allow: {} is not an absolute path", bad.display());
+    }
+    let mut protected = vec![Protected {
+        what: "the service's data directory".into(),
+        path: data_dir.to_path_buf(),
+    }];
+    if let Some(c) = &s.config_path {
+        protected.push(Protected {
+            what: "the service's configuration file".into(),
+            path: std::path::absolute(c)?,
+        });
+    }
+    if let Some((_, key)) = &s.tls {
+        protected.push(Protected {
+            what: "the service's TLS key".into(),
+            path: std::path::absolute(key)?,
+        });
+    }
+    for r in &s.config.repositories {
+        protected.push(Protected {
+            what: format!("repository {:?}", r.id),
+            path: std::path::absolute(&r.path)?,
+        });
+        protected.push(Protected {
+            what: format!("the passphrase file of repository {:?}", r.id),
+            path: std::path::absolute(&r.passphrase_file)?,
+        });
+    }
+    Ok(SourcePolicy::new(&allow, protected))
 }
 
 /// The default repository: created on first start with a generated
@@ -473,6 +529,8 @@ pub fn token(a: TokenArgs) -> anyhow::Result<i32> {
 struct Settings {
     listen: String,
     data_dir: PathBuf,
+    /// The configuration file, when one was given.
+    config_path: Option<PathBuf>,
     /// Certificate chain and key, when serving HTTPS.
     tls: Option<(PathBuf, PathBuf)>,
     config: Config,
@@ -489,6 +547,7 @@ fn settings(a: &ServeArgs) -> anyhow::Result<Settings> {
     };
     Ok(Settings {
         tls,
+        config_path: a.config.clone(),
         listen: a
             .listen
             .clone()
@@ -643,12 +702,24 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     }
     ensure_admin_token(&data_dir)?;
     let tokens = LiveTokens::from_file(data_dir.join("tokens.json"))?;
-    let repos = Arc::new(RepoSet::new(
-        specs,
-        data_dir.join("sandbox"),
-        s.config.jobs.restore_test_max_bytes.unwrap_or(1 << 30),
-        vec![data_dir.clone()],
-    ));
+    let sources = source_policy(&s, &data_dir)?;
+    tracing::info!(
+        allow = %RootList(sources.allowed_roots().to_vec()),
+        protected = sources.protected().len(),
+        "plan sources"
+    );
+    // Never walked into either, should a source come to contain one of
+    // them after its check (a bind mount, say).
+    let exclude = sources.protected().iter().map(|p| p.path.clone()).collect();
+    let repos = Arc::new(
+        RepoSet::new(
+            specs,
+            data_dir.join("sandbox"),
+            s.config.jobs.restore_test_max_bytes.unwrap_or(1 << 30),
+            exclude,
+        )
+        .with_source_policy(sources.clone()),
+    );
     // Leftovers of restore tests cut short by a crash.
     let _ = std::fs::remove_dir_all(repos.sandbox_root());
 
@@ -699,7 +770,8 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         let state = AppState::with_tokens(tokens)?
             .with_service(handle.clone())
             .with_browse(Arc::new(EngineBrowser::new(repos)))
-            .with_log_dir(log_dir);
+            .with_log_dir(log_dir)
+            .with_source_policy(sources);
         let server = vouch_web::serve(listener, state, tls)?;
         let server_handle = server.handle();
         let running = actix_web::rt::spawn(server);

@@ -44,6 +44,11 @@ pub fn plan_tag(plan: &PlanId) -> String {
     format!("vouch-plan:{plan}")
 }
 
+/// The `error_kind` of a backup whose source the administrator's policy
+/// refuses (not retried: nothing changes until someone changes the plan
+/// or the configuration).
+pub const SOURCE_REFUSED: &str = "source_refused";
+
 /// A stable kind for an engine error, and whether a retry may help.
 pub fn failure_of(e: &Error, cancelled: bool) -> JobFailure {
     let (kind, retryable) = match e {
@@ -173,6 +178,17 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
     let fail = |e: Error| failure_of(&e, cancel.is_cancelled());
     match command {
         JobCommand::Backup { plan, definition } => {
+            // Checked again at every start: the policy may have changed
+            // since the plan was accepted, or a symlink been planted on
+            // the way to its source.
+            if let Err(refusal) = repos.source_policy().check_local(&definition.source) {
+                tracing::warn!(error = %refusal, "backup source refused");
+                return Err(JobFailure::new(
+                    SOURCE_REFUSED,
+                    format!("{refusal} (the plan's source must be changed, or the configuration's [sources] allow)"),
+                    false,
+                ));
+            }
             let repo = repos.open(&definition.repository).map_err(fail)?;
             let started = Instant::now();
             let opts = BackupOptions {

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use vouch_events::sources::SourcePolicy;
 use vouch_events::{JobId, RepositoryId};
 
 use crate::backend::LocalBackend;
@@ -40,6 +41,7 @@ pub struct RepoSet {
     sandbox_root: PathBuf,
     restore_test_max_bytes: u64,
     exclude: Vec<PathBuf>,
+    sources: SourcePolicy,
     sandbox_runs: AtomicU64,
 }
 
@@ -58,8 +60,21 @@ impl RepoSet {
             sandbox_root,
             restore_test_max_bytes,
             exclude,
+            sources: SourcePolicy::unrestricted(),
             sandbox_runs: AtomicU64::new(0),
         }
+    }
+
+    /// Checks every backup's source against `policy` when it starts (the
+    /// default allows any source: `vouch serve` always sets its own).
+    pub fn with_source_policy(mut self, policy: SourcePolicy) -> Self {
+        self.sources = policy;
+        self
+    }
+
+    /// The rules a backup's source must pass when it starts.
+    pub fn source_policy(&self) -> &SourcePolicy {
+        &self.sources
     }
 
     /// The configured repositories.

@@ -62,6 +62,17 @@ pub fn start(data_dir: &Path, config: &Path, token: Option<&str>) -> Service {
     }
 }
 
+/// The `[sources]` section that lets plans back up anything below `dir`
+/// (a test's temporary directory; its data directory inside stays
+/// protected).
+pub fn sources_allow(dir: &Path) -> String {
+    // TOML basic strings escape like Rust's Debug of a plain path.
+    format!(
+        "[sources]\nallow = [{:?}]\n\n",
+        dir.to_str().expect("a UTF-8 temporary directory")
+    )
+}
+
 /// The admin token the first start left in the data directory.
 pub fn initial_admin_token(data_dir: &Path) -> String {
     let path = data_dir.join("initial-admin-token");

@@ -37,6 +37,7 @@ use actix_web::dev::{Server, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer};
 use vouch_actors::service::ServiceHandle;
+use vouch_events::sources::SourcePolicy;
 
 pub use api::misc::VERSION;
 pub use auth::{
@@ -64,6 +65,7 @@ pub struct AppState {
     log_dir: Option<PathBuf>,
     ctx: Option<web::Data<Ctx>>,
     hsts: bool,
+    sources: Arc<SourcePolicy>,
 }
 
 impl AppState {
@@ -83,6 +85,7 @@ impl AppState {
             log_dir: None,
             ctx: None,
             hsts: false,
+            sources: Arc::new(SourcePolicy::unrestricted()),
         })
     }
 
@@ -96,6 +99,15 @@ impl AppState {
     /// The engine's file browser and repository statistics.
     pub fn with_browse(mut self, browse: Arc<dyn Browse>) -> Self {
         self.browse = Some(browse);
+        self.ctx = None;
+        self
+    }
+
+    /// The administrator's rules over plan sources, checked when a plan is
+    /// created or changed (unrestricted unless set: `vouch serve` always
+    /// sets it from its configuration).
+    pub fn with_source_policy(mut self, policy: SourcePolicy) -> Self {
+        self.sources = Arc::new(policy);
         self.ctx = None;
         self
     }
@@ -126,6 +138,7 @@ impl AppState {
                 service: self.service.clone(),
                 browse: self.browse.clone(),
                 log_dir: self.log_dir.clone(),
+                sources: self.sources.clone(),
             })
         })
     }

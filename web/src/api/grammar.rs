@@ -228,11 +228,26 @@ pub(crate) fn source_error(source: &str) -> Option<String> {
     if source.contains('\0') {
         return Some("the source must not contain NUL".into());
     }
+    // Plain components: what the source names is what it spells, so the
+    // administrator's source policy judges the path the backup walks.
+    let inner = &path[1..];
+    let inner = inner.strip_suffix('/').unwrap_or(inner);
+    if path != "/"
+        && inner
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Some(format!(
+            "{source:?}: the source must be a plain path (no `.`, `..` or empty components)"
+        ));
+    }
     None
 }
 
-/// [`source_error`] (none) as a pattern.
-pub(crate) const SOURCE_PATTERN: &str = "^(?:/[^\\x00]*|agent:[A-Za-z0-9._-]{1,64}:/[^\\x00]*)$";
+/// [`source_error`] (none) as a pattern: `/`, or plain components (not
+/// empty, not `.` or `..`, no NUL) with an optional trailing `/`, bare or
+/// after `agent:<name>:`.
+pub(crate) const SOURCE_PATTERN: &str = r"^(?:agent:[A-Za-z0-9._-]{1,64}:)?/(?:(?:[^/.\x00][^/\x00]*|\.[^/.\x00][^/\x00]*|\.\.[^/\x00]+)(?:/(?:[^/.\x00][^/\x00]*|\.[^/.\x00][^/\x00]*|\.\.[^/\x00]+))*/?)?$";
 
 /// A verification depth label: `structure`, `read-all` or `read-sample:N`
 /// (N in 1..=100, no leading zeros).
@@ -530,5 +545,18 @@ mod tests {
         assert!(source_error("agent:x").is_some());
         assert!(source_error("relative").is_some());
         assert!(source_error("/a\0b").is_some());
+        for bad in [
+            "/a/../etc",
+            "/a/./b",
+            "/a//b",
+            "//",
+            "/..",
+            "agent:w:/a/../b",
+        ] {
+            assert!(source_error(bad).is_some(), "{bad}");
+        }
+        for good in ["/", "/a/", "/.hidden/...", "/a..b/c.", "agent:w:/srv/"] {
+            assert_eq!(source_error(good), None, "{good}");
+        }
     }
 }

@@ -27,6 +27,8 @@ pub(crate) struct Ctx {
     pub(crate) service: Option<ServiceHandle>,
     pub(crate) browse: Option<Arc<dyn Browse>>,
     pub(crate) log_dir: Option<PathBuf>,
+    /// Where plan sources may lie.
+    pub(crate) sources: Arc<vouch_events::sources::SourcePolicy>,
 }
 
 impl Ctx {

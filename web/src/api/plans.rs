@@ -108,6 +108,7 @@ pub(crate) async fn create(
     let handle = ctx.service()?;
     let input: PlanInput = validate::body(input.into_inner())?;
     let (id, def) = validate::definition(input, validate::default_definition(), None)?;
+    source_allowed(&ctx, &def.source)?;
     let pid = PlanId::new(id.clone());
     tracing::info!(plan = %id, "creating plan");
     // Decided and appended with nothing in between: of two creations of
@@ -174,7 +175,21 @@ pub(crate) async fn put(
     base.paused = old.paused;
     base.source = old.source;
     let (_, def) = validate::definition(input, base, Some(&id))?;
+    source_allowed(&ctx, &def.source)?;
     change(&ctx, &who, &id, def).await
+}
+
+/// Refuses a source the administrator's policy does not allow (outside
+/// `[sources] allow`, or overlapping the service's own files), as a field
+/// error of `source` (422).
+fn source_allowed(ctx: &Ctx, source: &str) -> Result<(), WebError> {
+    ctx.sources.check_plan_source(source).map_err(|e| {
+        tracing::warn!(source, error = %e, "plan source refused");
+        WebError::Invalid {
+            message: format!("the plan does not validate: source: {e}"),
+            fields: [("source".to_owned(), e.to_string())].into(),
+        }
+    })
 }
 
 async fn change(
