@@ -22,8 +22,8 @@ use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use serde::Deserialize;
 use vouch_actors::service::{
-    self, AlertingConfig, DispatchConfig, ReadBackWindow, Receiver, SchedulerConfig, ServiceConfig,
-    WebhookFormat,
+    self, AlertingConfig, DispatchConfig, ReadBackWindow, Receiver, ReceiverAuth, SchedulerConfig,
+    Secret, ServiceConfig, WebhookFormat,
 };
 use vouch_actors::{BackoffPolicy, SystemClock};
 use vouch_events::sources::{Protected, RootList, SourcePolicy, DEFAULT_SOURCE_ROOTS};
@@ -262,6 +262,43 @@ pub struct WebhookSection {
     pub retry_initial: Option<String>,
     /// Time per attempt (default 10s).
     pub timeout: Option<String>,
+    /// PEM file of CA certificates an `https://` receiver's certificate
+    /// may chain to, besides Mozilla's roots (a private CA).
+    pub ca_file: Option<PathBuf>,
+    /// A file holding the token sent as `Authorization: Bearer`.
+    pub bearer_token_file: Option<PathBuf>,
+    /// A file holding the key of the `X-Vouch-Signature` HMAC-SHA256.
+    pub hmac_key_file: Option<PathBuf>,
+}
+
+/// The CA certificates of `path` (PEM).
+fn read_ca_file(
+    name: &str,
+    path: &Path,
+) -> anyhow::Result<Vec<rustls_pki_types::CertificateDer<'static>>> {
+    use rustls_pki_types::pem::PemObject;
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("webhook {name:?}: reading {}", path.display()))?;
+    let certs = rustls_pki_types::CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("webhook {name:?}: {} is not PEM: {e}", path.display()))?;
+    if certs.is_empty() {
+        bail!("webhook {name:?}: no certificate in {}", path.display());
+    }
+    Ok(certs)
+}
+
+/// The credentials of a receiver, from their files.
+fn webhook_auth(w: &WebhookSection) -> anyhow::Result<Option<ReceiverAuth>> {
+    Ok(match (&w.bearer_token_file, &w.hmac_key_file) {
+        (Some(_), Some(_)) => bail!(
+            "webhook {:?}: bearer_token_file and hmac_key_file exclude each other",
+            w.name
+        ),
+        (Some(f), None) => Some(ReceiverAuth::Bearer(Secret::new(read_secret(f)?))),
+        (None, Some(f)) => Some(ReceiverAuth::Hmac(Secret::new(read_secret(f)?))),
+        (None, None) => None,
+    })
 }
 
 /// `[[repositories]]`.
@@ -352,6 +389,17 @@ fn source_policy(s: &Settings, data_dir: &Path) -> anyhow::Result<SourcePolicy> 
             what: format!("the passphrase file of repository {:?}", r.id),
             path: std::path::absolute(&r.passphrase_file)?,
         });
+    }
+    for w in &s.config.webhooks {
+        for f in [&w.bearer_token_file, &w.hmac_key_file]
+            .into_iter()
+            .flatten()
+        {
+            protected.push(Protected {
+                what: format!("the credentials of webhook {:?}", w.name),
+                path: std::path::absolute(f)?,
+            });
+        }
     }
     Ok(SourcePolicy::new(&allow, protected))
 }
@@ -615,6 +663,11 @@ fn service_config(c: &Config) -> anyhow::Result<ServiceConfig> {
                 Some(s) => dur(s, "webhooks.timeout")?,
                 None => Duration::from_secs(10),
             },
+            ca_certs: match &w.ca_file {
+                Some(p) => read_ca_file(&w.name, p)?,
+                None => Vec::new(),
+            },
+            auth: webhook_auth(w)?,
         });
     }
     let checkpoint_every = match &c.read_store.checkpoint_every {

@@ -23,6 +23,7 @@ use super::error::ServiceError;
 use super::policy;
 use super::read_model::{Query, ReadModelActor, ReadModelHealth};
 use super::store::{Append, AppendHealth, AppendStatus, Committed, EventStore};
+use super::webhook::{self, ReceiverAuth};
 use crate::clock::{duration_to_ns, unix_ns_to_utc, Clock};
 use crate::RestartGate;
 
@@ -51,6 +52,11 @@ pub struct Receiver {
     pub retry_initial: Duration,
     /// Time allowed for one attempt.
     pub timeout: Duration,
+    /// Trust anchors of an `https://` receiver besides Mozilla's roots (a
+    /// private CA).
+    pub ca_certs: Vec<rustls_pki_types::CertificateDer<'static>>,
+    /// How the receiver knows the POST is ours.
+    pub auth: Option<ReceiverAuth>,
 }
 
 /// How alerting runs.
@@ -1247,17 +1253,17 @@ impl Alerter {
         self.identify(&mut n);
         let body = render(&n, r.format, &r.name, &self.config.external_url);
         let store = self.store.clone();
+        let clock = self.clock.clone();
         let alert = n.alert.clone();
         let task = async move {
             let mut unrecorded: Vec<Event> = Vec::new();
-            let client = awc::Client::builder().timeout(r.timeout).finish();
+            let client = webhook::client(&r.name, &r.ca_certs, r.timeout);
+            let body = serde_json::to_vec(&body).unwrap_or_default();
             let mut delay = r.retry_initial;
             for attempt in 1..=r.max_attempts.max(1) {
-                let result = client.post(&r.url).send_json(&body).await;
-                let outcome = match result {
-                    Ok(resp) if resp.status().is_success() => Ok(()),
-                    Ok(resp) => Err(format!("the receiver answered {}", resp.status())),
-                    Err(e) => Err(format!("could not reach the receiver: {e}")),
+                let outcome = match &client {
+                    Ok(client) => post(client, &r, &body, clock.now_unix_ns()).await,
+                    Err(e) => Err(e.to_string()),
                 };
                 let event: Event = match &outcome {
                     Ok(()) => AlertDelivered {
@@ -1292,7 +1298,9 @@ impl Alerter {
                     tracing::error!(error = %e, "could not record an alert delivery; recording it with the next alert");
                     unrecorded.push(event);
                 }
-                if outcome.is_ok() {
+                // A receiver that cannot be reached with this
+                // configuration never will be: no retry.
+                if outcome.is_ok() || client.is_err() {
                     break;
                 }
                 actix::clock::sleep(delay).await;
@@ -1307,6 +1315,33 @@ impl Alerter {
                     act.keep_unrecorded_deliveries(unrecorded);
                 }),
         );
+    }
+}
+
+/// One POST of `body` to `r`: JSON, with `r`'s credentials; a success is
+/// a 2xx answer (a redirect is not followed and counts as a failure).
+async fn post(client: &awc::Client, r: &Receiver, body: &[u8], now_ns: i64) -> Result<(), String> {
+    let headers = webhook::auth_headers(
+        &r.name,
+        r.auth.as_ref(),
+        now_ns.div_euclid(1_000_000_000),
+        body,
+    )
+    .map_err(|e| e.to_string())?;
+    let mut req = client
+        .post(&r.url)
+        .insert_header(("Content-Type", "application/json"));
+    for h in headers {
+        req = req.insert_header(h);
+    }
+    match req.send_body(body.to_vec()).await {
+        Ok(resp) if resp.status().is_success() => Ok(()),
+        Ok(resp) if resp.status().is_redirection() => Err(format!(
+            "the receiver answered {} (redirects are not followed: configure the final URL)",
+            resp.status()
+        )),
+        Ok(resp) => Err(format!("the receiver answered {}", resp.status())),
+        Err(e) => Err(format!("could not reach the receiver: {e}")),
     }
 }
 

@@ -27,6 +27,7 @@ mod store;
 mod supervise;
 #[cfg(test)]
 mod tests;
+mod webhook;
 
 pub use alerting::{
     delivery_name, fact_incidents, health_incidents, incidents, incidents_with,
@@ -51,3 +52,4 @@ pub use results::FOREIGN_RESULT;
 pub use scheduler::{next_run, SchedulerConfig, CLOCK_STEP_TOLERANCE};
 pub use scrub::{scrub_event, FIRST_SCRUB_AFTER, SCRUB_EVERY};
 pub use store::{AppendHealth, AppendStatus, LIVE_CAPACITY};
+pub use webhook::{ReceiverAuth, Secret, WebhookError, SIGNATURE_HEADER};

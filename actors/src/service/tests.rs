@@ -593,6 +593,8 @@ async fn a_resolved_notification_after_an_alerter_restart_carries_the_firing_ide
         max_attempts: 3,
         retry_initial: Duration::from_millis(50),
         timeout: Duration::from_secs(5),
+        ca_certs: Vec::new(),
+        auth: None,
     }];
     config.scheduler.read_back = None;
     let clock = crate::ManualClock::new(T0);
@@ -1306,6 +1308,8 @@ fn receiver(url: String) -> super::alerting::Receiver {
         max_attempts: 3,
         retry_initial: Duration::from_millis(50),
         timeout: Duration::from_secs(5),
+        ca_certs: Vec::new(),
+        auth: None,
     }
 }
 
