@@ -1428,6 +1428,61 @@ mod tests {
         println!("restore-test peak rss delta kib={}", peak_rss_kib() - base);
     }
 
+    /// A file restored for a test in ranges gets only its sampled extents
+    /// written (the rest stays a hole), at its full size; nothing else of
+    /// the restore changes.
+    #[test]
+    fn a_ranged_file_is_restored_only_in_its_extents() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = crate::workers::tests::new_repo(dir.path());
+        let src = dir.path().join("src");
+        std::fs::create_dir(&src).expect("src");
+        let mut data = vec![0u8; 6 << 20];
+        blake3::Hasher::new()
+            .update(b"ranged")
+            .finalize_xof()
+            .fill(&mut data);
+        std::fs::write(src.join("big"), &data).expect("big");
+        let snap = crate::workers::tests::backup_of(&repo, &src, "ranged");
+        let index = repo.load_index().expect("index");
+        let manifest = repo.load_snapshot(&snap).expect("manifest");
+        let mut found = None;
+        walk(&repo, &index, &manifest.tree, &mut |path, node| {
+            if node.kind == NodeKind::File {
+                found = Some((path.to_vec(), node.clone()));
+            }
+            Ok(true)
+        })
+        .expect("walk");
+        let (rel, node) = found.expect("the file");
+        assert!(node.content.len() >= 3, "{} extents", node.content.len());
+        let target = dir.path().join("target");
+        let opts = RestoreOptions {
+            target: target.clone(),
+            only_extents: [(rel.clone(), vec![1])].into_iter().collect(),
+            ..Default::default()
+        };
+        restore(&repo, &snap, &opts, Arc::default()).expect("restore");
+        let restored =
+            std::fs::read(target.join(String::from_utf8_lossy(&rel).as_ref())).expect("restored");
+        assert_eq!(restored.len(), data.len(), "full size");
+        let first = node.content[0].length as usize;
+        let second = first + node.content[1].length as usize;
+        assert_eq!(
+            restored[first..second],
+            data[first..second],
+            "the sampled extent"
+        );
+        assert!(
+            restored[..first].iter().all(|&b| b == 0),
+            "the first extent not written"
+        );
+        assert!(
+            restored[second..].iter().all(|&b| b == 0),
+            "the rest not written"
+        );
+    }
+
     /// Found by `cargo mutants` (`in_sample` constant, `<` for `==`, `*`
     /// for `+` or `/`): a share of `p` % picks that share of the blobs
     /// (by their first byte, so the same ones every time), and 100 % picks
