@@ -37,4 +37,7 @@ cp -R "$src/." "$db/"
   # cargo-deny takes the newer of the commit and .git/HEAD's mtime.
   touch -d "${when}T00:00:00Z" .git/HEAD
 )
+# cargo-deny reads `cargo metadata` for every platform of the lock file:
+# fetch the crates a Linux build never downloads (a no-op once cached).
+cargo fetch --locked --quiet
 cargo deny --offline --locked check advisories licenses bans sources
