@@ -849,6 +849,13 @@ fn compare_restored(
 /// verdict), not an error: errors are this machine's (the sandbox's I/O,
 /// a full disk, the lock, a cancel). A point with no files restores
 /// nothing (`files_in_point` 0).
+///
+/// `max_bytes` bounds what is restored and compared, every file counting
+/// its whole size, the first one too; a file larger than what is left is
+/// compared in sampled extents (see `choose`), which makes the test a
+/// sample. Memory stays bounded whatever the sizes of files and holes: the
+/// comparison reads in pieces of `COMPARE_PIECE` bytes (1 MiB).
+#[tracing::instrument(skip_all, fields(snapshot = %id.short(), max_bytes))]
 pub fn restore_test(
     repo: &Repository,
     id: &SnapshotId,
@@ -946,6 +953,12 @@ pub fn restore_test(
         }
     }
     result?;
+    if report.files_ranged > 0 {
+        tracing::info!(
+            files_ranged = report.files_ranged,
+            "restore test: files larger than restore_test_max_bytes compared in sampled extents"
+        );
+    }
     done(report)
 }
 
