@@ -482,10 +482,11 @@ struct Chosen {
 /// Picks the files to restore: all when at most `sample_files` and at most
 /// `max_bytes`, else an even, stable spread over the point within both
 /// limits. Every file counts its whole size against `max_bytes`, the first
-/// one too. A file larger than what is left of the budget is compared in
-/// sampled ranges: at most [`MAX_RANGES`] of its extents, evenly spread,
-/// whose lengths fit in what is left (holes count their length too); a
-/// file of which no extent fits is left out. The second value says whether
+/// one too. The files of the spread that fit are taken whole first; each
+/// larger one is then compared in sampled ranges within an equal share of
+/// what is left: at most [`MAX_RANGES`] of its extents, evenly spread,
+/// whose lengths fit in its share (holes count their length too); a file
+/// of which no extent fits is left out. The second value says whether
 /// this is a sample (a file compared in ranges always makes it one, so such
 /// a test is never `complete`).
 fn choose(
@@ -504,26 +505,44 @@ fn choose(
         return (files.into_iter().map(whole).collect(), false);
     }
     let step = (files.len() / limit.max(1)).max(1);
-    let mut out = Vec::new();
+    // First the files of the spread that fit whole, in order; then the
+    // larger ones share what is left equally (so one large file does not
+    // crowd out the others).
+    let mut out: Vec<(usize, Chosen)> = Vec::new();
+    let mut larger = Vec::new();
     let mut bytes = 0u64;
     for (i, f) in files.into_iter().enumerate() {
         if i % step != 0 || out.len() >= limit {
             continue;
         }
-        let left = max_bytes.saturating_sub(bytes);
-        if f.1.size <= left {
+        if f.1.size <= max_bytes - bytes {
             bytes += f.1.size;
-            out.push(whole(f));
-        } else if let Some((extents, len)) = sample_extents(&f.1, left) {
-            bytes += len;
-            out.push(Chosen {
-                path: f.0,
-                node: f.1,
-                extents: Some(extents),
-            });
+            out.push((i, whole(f)));
+        } else {
+            larger.push((i, f));
         }
     }
-    (out, true)
+    let mut waiting = larger.len() as u64;
+    for (i, (path, node)) in larger {
+        if out.len() >= limit {
+            break;
+        }
+        let share = (max_bytes - bytes) / waiting;
+        waiting -= 1;
+        if let Some((extents, len)) = sample_extents(&node, share) {
+            bytes += len;
+            out.push((
+                i,
+                Chosen {
+                    path,
+                    node,
+                    extents: Some(extents),
+                },
+            ));
+        }
+    }
+    out.sort_by_key(|(i, _)| *i);
+    (out.into_iter().map(|(_, c)| c).collect(), true)
 }
 
 /// At most [`MAX_RANGES`] extents of `node`, evenly spread from its first
