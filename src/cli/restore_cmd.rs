@@ -51,6 +51,7 @@ pub fn run(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
         overwrite: a.overwrite,
         verify: a.verify,
         threads: a.threads,
+        ..Default::default()
     };
     let progress = Arc::new(Progress::default());
     let reporter = ctx.out.progress("restore", progress.clone());

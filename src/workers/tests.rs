@@ -401,6 +401,42 @@ fn h3_restore_evidence_carries_the_points_coverage() {
     assert!(!ev.location.contains("sample"), "{}", ev.location);
 }
 
+/// Security review finding 4: a file larger than `restore_test_max_bytes`
+/// (1 GiB here; the first file of the point) is compared in sampled
+/// extents, and the evidence never calls that complete, even with every
+/// file of the point compared.
+#[test]
+fn a_file_over_the_byte_budget_is_compared_in_ranges_and_never_complete() {
+    use std::io::{Seek, SeekFrom, Write};
+    let f = fixture();
+    let src = f.dir.path().join("src");
+    std::fs::create_dir(&src).unwrap_or_else(|e| panic!("{e}"));
+    let mut big = std::fs::File::create(src.join("a-disk.img")).unwrap_or_else(|e| panic!("{e}"));
+    big.write_all(b"boot sector")
+        .unwrap_or_else(|e| panic!("{e}"));
+    big.seek(SeekFrom::Start(1 << 30))
+        .unwrap_or_else(|e| panic!("{e}"));
+    big.write_all(b"data past the budget")
+        .unwrap_or_else(|e| panic!("{e}"));
+    big.set_len(3 << 30).unwrap_or_else(|e| panic!("{e}"));
+    drop(big);
+    std::fs::write(src.join("b-small"), b"small").unwrap_or_else(|e| panic!("{e}"));
+    let snap = backup_of(&f.repo, &src, "vm");
+    let out = ok(restore_test_job(&f, &snap, None));
+    let ev = match &out.events[1] {
+        Event::RestoreTestPassed(p) => p.evidence.clone(),
+        e => panic!("{e:?}"),
+    };
+    assert_eq!(ev.files_in_point, Some(2));
+    assert_eq!(ev.bytes_in_point, Some((3 << 30) + 5));
+    assert_eq!(ev.files, 2, "both files compared, the big one in ranges");
+    assert!(ev.bytes <= 1 << 30, "{} bytes compared", ev.bytes);
+    assert!(
+        !ev.complete,
+        "a file compared in ranges is never a complete test"
+    );
+}
+
 /// Distinct trees of a snapshot.
 fn tree_count(repo: &Repository, snap: &SnapshotId) -> u64 {
     let root = repo

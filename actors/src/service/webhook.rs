@@ -94,6 +94,10 @@ pub fn client(
     })?
     .with_root_certificates(roots)
     .with_no_client_auth();
+    // HTTP/1.1 only: no HTTP/2 is ever negotiated, so h2 0.3's open
+    // advisory (docs/supply-chain.md) is out of reach here too.
+    let mut tls = tls;
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(awc::Client::builder()
         .timeout(timeout)
         .disable_redirects()
