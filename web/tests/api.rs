@@ -1327,3 +1327,44 @@ async fn readyz_is_503_while_the_read_model_cannot_reopen() {
     );
     s.stop().await;
 }
+
+/// Security review finding 16: a `PUT` or a pause that changes nothing
+/// records nothing, so no-op requests cannot grow the log.
+#[actix_web::test]
+async fn a_change_that_changes_nothing_records_nothing() {
+    let s = Server::start().await;
+    let (status, _) = s.post("/api/v1/plans", ADMIN, plan("home", "/home")).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let head = |v: &Value| v["next_seq"].as_u64().expect("next_seq");
+    let (_, before) = s.get("/api/v1/events?limit=1000", ADMIN).await;
+    for _ in 0..3 {
+        let (status, v) = s
+            .call(
+                Method::PUT,
+                "/api/v1/plans/home",
+                Some(ADMIN),
+                Some(plan("home", "/home")),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+    }
+    let (_, after) = s.get("/api/v1/events?limit=1000", ADMIN).await;
+    assert_eq!(head(&after), head(&before), "no plan.changed for nothing");
+    // A real change is recorded once; pausing twice records one pause.
+    let (status, _) = s
+        .call(
+            Method::PUT,
+            "/api/v1/plans/home",
+            Some(ADMIN),
+            Some(plan("home", "/srv")),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    for _ in 0..2 {
+        let (status, _) = s.post("/api/v1/plans/home/pause", ADMIN, json!(null)).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let (_, last) = s.get("/api/v1/events?limit=1000", ADMIN).await;
+    assert_eq!(head(&last), head(&before) + 2, "{last}");
+    s.stop().await;
+}

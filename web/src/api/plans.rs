@@ -204,6 +204,11 @@ async fn change(
     let receipt = handle
         .append_decided(move |p| -> Result<Vec<vouch_events::Event>, WebError> {
             live_plan(p, &pid)?;
+            // The same definition again records nothing (security review
+            // finding 16: no growth of the log from no-op requests).
+            if p.plans.plans.get(&pid).is_some_and(|pl| pl.definition == def) {
+                return Ok(Vec::new());
+            }
             Ok(vec![PlanChanged {
                 plan: pid.clone(),
                 definition: def.clone(),
