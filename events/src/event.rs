@@ -515,6 +515,39 @@ pub struct PointVanished {
     pub reason: String,
 }
 
+/// Someone acted through the API (the audit trail): who, in which role,
+/// what and on what. Appended in the same batch as the events the action
+/// caused, or right after them when another actor appends those (a run
+/// asked for, a cancel).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionAudited {
+    /// The token's name.
+    pub principal: String,
+    /// The token's role (`admin`, `operator`, ...).
+    pub role: String,
+    /// What was done: `plan.create`, `plan.change`, `plan.remove`,
+    /// `plan.pause`, `plan.resume`, `plan.run`, `job.cancel`,
+    /// `point.lock`, `verify.report`.
+    pub action: String,
+    /// What it was done to: a plan id, a job id, a point id (hex).
+    pub target: String,
+}
+
+/// The content of backed-up files was read through the API (a download).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContentRead {
+    /// The token's name.
+    pub principal: String,
+    /// The token's role.
+    pub role: String,
+    /// The point read from.
+    pub point: SnapshotId,
+    /// The path inside the point.
+    pub path: String,
+    /// `file`, or `archive` for a directory.
+    pub kind: String,
+}
+
 /// The log was repaired at open: records were cut or set aside. Recorded
 /// as the first event after the repair.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -690,6 +723,8 @@ events! {
     LogRepaired => "service.log_repaired", v 1;
     ClockStepped => "service.clock_stepped", v 1;
     LogScrubbed => "service.log_scrubbed", v 1;
+    ActionAudited => "audit.action", v 1;
+    ContentRead => "audit.content_read", v 1;
 }
 
 impl Event {
@@ -708,6 +743,7 @@ impl Event {
             Event::PointLocked(e) => Some(e.point),
             Event::AnomalyDetected(e) => Some(e.point),
             Event::PointVanished(e) => Some(e.point),
+            Event::ContentRead(e) => Some(e.point),
             _ => None,
         }
     }

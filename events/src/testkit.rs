@@ -290,5 +290,20 @@ pub(crate) fn sample_events() -> Vec<Event> {
             took_ms: 3,
         }
         .into(),
+        ActionAudited {
+            principal: "alice".into(),
+            role: "operator".into(),
+            action: "plan.create".into(),
+            target: "home".into(),
+        }
+        .into(),
+        ContentRead {
+            principal: "bob".into(),
+            role: "restore".into(),
+            point: sid(1),
+            path: "/home/bob/notes.txt".into(),
+            kind: "file".into(),
+        }
+        .into(),
     ]
 }

@@ -5,7 +5,7 @@ import { esc, fmtTime, shortId } from './util.js';
 
 const TYPES = [
   'plan.', 'job.', 'backup.committed', 'point.', 'verification.', 'restore_test.', 'anomaly.detected',
-  'alert.', 'agent.', 'service.',
+  'alert.', 'agent.', 'service.', 'audit.',
 ];
 const WINDOW = 500;
 
@@ -16,6 +16,11 @@ function summary(d) {
   if (d.job) bits.push(`job <a href="#/jobs?job=${esc(encodeURIComponent(d.job))}">${esc(d.job)}</a>`);
   const pt = d.point || d.snapshot;
   if (pt && typeof pt === 'string') bits.push(`point <a href="#/points/${esc(pt)}"><code>${esc(shortId(pt))}</code></a>`);
+  // The audit trail: who (and in which role) did what to what.
+  if (d.principal) bits.push(`by <strong>${esc(d.principal)}</strong> (${esc(d.role || '?')})`);
+  for (const k of ['action', 'target', 'path']) {
+    if (d[k] && typeof d[k] !== 'object') bits.push(esc(d[k]));
+  }
   for (const k of ['kind', 'error_kind', 'subject', 'message', 'reason', 'rule']) {
     if (d[k] && typeof d[k] !== 'object') bits.push(esc(d[k]));
   }
@@ -85,7 +90,7 @@ export async function render(main, route, ctx) {
   <div class="field check inline-field"><input id="ef-follow" name="follow" type="checkbox" ${follow ? 'checked' : ''}><label for="ef-follow">Follow the live tail</label></div>
   <button type="submit">Apply</button>
 </form>
-<p class="help">A type ending in "." matches every type starting with it (e.g. "restore_test."). Showing sequence numbers ${esc(from)}–${esc(page.next_seq !== undefined ? page.next_seq - 1 : '…')}, newest first${from > 0 ? ` · <a href="#/events${api.qs({ type: f.type, plan: f.plan, since: q.get('since'), until: q.get('until'), follow: '0', from_seq: Math.max(0, from - WINDOW) })}">earlier events</a>` : ''}.</p>
+<p class="help">A type ending in "." matches every type starting with it (e.g. "restore_test."); <a id="ef-audit" href="#/events?type=audit.">the audit trail</a> shows who did what through the API and who downloaded which file. Showing sequence numbers ${esc(from)}–${esc(page.next_seq !== undefined ? page.next_seq - 1 : '…')}, newest first${from > 0 ? ` · <a href="#/events${api.qs({ type: f.type, plan: f.plan, since: q.get('since'), until: q.get('until'), follow: '0', from_seq: Math.max(0, from - WINDOW) })}">earlier events</a>` : ''}.</p>
 <div class="table-wrap"><table class="events"><thead><tr><th scope="col" class="num">Seq</th><th scope="col">Recorded</th><th scope="col">Type</th><th scope="col">About</th><th scope="col">Data</th></tr></thead>
 <tbody id="events-body">${events.map(row).join('')}</tbody></table></div>
 <p id="events-empty" class="muted" ${events.length ? 'hidden' : ''}>No events match${follow ? ' yet; new ones appear here as they are recorded' : ''}.</p>`;

@@ -646,6 +646,8 @@ pub(crate) fn event_data(e: &Event) -> Value {
         LogRepaired,
         ClockStepped,
         LogScrubbed,
+        ActionAudited,
+        ContentRead,
     )
     .unwrap_or(Value::Null)
 }

@@ -1365,6 +1365,74 @@ async fn a_change_that_changes_nothing_records_nothing() {
         assert_eq!(status, StatusCode::OK);
     }
     let (_, last) = s.get("/api/v1/events?limit=1000", ADMIN).await;
-    assert_eq!(head(&last), head(&before) + 2, "{last}");
+    // plan.changed and its audit.action, twice.
+    assert_eq!(head(&last), head(&before) + 4, "{last}");
     s.stop().await;
+}
+
+/// Every action through the API is recorded with its principal and role,
+/// in the same batch as what it caused.
+#[actix_web::test]
+async fn actions_through_the_api_leave_an_audit_trail_with_their_principal() {
+    let s = Server::start().await;
+    let (status, _) = s.post("/api/v1/plans", ADMIN, plan("home", "/home")).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = s
+        .post("/api/v1/plans/home/pause", OPERATOR, json!(null))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = s
+        .call(Method::DELETE, "/api/v1/plans/home", Some(OPERATOR), None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (_, page) = s.get("/api/v1/events?limit=1000", ADMIN).await;
+    let events = page["events"].as_array().expect("events");
+    let audits: Vec<(String, String, String, String)> = events
+        .iter()
+        .filter(|e| e["type"] == "audit.action")
+        .map(|e| {
+            let d = &e["data"];
+            let f = |k: &str| d[k].as_str().unwrap_or_default().to_owned();
+            (f("principal"), f("role"), f("action"), f("target"))
+        })
+        .collect();
+    let (admin, operator) = (
+        principal_of(&s, ADMIN).await,
+        principal_of(&s, OPERATOR).await,
+    );
+    assert_eq!(
+        audits,
+        vec![
+            (admin, "admin".into(), "plan.create".into(), "home".into()),
+            (
+                operator.clone(),
+                "operator".into(),
+                "plan.pause".into(),
+                "home".into()
+            ),
+            (
+                operator,
+                "operator".into(),
+                "plan.remove".into(),
+                "home".into()
+            ),
+        ],
+        "{page}"
+    );
+    // Each audit record directly follows what it caused, in one batch.
+    for (i, e) in events.iter().enumerate() {
+        if e["type"] == "audit.action" {
+            let before = &events[i - 1]["type"];
+            assert!(
+                before.as_str().is_some_and(|t| t.starts_with("plan.")),
+                "{e} follows {before}"
+            );
+        }
+    }
+    s.stop().await;
+}
+
+async fn principal_of(s: &Server, token: &str) -> String {
+    let (_, who) = s.get("/api/v1/whoami", token).await;
+    who["name"].as_str().expect("a name").to_owned()
 }

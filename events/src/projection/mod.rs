@@ -93,7 +93,7 @@ pub enum UnknownScope {
 
 /// Families whose events never bear on a point's state or a plan's
 /// protection.
-const NEUTRAL_FAMILIES: &[&str] = &["alert", "agent", "service"];
+const NEUTRAL_FAMILIES: &[&str] = &["alert", "agent", "service", "audit"];
 
 /// The first element of a msgpack array payload if it is a string.
 fn leading_str(payload: &[u8]) -> Option<&str> {

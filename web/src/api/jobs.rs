@@ -163,6 +163,9 @@ pub(crate) async fn cancel(
     let handle = ctx.service()?;
     tracing::info!(job = %id, "cancelling job");
     handle.cancel(JobId::new(id.as_str())).await?;
+    handle
+        .append(vec![super::audited(&who, "job.cancel", &id)])
+        .await?;
     let view = read_job(&ctx, &who, &id, handle.last_seq()).await?;
     Ok(HttpResponse::Accepted().json(view))
 }

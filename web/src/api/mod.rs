@@ -47,6 +47,18 @@ impl Ctx {
     }
 }
 
+/// The audit record of `who` doing `action` to `target`, appended with the
+/// events the action caused.
+pub(crate) fn audited(who: &Principal, action: &str, target: &str) -> vouch_events::Event {
+    vouch_events::ActionAudited {
+        principal: who.name.clone(),
+        role: who.role.as_str().to_owned(),
+        action: action.to_owned(),
+        target: target.to_owned(),
+    }
+    .into()
+}
+
 /// Whether `who` may see things of `plan` (agents: only their plans; a
 /// thing without a plan is not theirs).
 pub(crate) fn plan_visible(p: &Projections, who: &Principal, plan: Option<&PlanId>) -> bool {

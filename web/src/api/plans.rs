@@ -4,7 +4,7 @@ use actix_web::{web, HttpResponse};
 use vouch_events::{PlanChanged, PlanCreated, PlanDefinition, PlanId, PlanRemoved};
 
 use super::PlanIdParam;
-use super::{plan_visible, Ctx};
+use super::{audited, plan_visible, Ctx};
 use crate::auth::Principal;
 use crate::error::{doc as errors, WebError};
 use crate::validate::{self, NewPlan, PlanInput};
@@ -110,6 +110,7 @@ pub(crate) async fn create(
     let (id, def) = validate::definition(input, validate::default_definition(), None)?;
     source_allowed(&ctx, &def.source)?;
     let pid = PlanId::new(id.clone());
+    let audit = audited(&who, "plan.create", &id);
     tracing::info!(plan = %id, "creating plan");
     // Decided and appended with nothing in between: of two creations of
     // one plan, one is appended and the other answered 409.
@@ -126,11 +127,14 @@ pub(crate) async fn create(
                     pid.as_str()
                 )));
             }
-            Ok(vec![PlanCreated {
-                plan: pid.clone(),
-                definition: def.clone(),
-            }
-            .into()])
+            Ok(vec![
+                PlanCreated {
+                    plan: pid.clone(),
+                    definition: def.clone(),
+                }
+                .into(),
+                audit.clone(),
+            ])
         })
         .await??;
     let view = read_plan(&ctx, &who, &id, receipt.last_seq).await?;
@@ -176,7 +180,7 @@ pub(crate) async fn put(
     base.source = old.source;
     let (_, def) = validate::definition(input, base, Some(&id))?;
     source_allowed(&ctx, &def.source)?;
-    change(&ctx, &who, &id, def).await
+    change(&ctx, &who, &id, def, "plan.change").await
 }
 
 /// Refuses a source the administrator's policy does not allow (outside
@@ -197,23 +201,32 @@ async fn change(
     who: &Principal,
     id: &str,
     def: PlanDefinition,
+    action: &str,
 ) -> Result<HttpResponse, WebError> {
     let handle = ctx.service()?;
     tracing::info!(plan = %id, "changing plan");
     let pid = PlanId::new(id);
+    let audit = audited(who, action, id);
     let receipt = handle
         .append_decided(move |p| -> Result<Vec<vouch_events::Event>, WebError> {
             live_plan(p, &pid)?;
             // The same definition again records nothing (security review
             // finding 16: no growth of the log from no-op requests).
-            if p.plans.plans.get(&pid).is_some_and(|pl| pl.definition == def) {
+            if p.plans
+                .plans
+                .get(&pid)
+                .is_some_and(|pl| pl.definition == def)
+            {
                 return Ok(Vec::new());
             }
-            Ok(vec![PlanChanged {
-                plan: pid.clone(),
-                definition: def.clone(),
-            }
-            .into()])
+            Ok(vec![
+                PlanChanged {
+                    plan: pid.clone(),
+                    definition: def.clone(),
+                }
+                .into(),
+                audit.clone(),
+            ])
         })
         .await??;
     Ok(HttpResponse::Ok().json(read_plan(ctx, who, id, receipt.last_seq).await?))
@@ -234,10 +247,14 @@ pub(crate) async fn delete(
     current(&ctx, &who, &id).await?;
     tracing::info!(plan = %id, "removing plan");
     let pid = PlanId::new(id.as_str());
+    let audit = audited(&who, "plan.remove", &id);
     ctx.service()?
         .append_decided(move |p| -> Result<Vec<vouch_events::Event>, WebError> {
             live_plan(p, &pid)?;
-            Ok(vec![PlanRemoved { plan: pid.clone() }.into()])
+            Ok(vec![
+                PlanRemoved { plan: pid.clone() }.into(),
+                audit.clone(),
+            ])
         })
         .await??;
     Ok(HttpResponse::NoContent().finish())
@@ -260,6 +277,9 @@ pub(crate) async fn run(
     let handle = ctx.service()?;
     let job = handle.run_now(PlanId::new(id.as_str())).await?;
     tracing::info!(plan = %id, job = %job, "backup asked for");
+    handle
+        .append(vec![audited(&who, "plan.run", &format!("{id} ({job})"))])
+        .await?;
     let min = handle.last_seq();
     let view = {
         let job = job.clone();
@@ -283,7 +303,8 @@ async fn set_paused(
         return Ok(HttpResponse::Ok().json(read_plan(ctx, who, id, 0).await?));
     }
     def.paused = paused;
-    change(ctx, who, id, def).await
+    let action = if paused { "plan.pause" } else { "plan.resume" };
+    change(ctx, who, id, def, action).await
 }
 
 /// Pauses the plan's schedule.

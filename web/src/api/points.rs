@@ -210,11 +210,14 @@ pub(crate) async fn lock(
                     ))))
                 }
                 Some(current) if current == until => Err(LockRefused::AlreadyLocked(p.last_seq)),
-                _ => Ok(vec![PointLocked {
-                    point: id,
-                    until_unix_ns: until,
-                }
-                .into()]),
+                _ => Ok(vec![
+                    PointLocked {
+                        point: id,
+                        until_unix_ns: until,
+                    }
+                    .into(),
+                    super::audited(&seen, "point.lock", &id.to_hex()),
+                ]),
             }
         })
         .await?;

@@ -492,15 +492,18 @@ pub(crate) async fn create(
     let decided = std::sync::Arc::new(std::sync::Mutex::new(None::<Decision>));
     let slot = decided.clone();
     let repo = repository.clone();
+    let audit = super::audited(&who, "verify.report", &repository);
     let appended = handle
         .append_decided(move |p| {
             let d = decide(p, &repo, &verdicts, bytes_read, blobs_checked);
-            let events = d.events.clone();
+            let mut events = d.events.clone();
             *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(d);
             if events.is_empty() {
                 // Nothing to record: answered from the decision alone.
                 return Err(());
             }
+            // Last, so the verdicts keep the seqs `recorded` gives them.
+            events.push(audit.clone());
             Ok(events)
         })
         .await?;
