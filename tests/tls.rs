@@ -241,26 +241,103 @@ fn a_key_that_does_not_match_the_certificate_stops_the_start_with_a_clear_error(
     assert!(stderr.contains("no private key"), "{stderr}");
 }
 
-/// Security review finding 10: plain HTTP on an address other than
-/// loopback is refused before anything is created, with what to do.
+/// Security review finding 10: beyond loopback with no certificate, the
+/// service never serves plain HTTP: it makes a self-signed certificate on
+/// its first start (kept for later ones), prints its SHA-256 fingerprint to
+/// pin, and serves HTTPS with it. `--insecure-http` is the only way to
+/// plain HTTP there.
 #[test]
-fn plain_http_beyond_loopback_is_refused_without_insecure_http() {
+fn beyond_loopback_without_a_certificate_it_serves_https_with_its_own() {
     let dir = tempfile::tempdir().expect("tempdir");
     let data = dir.path().join("data");
-    let out = Command::new(env!("CARGO_BIN_EXE_vouch"))
+    let first = start_beyond_loopback(&data, &[]);
+    let cert_file = data.join("tls/self-signed.crt");
+    let pem = std::fs::read(&cert_file).expect("the certificate is kept in the data directory");
+    let der = {
+        use rustls::pki_types::pem::PemObject;
+        CertificateDer::from_pem_slice(&pem).expect("PEM")
+    };
+    let sha = ring::digest::digest(&ring::digest::SHA256, der.as_ref());
+    let hex: Vec<String> = sha.as_ref().iter().map(|b| format!("{b:02X}")).collect();
+    assert_eq!(first.fingerprint.as_deref(), Some(hex.join(":").as_str()));
+    let (status, body, head) = https_get(first.addr, &der, "/healthz", None).expect("healthz");
+    assert_eq!(status, 200, "{body}");
+    assert!(head
+        .to_ascii_lowercase()
+        .contains("strict-transport-security"));
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(data.join("tls/self-signed.key"))
+            .expect("key")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "the key is private");
+    }
+    drop(first);
+    // A restart keeps the same certificate: pinned clients keep working.
+    let again = start_beyond_loopback(&data, &[]);
+    assert_eq!(again.fingerprint.as_deref(), Some(hex.join(":").as_str()));
+    drop(again);
+    // --insecure-http: plain HTTP, as the admin asked.
+    let plain = start_beyond_loopback(&data, &["--insecure-http"]);
+    assert!(plain.fingerprint.is_none() && !plain.https);
+}
+
+struct Beyond {
+    child: Child,
+    addr: SocketAddr,
+    fingerprint: Option<String>,
+    https: bool,
+}
+
+impl Drop for Beyond {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_beyond_loopback(data: &Path, extra: &[&str]) -> Beyond {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vouch"))
         .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
-        .arg(&data)
+        .arg(data)
+        .args(extra)
         .env("VOUCH_LOG", "warn")
         .stdin(Stdio::null())
-        .output()
-        .expect("vouch serve runs");
-    assert!(!out.status.success(), "refused");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("refusing to serve plain HTTP on 0.0.0.0:0")
-            && err.contains("--tls-cert")
-            && err.contains("--insecure-http"),
-        "says why and what to do: {err}"
-    );
-    assert!(!data.exists(), "nothing was created");
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("vouch serve starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let mut fingerprint = None;
+    let (addr, https) = loop {
+        let line = lines
+            .next()
+            .expect("vouch serve printed its address before exiting")
+            .expect("stdout readable");
+        if let Some(f) = line.strip_prefix("tls certificate fingerprint (SHA-256): ") {
+            fingerprint = Some(f.trim().to_owned());
+        }
+        let (rest, https) = match line.strip_prefix("listening on https://") {
+            Some(r) => (Some(r), true),
+            None => (line.strip_prefix("listening on http://"), false),
+        };
+        if let Some(a) = rest {
+            let port: u16 = a
+                .trim()
+                .rsplit(':')
+                .next()
+                .and_then(|p| p.parse().ok())
+                .expect("a port");
+            break (SocketAddr::from(([127, 0, 0, 1], port)), https);
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Beyond {
+        child,
+        addr,
+        fingerprint,
+        https,
+    }
 }

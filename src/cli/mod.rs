@@ -9,6 +9,7 @@ mod output;
 mod password;
 mod repo_cmds;
 mod restore_cmd;
+mod self_signed;
 pub mod serve;
 pub mod service_link;
 pub mod tls;

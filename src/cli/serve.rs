@@ -431,32 +431,36 @@ fn default_repository(data_dir: &Path) -> anyhow::Result<RepoSpec> {
     })
 }
 
-/// Plain HTTP only on loopback, unless the admin says otherwise: every
-/// address `listen` resolves to must be a loopback one.
-fn refuse_plain_http_off_loopback(listen: &str, insecure_http: bool) -> anyhow::Result<()> {
+/// The addresses `listen` resolves to that are not loopback ones.
+fn beyond_loopback(listen: &str) -> anyhow::Result<Vec<String>> {
     use std::net::ToSocketAddrs;
-    let addrs: Vec<std::net::SocketAddr> = listen
+    Ok(listen
         .to_socket_addrs()
         .with_context(|| format!("listen address {listen:?} is not an address"))?
-        .collect();
-    let open: Vec<String> = addrs
-        .iter()
         .filter(|a| !a.ip().is_loopback())
-        .map(ToString::to_string)
-        .collect();
+        .map(|a| a.to_string())
+        .collect())
+}
+
+/// How `serve` listens without a configured certificate: plain HTTP on
+/// loopback or with `--insecure-http`, else HTTPS with a self-signed
+/// certificate of its own.
+#[derive(Debug, PartialEq, Eq)]
+enum WithoutCertificate {
+    PlainHttp,
+    SelfSigned,
+}
+
+fn without_certificate(listen: &str, insecure_http: bool) -> anyhow::Result<WithoutCertificate> {
+    let open = beyond_loopback(listen)?;
     if open.is_empty() {
-        return Ok(());
+        return Ok(WithoutCertificate::PlainHttp);
     }
     if insecure_http {
         tracing::warn!(listen, "serving plain HTTP beyond loopback (--insecure-http): tokens and file contents cross the network in clear");
-        return Ok(());
+        return Ok(WithoutCertificate::PlainHttp);
     }
-    bail!(
-        "refusing to serve plain HTTP on {} (not loopback): tokens and the content of backed-up files would cross the network in clear. \
-         Give a certificate (--tls-cert and --tls-key, or [tls] in the configuration), listen on 127.0.0.1, \
-         or pass --insecure-http if a proxy in front terminates TLS",
-        open.join(", ")
-    )
+    Ok(WithoutCertificate::SelfSigned)
 }
 
 /// Everything the service creates from now on is its user's alone: the
@@ -730,14 +734,12 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     let s = settings(&a)?;
     let service_config = service_config(&s.config)?;
     // A bad certificate or key stops the start before anything is created.
-    let tls = match &s.tls {
+    let mut tls = match &s.tls {
         Some((cert, key)) => Some(super::tls::server_config(cert, key)?),
         None => None,
     };
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    if tls.is_none() {
-        refuse_plain_http_off_loopback(&s.listen, a.insecure_http)?;
-    }
+    let self_signed = tls.is_none()
+        && without_certificate(&s.listen, a.insecure_http)? == WithoutCertificate::SelfSigned;
     let grace = match &s.config.jobs.shutdown_grace {
         Some(g) => dur(g, "jobs.shutdown_grace")?,
         None => Duration::from_secs(60),
@@ -745,6 +747,22 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     make_private();
     private_data_dir(&s.data_dir)?;
     let data_dir = std::path::absolute(&s.data_dir)?;
+    // Beyond loopback with no certificate: one of its own, never plain
+    // HTTP (tokens and file contents would cross the network in clear).
+    let mut cert_path = s.tls.as_ref().map(|t| t.0.clone());
+    if self_signed {
+        let own = super::self_signed::ensure(&data_dir, &s.listen)?;
+        tls = Some(super::tls::server_config(&own.cert, &own.key)?);
+        tracing::warn!(
+            cert = %own.cert.display(),
+            fingerprint = %own.fingerprint,
+            created = own.created,
+            "no certificate configured for an address beyond loopback: serving HTTPS with a self-signed one (install your own with [tls], or pin this fingerprint)"
+        );
+        println!("tls certificate fingerprint (SHA-256): {}", own.fingerprint);
+        cert_path = Some(own.cert);
+    }
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let mut specs = vec![default_repository(&data_dir)?];
     for r in &s.config.repositories {
         specs.push(RepoSpec {
@@ -809,12 +827,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     let addr = listener.local_addr()?;
     // Each served repository records that this service owns it (docs/format.md).
     let url = super::service_link::base_url(scheme, addr);
-    super::service_link::claim(
-        &repos,
-        &data_dir,
-        &url,
-        s.tls.as_ref().map(|t| t.0.as_path()),
-    )?;
+    super::service_link::claim(&repos, &data_dir, &url, cert_path.as_deref())?;
 
     let system = actix_web::rt::System::new();
     system.block_on(async move {
@@ -865,23 +878,29 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
 
 #[cfg(test)]
 mod tests {
-    use super::refuse_plain_http_off_loopback;
+    use super::{without_certificate, WithoutCertificate};
 
     #[test]
     fn plain_http_is_for_loopback_unless_the_admin_says_otherwise() {
         for loopback in ["127.0.0.1:8080", "[::1]:0", "localhost:0"] {
-            assert!(
-                refuse_plain_http_off_loopback(loopback, false).is_ok(),
+            assert_eq!(
+                without_certificate(loopback, false).unwrap(),
+                WithoutCertificate::PlainHttp,
                 "{loopback}"
             );
         }
         for open in ["0.0.0.0:8080", "192.0.2.7:8080", "[::]:0"] {
-            let err = refuse_plain_http_off_loopback(open, false)
-                .expect_err(open)
-                .to_string();
-            assert!(err.contains("--insecure-http"), "{err}");
-            assert!(refuse_plain_http_off_loopback(open, true).is_ok(), "{open}");
+            assert_eq!(
+                without_certificate(open, false).unwrap(),
+                WithoutCertificate::SelfSigned,
+                "{open}"
+            );
+            assert_eq!(
+                without_certificate(open, true).unwrap(),
+                WithoutCertificate::PlainHttp,
+                "{open}"
+            );
         }
-        assert!(refuse_plain_http_off_loopback("no port", false).is_err());
+        assert!(without_certificate("no port", false).is_err());
     }
 }
