@@ -195,6 +195,12 @@ impl Scheduler {
             if plan.definition.paused {
                 continue;
             }
+            // An `agent:<name>:<path>` source is backed up by its agent on
+            // its own host (security review finding 14): the service never
+            // runs it itself, so its schedule is the agent's to keep.
+            if plan.definition.source.starts_with("agent:") {
+                continue;
+            }
             let schedule = match Schedule::parse(&plan.definition.schedule) {
                 Ok(s) => s,
                 Err(e) => {

@@ -1661,3 +1661,76 @@ async fn a_plan_unproven_across_an_alerter_restart_still_alerts_after_its_rpo() 
     })
     .await;
 }
+
+/// Security review finding 14: a plan whose source is `agent:<name>:...`
+/// is its agent's to back up; the service's scheduler never runs it
+/// itself (it used to, as a relative path on the server).
+#[actix::test]
+async fn the_scheduler_never_runs_an_agents_plan_on_the_server() {
+    use vouch_events::PlanId;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = crate::ManualClock::new(T0);
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let svc = service_with(
+        dir.path(),
+        worker,
+        Arc::new(clock.clone()),
+        ServiceConfig::default(),
+    )
+    .await;
+    let plan = |id: &str, source: &str| {
+        let Event::PlanCreated(mut p) = docs_plan() else {
+            unreachable!("docs_plan makes a plan.created")
+        };
+        p.plan = PlanId::new(id);
+        p.definition.source = source.into();
+        p.definition.schedule = "0 * * * *".into();
+        p.definition.paused = false;
+        Event::PlanCreated(p)
+    };
+    let receipt = svc
+        .append(vec![
+            plan("local", "/srv"),
+            plan("remote", "agent:web-1:/srv"),
+        ])
+        .await
+        .expect("plans");
+    // The scheduler reads the projections as folded: wait for the plans.
+    svc.query(receipt.last_seq, |_| ()).await.expect("folded");
+    clock.advance(2 * 3_600 * crate::NANOS_PER_SEC);
+    svc.tick().await.expect("tick");
+    let backups = |events: &[Event]| -> Vec<String> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::JobScheduled(s) if s.kind == vouch_events::JobKind::Backup => {
+                    s.plan.as_ref().map(|p| p.to_string())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    wait_for(&svc, "the local plan's backup", |events| {
+        backups(events).contains(&"local".to_owned()).then_some(())
+    })
+    .await;
+    // The tick's decisions are all in: a second tick after them changes
+    // nothing for the agent's plan.
+    svc.tick().await.expect("tick");
+    let all: Vec<Event> = svc
+        .events(1, 10_000)
+        .await
+        .expect("events")
+        .into_iter()
+        .map(|e| e.event)
+        .collect();
+    assert_eq!(
+        backups(&all),
+        vec!["local".to_owned()],
+        "only the local plan"
+    );
+}
