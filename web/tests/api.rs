@@ -1147,7 +1147,7 @@ impl vouch_web::Browse for OneRepository {
         _: &str,
         _: &str,
         _: &str,
-    ) -> Result<vouch_web::FileReader, vouch_web::BrowseError> {
+    ) -> Result<vouch_web::FileDownload, vouch_web::BrowseError> {
         Err(vouch_web::BrowseError::NotFound("nothing to read".into()))
     }
 

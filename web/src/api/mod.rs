@@ -1,5 +1,6 @@
 //! The `/api/v1` handlers. Thin: parse, authorise, ask the service, render.
 
+pub(crate) mod download;
 pub(crate) mod events;
 pub(crate) mod grammar;
 pub(crate) mod jobs;
@@ -27,6 +28,7 @@ pub(crate) struct Ctx {
     pub(crate) service: Option<ServiceHandle>,
     pub(crate) browse: Option<Arc<dyn Browse>>,
     pub(crate) log_dir: Option<PathBuf>,
+    pub(crate) limits: crate::limits::Limits,
 }
 
 impl Ctx {
