@@ -598,6 +598,37 @@ fn a_directory_downloads_as_a_tar_that_unpacks_to_the_same_tree() {
     );
     assert_eq!(whole["entries"].as_array().map(Vec::len), Some(3));
     assert_eq!(whole["next"], Value::Null);
+
+    // Security finding 8: the master index is cached per repository; a new
+    // backup adds index files, and its new file reads (the cache follows).
+    std::fs::write(src.join("later.txt"), pattern(200_000, 11)).expect("write");
+    let (status, body) = post(&svc, "/api/v1/plans/tree/run", &Value::Null);
+    assert_eq!(status, 202, "{body}");
+    let job = body["id"].as_str().expect("a job").to_owned();
+    eventually("the second backup", || {
+        let j = get(&svc, &format!("/api/v1/jobs/{job}"));
+        (j["state"] == "succeeded").then_some(())
+    });
+    let newest = get(&svc, "/api/v1/points?plan=tree")[0]["id"]
+        .as_str()
+        .expect("a point")
+        .to_owned();
+    assert_ne!(newest, point);
+    let mut res = open(
+        &svc,
+        &format!(
+            "/api/v1/points/{newest}/file?path={}/later.txt",
+            src.display()
+        ),
+        &svc.token,
+    );
+    assert_eq!(res.status, 200);
+    let mut later = Vec::new();
+    res.body.read_to_end(&mut later).expect("read");
+    assert!(
+        later == pattern(200_000, 11),
+        "the new file, by the new index"
+    );
 }
 
 /// Security finding 3: a blob damaged on storage ends the download as an

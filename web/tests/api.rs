@@ -332,14 +332,20 @@ async fn roles_fit_their_use_metrics_reads_only_metrics_and_content_needs_admin_
         let (status, _) = s.get("/metrics", token).await;
         assert_eq!(status, StatusCode::OK, "{token}");
     }
-    let file = format!("/api/v1/points/{}/file?path=/etc/shadow", "0".repeat(64));
-    for token in [OPERATOR, VIEWER, METRICS, AGENT] {
-        let (status, v) = s.get(&file, token).await;
-        assert_eq!(status, StatusCode::FORBIDDEN, "{token}: {v}");
-    }
-    for token in [ADMIN, RESTORE] {
-        let (status, v) = s.get(&file, token).await;
-        assert_eq!(status, StatusCode::NOT_FOUND, "past the role check: {v}");
+    for route in ["file", "archive"] {
+        let file = format!("/api/v1/points/{}/{route}?path=/etc", "0".repeat(64));
+        for token in [OPERATOR, VIEWER, METRICS, AGENT] {
+            let (status, v) = s.get(&file, token).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{route} {token}: {v}");
+        }
+        for token in [ADMIN, RESTORE] {
+            let (status, v) = s.get(&file, token).await;
+            assert_eq!(
+                status,
+                StatusCode::NOT_FOUND,
+                "{route}: past the role check: {v}"
+            );
+        }
     }
     // A restore token reads, and changes nothing.
     let (status, _) = s.get("/api/v1/plans", RESTORE).await;
