@@ -313,6 +313,34 @@ fn a_64_gib_sparse_file_streams_with_bounded_memory() {
     res.body.read_to_end(&mut whole).expect("the whole file");
     assert!(whole == small, "the small sparse file downloads equal");
 
+    // At most 8 downloads at once: the ninth is 503 `busy` with
+    // `Retry-After`; a download that ends frees its slot.
+    let mut held: Vec<Response> = (0..8).map(|_| open(&svc, &url, &svc.token)).collect();
+    assert!(held.iter().all(|r| r.status == 200));
+    let (status, body) = http(svc.addr, "GET", &url, Some(&svc.token), None);
+    assert_eq!(status, 503, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(v["code"], "busy", "{v}");
+    assert_eq!(
+        open(&svc, &url, &svc.token)
+            .headers
+            .get("retry-after")
+            .map(String::as_str),
+        Some("5")
+    );
+    drop(held.pop());
+    eventually("a download slot to free", || {
+        let r = open(&svc, &url, &svc.token);
+        (r.status == 200).then_some(())
+    });
+    drop(held);
+    let peak = peak_rss_kib(svc.child.id());
+    eprintln!(
+        "after 9 concurrent 64 GiB downloads (unread): server VmHWM {} MiB",
+        peak / 1024
+    );
+    assert!(peak < 512 * 1024, "peak RSS {peak} KiB");
+
     // A listing's JSON is not sniffed either.
     let res = open(&svc, "/api/v1/whoami", &svc.token);
     assert_eq!(
