@@ -1333,3 +1333,67 @@ async fn readyz_is_503_while_the_read_model_cannot_reopen() {
     );
     s.stop().await;
 }
+
+/// Security finding 8: `GET /events?type=` reads at most 10 000 events of
+/// the log per request and says where to go on (`next_seq`), instead of
+/// scanning the whole log for a type no event has.
+#[actix_web::test]
+async fn a_filtered_page_of_events_scans_a_bounded_part_of_the_log() {
+    let s = Server::start().await;
+    let first = s.service.last_seq() + 1;
+    for batch in 0..11u32 {
+        let events = (0..1000u32)
+            .map(|i| {
+                let n = batch * 1000 + i;
+                let mut id = [0u8; 32];
+                id[..4].copy_from_slice(&n.to_be_bytes());
+                BackupCommitted {
+                    job: None,
+                    plan: None,
+                    repository: vouch_events::RepositoryId::new("default"),
+                    snapshot: SnapshotId(id),
+                    snapshot_time_unix_ns: 1_800_000_000_000_000_000,
+                    summary: BackupSummary {
+                        files: 1,
+                        bytes: 1,
+                        added_bytes: 1,
+                        stored_bytes: 1,
+                        duration_ms: 1,
+                    },
+                }
+                .into()
+            })
+            .collect();
+        s.service
+            .append(events)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let last = s.service.last_seq();
+    assert!(last >= first + 10_999);
+    let (status, v) = s
+        .get(
+            &format!("/api/v1/events?type=point.locked&from_seq={first}"),
+            VIEWER,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["events"], json!([]));
+    assert_eq!(v["next_seq"], first + 10_000, "stopped after 10 000 events");
+    let (_, v) = s
+        .get(
+            &format!(
+                "/api/v1/events?type=point.locked&from_seq={}",
+                first + 10_000
+            ),
+            VIEWER,
+        )
+        .await;
+    assert_eq!(
+        v["next_seq"],
+        last + 1,
+        "the rest, to the end: {}",
+        v["next_seq"]
+    );
+    s.stop().await;
+}
