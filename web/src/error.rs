@@ -167,6 +167,12 @@ impl ResponseError for WebError {
             tracing::error!(code = self.code(), error = %self, "request failed");
         }
         let mut res = HttpResponse::build(status);
+        // Also on errors that middleware answers before the app's default
+        // headers apply (a 401 from the token check).
+        res.insert_header((
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ));
         match self {
             WebError::Unauthorized(_) => {
                 res.insert_header((
