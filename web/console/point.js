@@ -210,6 +210,7 @@ ${anomalies.length ? `<ul class="anomalies">${anomalies.map((a) => `<li><span cl
 <td>${e.kind === 'file' && ctx.canReadContent ? `<button type="button" class="small secondary" data-download="${esc(full)}" aria-label="Download ${esc(e.name)}">Download</button>` : ''}</td></tr>`;
     }
     files.innerHTML = `<p class="crumbs" aria-label="Directory">${crumbs}</p>
+${listing.next ? `<p class="muted" role="note">Only the first ${entries.length} entries are shown (the API pages listings: <code>after=${esc(listing.next)}</code> goes on).</p>` : ''}
 ${entries.length ? `<div class="table-wrap"><table class="files"><thead><tr><th scope="col">Name</th><th scope="col">Kind</th><th scope="col" class="num">Size</th><th scope="col">Mode</th><th scope="col">Modified</th><th scope="col"><span class="sr">Download</span></th></tr></thead><tbody>${rows}</tbody></table></div>` : '<p class="muted">This directory is empty.</p>'}`;
     files.removeAttribute('aria-busy');
   }

@@ -414,9 +414,14 @@ impl TokenStore {
     /// Every stored hash is compared, in constant time each, whether or not
     /// an earlier one matched.
     pub fn authenticate(&self, presented: &str) -> Option<&Principal> {
-        let hash = TokenHash::of(presented);
+        self.authenticate_hash(&TokenHash::of(presented))
+    }
+
+    /// The caller whose token hashes to `hash` (constant time per stored
+    /// hash, as [`TokenStore::authenticate`]).
+    fn authenticate_hash(&self, hash: &TokenHash) -> Option<&Principal> {
         self.tokens.iter().fold(None, |found, (stored, who, _)| {
-            let matches = *stored == hash;
+            let matches = stored == hash;
             found.or(matches.then_some(who))
         })
     }
@@ -501,6 +506,12 @@ impl LiveTokens {
         self.current().authenticate(presented).cloned()
     }
 
+    /// Whether the token hashing to `hash` is still accepted as `who`
+    /// (not revoked, not re-created with another role).
+    fn still_accepts(&self, hash: &TokenHash, who: &Principal) -> bool {
+        self.current().authenticate_hash(hash) == Some(who)
+    }
+
     fn refresh(&self) {
         let Some(path) = &self.file else { return };
         let now_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -579,8 +590,63 @@ pub async fn require_token(
             WebError::Forbidden(format!("a metrics token may only read {METRICS_PATH}")).into(),
         );
     }
+    let watch = TokenWatch {
+        tokens: store.clone(),
+        hash: TokenHash::of(token),
+        principal: principal.clone(),
+    };
     req.extensions_mut().insert(principal);
+    req.extensions_mut().insert(watch);
     next.call(req).await
+}
+
+/// The token a request came with, to look again later: long answers
+/// (event streams, downloads) end once it is revoked (see
+/// [`TokenWatch::still_valid`]). Holds the token's hash, never the token.
+#[derive(Clone)]
+pub(crate) struct TokenWatch {
+    tokens: web::Data<LiveTokens>,
+    hash: TokenHash,
+    principal: Principal,
+}
+
+impl TokenWatch {
+    /// Whether the token is still accepted, as the same caller. The token
+    /// file is looked at no more than once a second ([`LiveTokens`]), so
+    /// this is cheap enough to call between chunks of a download.
+    pub(crate) fn still_valid(&self) -> bool {
+        self.tokens.still_accepts(&self.hash, &self.principal)
+    }
+
+    /// The name of the token, for logs and per-token limits.
+    pub(crate) fn name(&self) -> &str {
+        &self.principal.name
+    }
+}
+
+impl fmt::Debug for TokenWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenWatch")
+            .field("hash", &self.hash)
+            .field("principal", &self.principal)
+            .finish()
+    }
+}
+
+impl FromRequest for TokenWatch {
+    type Error = WebError;
+    type Future = Ready<Result<Self, Self::Error>>;
+
+    /// The token recorded by [`require_token`]; outside the protected
+    /// scope, 401.
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(
+            req.extensions()
+                .get::<TokenWatch>()
+                .cloned()
+                .ok_or(WebError::Unauthorized("missing bearer token")),
+        )
+    }
 }
 
 impl FromRequest for Principal {

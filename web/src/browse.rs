@@ -3,7 +3,7 @@
 //! implements [`Browse`] over the real repositories; handlers call it on
 //! the blocking pool.
 
-use std::io::Read;
+use std::io::{Read, Write};
 
 /// What a directory entry is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +63,21 @@ pub struct RepoStats {
 /// A file's content, read on the blocking pool in chunks.
 pub type FileReader = Box<dyn Read + Send>;
 
+/// A file to download: its size (sent as `Content-Length`) and a reader
+/// that produces exactly that many bytes, or fails (a damaged blob is an
+/// error, never zeros).
+pub struct FileDownload {
+    /// The file's size in bytes.
+    pub size: u64,
+    /// Its content, read blob by blob; holes as bounded runs of zeros.
+    pub reader: FileReader,
+}
+
+/// A directory's tar archive, written on the blocking pool into the sink
+/// it is given (a bounded pipe to the client). An `Err` means the archive
+/// is incomplete: the web layer then aborts the response.
+pub type ArchiveWriter = Box<dyn FnOnce(&mut dyn Write) -> Result<(), BrowseError> + Send>;
+
 /// Why [`Browse`] could not answer.
 #[derive(Debug, thiserror::Error)]
 pub enum BrowseError {
@@ -105,13 +120,30 @@ pub trait Browse: Send + Sync {
         path: &str,
     ) -> Result<Vec<BrowseEntry>, BrowseError>;
 
-    /// The content of file `path` of snapshot `point` in `repository`.
+    /// The content of file `path` of snapshot `point` in `repository`,
+    /// read lazily: memory stays bounded whatever the file's size.
     fn read_file(
         &self,
         repository: &str,
         point: &str,
         path: &str,
-    ) -> Result<FileReader, BrowseError>;
+    ) -> Result<FileDownload, BrowseError>;
+
+    /// The tar archive of directory `path` of snapshot `point`: files,
+    /// directories and symbolic links with their modes and modification
+    /// times, entry names relative to `path`. Errors found before any byte
+    /// is written (no such path, not a directory) are returned here; the
+    /// writer reports the rest.
+    fn archive(
+        &self,
+        _repository: &str,
+        _point: &str,
+        _path: &str,
+    ) -> Result<ArchiveWriter, BrowseError> {
+        Err(BrowseError::Unavailable(
+            "this server cannot make archives".into(),
+        ))
+    }
 
     /// Every configured repository with its statistics.
     fn repositories(&self) -> Result<Vec<RepoStats>, BrowseError>;

@@ -56,9 +56,17 @@ pub enum WebError {
         /// Per field: what is wrong.
         fields: BTreeMap<String, String>,
     },
+    /// 429 `too_many_requests`: this token holds as many event streams as
+    /// it may; close one. Carries `Retry-After`.
+    #[error("{0}")]
+    TooManyRequests(String),
     /// 503 `unavailable`: the service is starting or stopping; retry soon.
     #[error("{0}")]
     Unavailable(String),
+    /// 503 `busy`: the server runs as many downloads, browse calls or event
+    /// streams as it allows; retry after the `Retry-After` seconds.
+    #[error("{0}")]
+    Busy(String),
     /// 500 `internal`: a bug or an I/O failure on the server (logged).
     #[error("{0}")]
     Internal(String),
@@ -84,7 +92,9 @@ impl WebError {
             WebError::PayloadTooLarge(_) => "payload_too_large",
             WebError::UnsupportedMediaType(_) => "unsupported_media_type",
             WebError::Invalid { .. } => "invalid",
+            WebError::TooManyRequests(_) => "too_many_requests",
             WebError::Unavailable(_) => "unavailable",
+            WebError::Busy(_) => "busy",
             WebError::Internal(_) => "internal",
             WebError::Metrics(_) => "metrics_encoding",
             WebError::Misconfigured(_) => "misconfigured",
@@ -109,10 +119,15 @@ impl From<ServiceError> for WebError {
             ServiceError::Unavailable(_) | ServiceError::ShuttingDown => {
                 WebError::Unavailable(e.to_string())
             }
-            ServiceError::Log(_) => WebError::Internal(e.to_string()),
+            ServiceError::Log(_) | ServiceError::LogUnreadable(_) => {
+                WebError::Internal(e.to_string())
+            }
         }
     }
 }
+
+/// The `Retry-After` of 429 `too_many_requests` and 503 `busy`, seconds.
+pub(crate) const RETRY_AFTER_SECS: &str = "5";
 
 /// The JSON body of every error response.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -138,7 +153,8 @@ impl ResponseError for WebError {
             WebError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             WebError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             WebError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            WebError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            WebError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
+            WebError::Unavailable(_) | WebError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             WebError::Internal(_) | WebError::Metrics(_) | WebError::Misconfigured(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
@@ -151,11 +167,23 @@ impl ResponseError for WebError {
             tracing::error!(code = self.code(), error = %self, "request failed");
         }
         let mut res = HttpResponse::build(status);
+        // Also on errors that middleware answers before the app's default
+        // headers apply (a 401 from the token check).
+        res.insert_header((
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ));
         match self {
             WebError::Unauthorized(_) => {
                 res.insert_header((
                     header::WWW_AUTHENTICATE,
                     HeaderValue::from_static("Bearer realm=\"vouch\""),
+                ));
+            }
+            WebError::TooManyRequests(_) | WebError::Busy(_) => {
+                res.insert_header((
+                    header::RETRY_AFTER,
+                    HeaderValue::from_static(RETRY_AFTER_SECS),
                 ));
             }
             WebError::MethodNotAllowed { allow, .. } => {
@@ -246,6 +274,10 @@ pub(crate) mod doc {
         Internal => "`internal`: a bug or an I/O failure on the server (logged)";
         /// 503 `unavailable`.
         Unavailable => "`unavailable`: the service is starting or stopping, or no repository is open; retry soon";
+        /// 429 `too_many_requests` (with `Retry-After`).
+        TooManyRequests => "`too_many_requests`: this token holds as many event streams as it may (4); close one, or retry after `Retry-After` seconds";
+        /// 503 `unavailable` or `busy` (with `Retry-After`).
+        Busy => "`busy`: the server runs as many downloads, browse calls or event streams as it allows; retry after `Retry-After` seconds (`unavailable`: the service is starting or stopping)";
     }
 
     /// 401 `unauthorized`, with its `WWW-Authenticate` header.

@@ -19,6 +19,7 @@ mod api;
 mod auth;
 mod browse;
 mod error;
+mod limits;
 mod metrics;
 mod openapi;
 mod routes;
@@ -44,8 +45,11 @@ pub use auth::{
     require_token, LiveTokens, Principal, Role, TokenEntry, TokenError, TokenHash, TokenStore,
     TOKEN_PREFIX,
 };
-pub use browse::{Browse, BrowseEntry, BrowseError, EntryKind, FileReader, RepoStats};
+pub use browse::{
+    ArchiveWriter, Browse, BrowseEntry, BrowseError, EntryKind, FileDownload, FileReader, RepoStats,
+};
 pub use error::WebError;
+pub use limits::{MAX_BROWSE_CALLS, MAX_DOWNLOADS, MAX_STREAMS, MAX_STREAMS_PER_TOKEN};
 pub use metrics::{
     Metrics, BACKUP_BYTES_ADDED, BACKUP_BYTES_READ, BUILD_INFO, CONTENT_TYPE, EVENT_LOG_BYTES,
     EVENT_LOG_LAST_SEQ, HTTP_REQUESTS_TOTAL, JOB_DURATION, PLAN_LAST_RECOVERABLE, PLAN_PROTECTION,
@@ -139,6 +143,7 @@ impl AppState {
                 browse: self.browse.clone(),
                 log_dir: self.log_dir.clone(),
                 sources: self.sources.clone(),
+                limits: limits::Limits::default(),
             })
         })
     }
@@ -195,6 +200,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(resource!("/points/{id}/lock", post => points::lock))
             .service(resource!("/points/{id}/files", get => points::files))
             .service(resource!("/points/{id}/file", get => points::file))
+            .service(resource!("/points/{id}/archive", get => points::archive))
             .service(resource!("/events", get => events::list))
             .service(resource!("/events/stream", get => events::stream))
             .service(resource!("/alerts", get => misc::alerts))
@@ -225,6 +231,8 @@ pub fn app(
 > {
     let ctx = state.ctx();
     let mut headers = actix_web::middleware::DefaultHeaders::new();
+    // Every answer, API and downloads included: never sniffed as another type.
+    headers = headers.add((actix_web::http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"));
     if state.hsts {
         headers = headers.add((actix_web::http::header::STRICT_TRANSPORT_SECURITY, HSTS));
     }

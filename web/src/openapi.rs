@@ -70,7 +70,7 @@ impl Modify for BearerAuth {
         plans::list, plans::defaults, plans::create, plans::get, plans::put, plans::delete,
         plans::run, plans::pause, plans::resume,
         jobs::list, jobs::get, jobs::cancel,
-        points::list, points::get, points::lock, points::files, points::file,
+        points::list, points::get, points::lock, points::files, points::file, points::archive,
         events::list, events::stream,
         misc::alerts, misc::repositories, verify_reports::create,
     ),
@@ -79,7 +79,7 @@ impl Modify for BearerAuth {
         responses(
             errors::BadRequest, errors::Forbidden, errors::NotFound, errors::Conflict,
             errors::PayloadTooLarge, errors::UnsupportedMediaType, errors::Invalid,
-            errors::Internal, errors::Unavailable,
+            errors::Internal, errors::Unavailable, errors::Busy, errors::TooManyRequests,
         )
     )
 )]

@@ -802,6 +802,8 @@ pub struct EntryView {
 pub struct FileList {
     /// The directory.
     pub path: String,
-    /// Its entries.
+    /// Its entries (one page), sorted by name.
     pub entries: Vec<EntryView>,
+    /// When more entries follow: the `after` of the next page.
+    pub next: Option<String>,
 }

@@ -332,14 +332,20 @@ async fn roles_fit_their_use_metrics_reads_only_metrics_and_content_needs_admin_
         let (status, _) = s.get("/metrics", token).await;
         assert_eq!(status, StatusCode::OK, "{token}");
     }
-    let file = format!("/api/v1/points/{}/file?path=/etc/shadow", "0".repeat(64));
-    for token in [OPERATOR, VIEWER, METRICS, AGENT] {
-        let (status, v) = s.get(&file, token).await;
-        assert_eq!(status, StatusCode::FORBIDDEN, "{token}: {v}");
-    }
-    for token in [ADMIN, RESTORE] {
-        let (status, v) = s.get(&file, token).await;
-        assert_eq!(status, StatusCode::NOT_FOUND, "past the role check: {v}");
+    for route in ["file", "archive"] {
+        let file = format!("/api/v1/points/{}/{route}?path=/etc", "0".repeat(64));
+        for token in [OPERATOR, VIEWER, METRICS, AGENT] {
+            let (status, v) = s.get(&file, token).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{route} {token}: {v}");
+        }
+        for token in [ADMIN, RESTORE] {
+            let (status, v) = s.get(&file, token).await;
+            assert_eq!(
+                status,
+                StatusCode::NOT_FOUND,
+                "{route}: past the role check: {v}"
+            );
+        }
     }
     // A restore token reads, and changes nothing.
     let (status, _) = s.get("/api/v1/plans", RESTORE).await;
@@ -1147,7 +1153,7 @@ impl vouch_web::Browse for OneRepository {
         _: &str,
         _: &str,
         _: &str,
-    ) -> Result<vouch_web::FileReader, vouch_web::BrowseError> {
+    ) -> Result<vouch_web::FileDownload, vouch_web::BrowseError> {
         Err(vouch_web::BrowseError::NotFound("nothing to read".into()))
     }
 
@@ -1435,4 +1441,68 @@ async fn actions_through_the_api_leave_an_audit_trail_with_their_principal() {
 async fn principal_of(s: &Server, token: &str) -> String {
     let (_, who) = s.get("/api/v1/whoami", token).await;
     who["name"].as_str().expect("a name").to_owned()
+}
+
+/// Security finding 8: `GET /events?type=` reads at most 10 000 events of
+/// the log per request and says where to go on (`next_seq`), instead of
+/// scanning the whole log for a type no event has.
+#[actix_web::test]
+async fn a_filtered_page_of_events_scans_a_bounded_part_of_the_log() {
+    let s = Server::start().await;
+    let first = s.service.last_seq() + 1;
+    for batch in 0..11u32 {
+        let events = (0..1000u32)
+            .map(|i| {
+                let n = batch * 1000 + i;
+                let mut id = [0u8; 32];
+                id[..4].copy_from_slice(&n.to_be_bytes());
+                BackupCommitted {
+                    job: None,
+                    plan: None,
+                    repository: vouch_events::RepositoryId::new("default"),
+                    snapshot: SnapshotId(id),
+                    snapshot_time_unix_ns: 1_800_000_000_000_000_000,
+                    summary: BackupSummary {
+                        files: 1,
+                        bytes: 1,
+                        added_bytes: 1,
+                        stored_bytes: 1,
+                        duration_ms: 1,
+                    },
+                }
+                .into()
+            })
+            .collect();
+        s.service
+            .append(events)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let last = s.service.last_seq();
+    assert!(last >= first + 10_999);
+    let (status, v) = s
+        .get(
+            &format!("/api/v1/events?type=point.locked&from_seq={first}"),
+            VIEWER,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["events"], json!([]));
+    assert_eq!(v["next_seq"], first + 10_000, "stopped after 10 000 events");
+    let (_, v) = s
+        .get(
+            &format!(
+                "/api/v1/events?type=point.locked&from_seq={}",
+                first + 10_000
+            ),
+            VIEWER,
+        )
+        .await;
+    assert_eq!(
+        v["next_seq"],
+        last + 1,
+        "the rest, to the end: {}",
+        v["next_seq"]
+    );
+    s.stop().await;
 }

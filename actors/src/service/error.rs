@@ -8,6 +8,10 @@ pub enum ServiceError {
     /// The event log refused or failed a write; nothing was acknowledged.
     #[error("the event log could not record this: {0}")]
     Log(#[from] EventError),
+    /// A read of the event log met a record it cannot read: the answer
+    /// would be incomplete, so there is none (never a silently short one).
+    #[error("the event log could not be read to the end (the answer would be incomplete): {0}")]
+    LogUnreadable(EventError),
     /// An actor is gone (the service is stopping, or it crashed and is
     /// being restarted): retry in a moment.
     #[error("the service is not available: {0}")]

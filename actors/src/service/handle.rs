@@ -386,7 +386,10 @@ impl ServiceHandle {
         .await?
     }
 
-    /// Reads the whole log through `f` (on the blocking pool).
+    /// Reads the whole log through `f` (on the blocking pool). A record
+    /// that cannot be read ends the iteration and the whole scan answers
+    /// that error, never a silently short result (docs/events.md); a scan
+    /// that `f` ends before the damage answers normally.
     pub async fn scan_events<R, F>(&self, from_seq: u64, f: F) -> Result<R, ServiceError>
     where
         R: Send + 'static,
@@ -395,8 +398,23 @@ impl ServiceHandle {
         let reader = self.log.reader();
         tokio::task::spawn_blocking(move || {
             let replay = reader.replay_from(from_seq.max(1))?;
-            let mut it = replay.map_while(|e| e.ok());
-            Ok::<_, ServiceError>(f(&mut it))
+            let mut failed = None;
+            let mut it = replay.map_while(|e| match e {
+                Ok(env) => Some(env),
+                Err(e) => {
+                    failed = Some(e);
+                    None
+                }
+            });
+            let out = f(&mut it);
+            drop(it);
+            match failed {
+                Some(e) => {
+                    tracing::error!(error = %e, from_seq, "a scan of the event log met damage");
+                    Err(ServiceError::LogUnreadable(e))
+                }
+                None => Ok(out),
+            }
         })
         .await?
     }

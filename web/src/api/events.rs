@@ -14,7 +14,7 @@ use vouch_actors::service::{LiveProgress, ServiceHandle};
 use vouch_events::{Envelope, Event, PlanId};
 
 use super::{grammar, limit, ChannelBody, Ctx};
-use crate::auth::Principal;
+use crate::auth::{Principal, TokenWatch};
 use crate::error::{doc as errors, WebError};
 use crate::views::{event_view, EventsPage};
 
@@ -22,6 +22,13 @@ use crate::views::{event_view, EventsPage};
 pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Events read from the log per step of a catch-up.
 const CATCH_UP_BATCH: usize = 512;
+/// How often an open stream looks at its token again: a revoked token's
+/// stream ends within about this long (plus the token file's own check,
+/// once a second).
+pub(crate) const TOKEN_CHECK: Duration = Duration::from_secs(2);
+/// Events one `GET /events` request reads from the log at most; a filtered
+/// page that found fewer than `limit` continues at `next_seq`.
+pub(crate) const MAX_SCAN: usize = 10_000;
 
 /// Filters of `GET /api/v1/events`.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -120,7 +127,7 @@ pub(crate) async fn list(
         .scan_events(from, move |it| {
             let mut out = Vec::new();
             let mut next = from;
-            for env in it {
+            for env in it.take(MAX_SCAN) {
                 next = env.seq + 1;
                 let type_ok = q
                     .event_type
@@ -161,16 +168,19 @@ pub(crate) struct StreamQuery {
         ("Last-Event-ID" = Option<u64>, Header, description = "resume after this seq")),
     responses((status = 200, content_type = "text/event-stream", body = String),
         (status = 400, response = errors::BadRequest), (status = 403, response = errors::Forbidden),
-        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
+        (status = 429, response = errors::TooManyRequests),
+        (status = 503, response = errors::Busy), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn stream(
     req: HttpRequest,
     ctx: web::Data<Ctx>,
     who: Principal,
+    watch: TokenWatch,
     q: web::Query<StreamQuery>,
 ) -> Result<HttpResponse, WebError> {
     who.require_not_agent()?;
     let handle = ctx.service()?.clone();
+    let slot = ctx.limits.stream(&who.name)?;
     // Subscribe before reading the log, so nothing falls between the two.
     let live = handle.subscribe_events();
     let progress = handle.subscribe_progress();
@@ -190,7 +200,10 @@ pub(crate) async fn stream(
     };
     let (tx, rx) = mpsc::channel(64);
     tracing::debug!(from, "event stream opened");
-    actix_web::rt::spawn(pump(handle, from, live, progress, tx));
+    actix_web::rt::spawn(async move {
+        let _slot = slot;
+        pump(handle, from, live, progress, tx, watch).await;
+    });
     Ok(HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))
@@ -199,6 +212,15 @@ pub(crate) async fn stream(
 }
 
 type Tx = mpsc::Sender<Result<Bytes, std::io::Error>>;
+
+/// Whether the stream's token still holds; logs the end when not.
+fn still_valid(watch: &TokenWatch) -> bool {
+    let valid = watch.still_valid();
+    if !valid {
+        tracing::info!(token = %watch.name(), "event stream ended: its token was revoked");
+    }
+    valid
+}
 
 fn frame(env: &Envelope) -> Bytes {
     let data = serde_json::to_string(&event_view(env)).unwrap_or_else(|_| "null".into());
@@ -209,10 +231,13 @@ fn frame(env: &Envelope) -> Bytes {
     ))
 }
 
-/// Sends every logged event from `*next` on; false once the client is gone
-/// or the log cannot be read.
-async fn catch_up(handle: &ServiceHandle, next: &mut u64, tx: &Tx) -> bool {
+/// Sends every logged event from `*next` on; false once the client is gone,
+/// the log cannot be read or the token is revoked (looked at per batch).
+async fn catch_up(handle: &ServiceHandle, next: &mut u64, tx: &Tx, watch: &TokenWatch) -> bool {
     loop {
+        if !still_valid(watch) {
+            return false;
+        }
         let batch = match handle.events(*next, CATCH_UP_BATCH).await {
             Ok(b) => b,
             Err(e) => {
@@ -244,19 +269,22 @@ async fn pump(
     mut live: broadcast::Receiver<Arc<Envelope>>,
     mut progress: broadcast::Receiver<Arc<LiveProgress>>,
     tx: Tx,
+    watch: TokenWatch,
 ) {
-    if !catch_up(&handle, &mut next, &tx).await {
+    if !catch_up(&handle, &mut next, &tx, &watch).await {
         return;
     }
     let mut keep_alive =
         tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+    let mut token_check =
+        tokio::time::interval_at(tokio::time::Instant::now() + TOKEN_CHECK, TOKEN_CHECK);
     let mut progress_open = true;
     loop {
         tokio::select! {
             _ = tx.closed() => break,
             r = live.recv() => match r {
                 Ok(env) => {
-                    if env.seq > next && !catch_up(&handle, &mut next, &tx).await {
+                    if env.seq > next && !catch_up(&handle, &mut next, &tx, &watch).await {
                         break;
                     }
                     if env.seq == next {
@@ -267,7 +295,7 @@ async fn pump(
                     }
                 }
                 Err(RecvError::Lagged(_)) => {
-                    if !catch_up(&handle, &mut next, &tx).await {
+                    if !catch_up(&handle, &mut next, &tx, &watch).await {
                         break;
                     }
                 }
@@ -284,6 +312,11 @@ async fn pump(
                 Err(RecvError::Lagged(_)) => {}
                 Err(RecvError::Closed) => progress_open = false,
             },
+            _ = token_check.tick() => {
+                if !still_valid(&watch) {
+                    break;
+                }
+            }
             _ = keep_alive.tick() => {
                 if tx.send(Ok(Bytes::from_static(b": keep-alive\n\n"))).await.is_err() {
                     break;

@@ -222,9 +222,13 @@ pub(crate) async fn repositories(
     who.require_not_agent()?;
     let handle = ctx.service()?;
     let browse = ctx.browse()?;
-    let stats = web::block(move || browse.repositories())
-        .await
-        .map_err(|e| WebError::Internal(e.to_string()))??;
+    let permit = ctx.limits.browse().await?;
+    let stats = web::block(move || {
+        let _permit = permit;
+        browse.repositories()
+    })
+    .await
+    .map_err(|e| WebError::Internal(e.to_string()))??;
     let counts = handle
         .query(0, |p| {
             let mut by_repo: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();

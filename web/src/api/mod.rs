@@ -1,5 +1,6 @@
 //! The `/api/v1` handlers. Thin: parse, authorise, ask the service, render.
 
+pub(crate) mod download;
 pub(crate) mod events;
 pub(crate) mod grammar;
 pub(crate) mod jobs;
@@ -29,6 +30,7 @@ pub(crate) struct Ctx {
     pub(crate) log_dir: Option<PathBuf>,
     /// Where plan sources may lie.
     pub(crate) sources: Arc<vouch_events::sources::SourcePolicy>,
+    pub(crate) limits: crate::limits::Limits,
 }
 
 impl Ctx {

@@ -1,5 +1,6 @@
 //! Recovery points: list, detail with evidence and history, lock, files.
 
+use actix_web::body::SizedStream;
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
@@ -7,8 +8,8 @@ use tokio::sync::mpsc;
 use utoipa::IntoParams;
 use vouch_events::{PointLocked, SnapshotId};
 
-use super::{grammar, limit, plan_visible, ChannelBody, Ctx, PointIdParam};
-use crate::auth::Principal;
+use super::{download, grammar, limit, plan_visible, ChannelBody, Ctx, PointIdParam, MAX_LIMIT};
+use crate::auth::{Principal, TokenWatch};
 use crate::error::{doc as errors, WebError};
 use crate::views::{
     event_view, parse_point_state, parse_rfc3339, point_detail, point_view, rfc3339, EntryView,
@@ -267,28 +268,67 @@ fn browse_path(q: &PathQuery) -> Result<String, WebError> {
     Ok(path)
 }
 
-/// A directory of a point.
+fn files_limit_schema() -> utoipa::openapi::Object {
+    grammar::integer_schema(
+        "At most this many entries (default and maximum 1000).",
+        1,
+        MAX_LIMIT as u64,
+        false,
+    )
+}
+
+/// The query of `GET /api/v1/points/{id}/files`: a page of a directory.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct FilesQuery {
+    /// An absolute path inside the snapshot (default `/`).
+    #[param(schema_with = snapshot_path_schema, required = false)]
+    path: Option<String>,
+    /// At most this many entries (default and maximum 1000).
+    #[serde(default, deserialize_with = "grammar::query_limit")]
+    #[param(schema_with = files_limit_schema, required = false)]
+    limit: Option<usize>,
+    /// Only entries whose name sorts after this one: the `next` of the
+    /// previous page.
+    #[param(value_type = String, required = false)]
+    after: Option<String>,
+}
+
+/// A directory of a point, one page at a time: entries sorted by name,
+/// `next` (the `after` of the next page) while more follow.
 #[utoipa::path(get, path = "/api/v1/points/{id}/files", tag = "points",
-    params(PointIdParam, PathQuery),
+    params(PointIdParam, FilesQuery),
     responses((status = 200, body = FileList), (status = 400, response = errors::BadRequest),
-        (status = 404, response = errors::NotFound), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
+        (status = 404, response = errors::NotFound), (status = 503, response = errors::Busy), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn files(
     ctx: web::Data<Ctx>,
     who: Principal,
     id: web::Path<String>,
-    q: web::Query<PathQuery>,
+    q: web::Query<FilesQuery>,
 ) -> Result<HttpResponse, WebError> {
+    let q = q.into_inner();
     let id = parse_id(&id)?;
-    let path = browse_path(&q)?;
+    let path = browse_path(&PathQuery {
+        path: q.path.clone(),
+    })?;
+    let n = q.limit.unwrap_or(MAX_LIMIT).clamp(1, MAX_LIMIT);
     let repo = with_point(&ctx, &who, id, 0, |pt| pt.repository.to_string()).await?;
     let browse = ctx.browse()?;
+    let permit = ctx.limits.browse().await?;
     let (hex, p) = (id.to_hex(), path.clone());
-    let entries = web::block(move || browse.list(&repo, &hex, &p))
-        .await
-        .map_err(|e| WebError::Internal(e.to_string()))??;
-    let entries = entries
+    let mut entries = web::block(move || {
+        let _permit = permit;
+        browse.list(&repo, &hex, &p)
+    })
+    .await
+    .map_err(|e| WebError::Internal(e.to_string()))??;
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    let after = q.after.unwrap_or_default();
+    let mut page: Vec<EntryView> = entries
         .into_iter()
+        .filter(|e| after.is_empty() || e.name > after)
+        .take(n + 1)
         .map(|e| EntryView {
             name: e.name,
             kind: e.kind.as_str().to_owned(),
@@ -297,19 +337,32 @@ pub(crate) async fn files(
             mtime: e.mtime_unix_ns.map(rfc3339),
         })
         .collect();
-    Ok(HttpResponse::Ok().json(FileList { path, entries }))
+    let next = if page.len() > n {
+        page.truncate(n);
+        page.last().map(|e| e.name.clone())
+    } else {
+        None
+    };
+    Ok(HttpResponse::Ok().json(FileList {
+        path,
+        entries: page,
+        next,
+    }))
 }
 
-/// A file of a point, as bytes.
+/// A file of a point, as bytes, streamed with `Content-Length`.
 #[utoipa::path(get, path = "/api/v1/points/{id}/file", tag = "points",
     params(PointIdParam, PathQuery),
-    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>),
-        (status = 400, response = errors::BadRequest), (status = 404, response = errors::NotFound),
-        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
+    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>,
+            headers(("Content-Length" = u64, description = "the file's size"))),
+        (status = 400, response = errors::BadRequest), (status = 403, response = errors::Forbidden),
+        (status = 404, response = errors::NotFound),
+        (status = 503, response = errors::Busy), (status = 500, response = errors::Internal)),
     security(("bearer" = [])))]
 pub(crate) async fn file(
     ctx: web::Data<Ctx>,
     who: Principal,
+    watch: TokenWatch,
     id: web::Path<String>,
     q: web::Query<PathQuery>,
 ) -> Result<HttpResponse, WebError> {
@@ -317,50 +370,68 @@ pub(crate) async fn file(
     let id = parse_id(&id)?;
     let path = browse_path(&q)?;
     let repo = with_point(&ctx, &who, id, 0, |pt| pt.repository.to_string()).await?;
+    let permit = ctx.limits.download()?;
     let browse = ctx.browse()?;
     let (hex, p) = (id.to_hex(), path.clone());
-    let mut reader = web::block(move || browse.read_file(&repo, &hex, &p))
+    let file = web::block(move || browse.read_file(&repo, &hex, &p))
         .await
         .map_err(|e| WebError::Internal(e.to_string()))??;
-    let (tx, rx) = mpsc::channel(4);
-    // The read runs on the blocking pool; a client that goes away closes
-    // the channel and stops it.
-    tokio::task::spawn_blocking(move || {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match std::io::Read::read(&mut reader, &mut buf) {
-                Ok(0) => return,
-                Ok(n) => {
-                    if tx
-                        .blocking_send(Ok(actix_web::web::Bytes::copy_from_slice(&buf[..n])))
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    tracing::error!(error = %e, "reading a file of a point failed mid-way");
-                    // Aborts the response: the client sees a broken transfer,
-                    // never a silently truncated file.
-                    let _ = tx.blocking_send(Err(e));
-                    return;
-                }
-            }
-        }
-    });
+    tracing::info!(point = %id, size = file.size, "file download");
+    let (tx, rx) = mpsc::channel(download::CHANNEL_CHUNKS);
+    download::spawn_file(file.reader, tx, watch, permit);
+    Ok(attachment(&path, "")
+        .content_type("application/octet-stream")
+        .body(SizedStream::new(file.size, ChannelBody(rx))))
+}
+
+/// A directory of a point as a tar archive (streamed; no `Content-Length`).
+#[utoipa::path(get, path = "/api/v1/points/{id}/archive", tag = "points",
+    params(PointIdParam, PathQuery),
+    responses((status = 200, content_type = "application/x-tar", body = Vec<u8>),
+        (status = 400, response = errors::BadRequest), (status = 403, response = errors::Forbidden),
+        (status = 404, response = errors::NotFound),
+        (status = 503, response = errors::Busy), (status = 500, response = errors::Internal)),
+    security(("bearer" = [])))]
+pub(crate) async fn archive(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    watch: TokenWatch,
+    id: web::Path<String>,
+    q: web::Query<PathQuery>,
+) -> Result<HttpResponse, WebError> {
+    who.require_content()?;
+    let id = parse_id(&id)?;
+    let path = browse_path(&q)?;
+    let repo = with_point(&ctx, &who, id, 0, |pt| pt.repository.to_string()).await?;
+    let permit = ctx.limits.download()?;
+    let browse = ctx.browse()?;
+    let (hex, p) = (id.to_hex(), path.clone());
+    let writer = web::block(move || browse.archive(&repo, &hex, &p))
+        .await
+        .map_err(|e| WebError::Internal(e.to_string()))??;
+    tracing::info!(point = %id, "directory archive download");
+    let (tx, rx) = mpsc::channel(download::CHANNEL_CHUNKS);
+    download::spawn_archive(writer, tx, watch, permit);
+    Ok(attachment(&path, ".tar")
+        .content_type("application/x-tar")
+        .streaming(ChannelBody(rx)))
+}
+
+/// A 200 answer naming the download after the last part of `path`.
+fn attachment(path: &str, suffix: &str) -> actix_web::HttpResponseBuilder {
     let name: String = path
+        .trim_end_matches('/')
         .rsplit('/')
         .next()
-        .unwrap_or("file")
+        .filter(|n| !n.is_empty())
+        .unwrap_or("root")
         .chars()
         .filter(|c| !c.is_control() && *c != '"' && *c != '\\')
         .collect();
-    Ok(HttpResponse::Ok()
-        .content_type("application/octet-stream")
-        .insert_header((
-            header::CONTENT_DISPOSITION,
-            format!("attachment; filename=\"{name}\""),
-        ))
-        .streaming(ChannelBody(rx)))
+    let mut res = HttpResponse::Ok();
+    res.insert_header((
+        header::CONTENT_DISPOSITION,
+        format!("attachment; filename=\"{name}{suffix}\""),
+    ));
+    res
 }
