@@ -136,6 +136,49 @@ fn events_verify_on_a_served_log_flags_flips_and_keyed_rewrites() {
     let o = verify(&data, None);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("UNAUTHENTICATED"), "{}", text(&o));
+
+    // The head is exported for anchoring: the API and /metrics agree with
+    // what the offline verify finds.
+    let api = get(&svc, "/api/v1/log/head");
+    let (status, metrics) = http(svc.addr, "GET", "/metrics", Some(&svc.token), None);
+    assert_eq!(status, 200);
+    let mut args = vec!["--json", "events", "verify", "--data-dir"];
+    args.push(data.to_str().expect("utf-8"));
+    args.extend(["--chain-key-file", key.to_str().expect("utf-8")]);
+    let o = vouch(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(report["authenticated"], true, "{report}");
+    let seq = api["seq"].as_u64().expect("seq");
+    assert!(seq >= 1, "{api}");
+    let cp = &api["checkpoint"];
+    assert_eq!(cp["mac"].as_str().map(str::len), Some(64), "{api}");
+    assert!(cp["seq"].as_u64().expect("cp seq") <= seq, "{api}");
+    if report["head_seq"].as_u64() == Some(seq) {
+        assert_eq!(report["head_hash"], api["hash"], "{report} {api}");
+        assert_eq!(
+            report["latest_checkpoint"]["mac"], cp["mac"],
+            "{report} {api}"
+        );
+    }
+    let hash = api["hash"].as_str().expect("hash");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("vouch_event_log_head_seq ")),
+        "{metrics}"
+    );
+    let info: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("vouch_event_log_head_info{"))
+        .collect();
+    assert_eq!(info.len(), 1, "one series: {metrics}");
+    if metrics.contains(&format!("vouch_event_log_head_seq {seq}\n")) {
+        assert_eq!(
+            info[0],
+            format!("vouch_event_log_head_info{{hash=\"{hash}\"}} 1")
+        );
+    }
     drop(svc);
 
     let log = data.join("events");
