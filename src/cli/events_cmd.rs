@@ -68,6 +68,12 @@ pub fn load_chain_key(path: &Path, data_dir: &Path) -> anyhow::Result<ChainKey> 
             );
         }
     }
+    if let Ok(meta) = std::fs::metadata(&key_path) {
+        use std::os::unix::fs::PermissionsExt;
+        if meta.permissions().mode() & 0o077 != 0 {
+            tracing::warn!(path = %key_path.display(), "the chain key file is readable by others than its owner; make it mode 0600");
+        }
+    }
     Ok(ChainKey::from_file(&key_path)?)
 }
 

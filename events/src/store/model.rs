@@ -181,7 +181,7 @@ impl<S: ReadStore> ReadModel<S> {
                             ),
                                 None => {
                                     return Err(EventError::ReadStoreAhead {
-                                        seq: seq,
+                                        seq,
                                         message: format!(
                                             "{what}. Acknowledged events are missing from the log \
                                          and it records no repair: was the log directory \
