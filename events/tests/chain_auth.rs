@@ -218,3 +218,26 @@ fn a_log_cut_below_its_head_fails() {
         .expect("cut");
     assert_eq!(p.seq, 4, "{p}");
 }
+
+#[test]
+fn a_checkpoint_torn_by_a_crash_is_ignored_by_readers_and_cut_by_the_writer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_log(dir.path(), 3, Some(key(7)), 1);
+    let cp = dir.path().join(format::CHECKPOINTS_FILE);
+    let whole = fs::read(&cp).expect("read");
+    assert_eq!(whole.len(), 3 * format::CHECKPOINT_LEN);
+    // Half of a fourth record reached the disk.
+    let mut torn = whole.clone();
+    torn.extend_from_slice(&whole[..format::CHECKPOINT_LEN / 2]);
+    fs::write(&cp, &torn).expect("write");
+    let r = verify_log(dir.path(), Some(&key(7))).expect("verify");
+    assert!(r.ok(), "{:?}", r.problem);
+    assert_eq!(r.checkpoints, 3);
+    // The writer cuts it and goes on appending whole records.
+    write_log(dir.path(), 2, Some(key(7)), 1);
+    let len = fs::metadata(&cp).expect("meta").len() as usize;
+    assert_eq!(len, 5 * format::CHECKPOINT_LEN);
+    let r = verify_log(dir.path(), Some(&key(7))).expect("verify");
+    assert!(r.ok(), "{:?}", r.problem);
+    assert_eq!((r.events, r.checkpoints_verified), (5, 5));
+}
