@@ -21,6 +21,7 @@ fn vouch(args: &[&str]) -> Output {
         .args(args)
         .env_remove("VOUCH_DATA_DIR")
         .env_remove("VOUCH_CHAIN_KEY_FILE")
+        .env_remove("VOUCH_CONFIG")
         .output()
         .expect("running vouch")
 }
@@ -136,6 +137,17 @@ fn events_verify_on_a_served_log_flags_flips_and_keyed_rewrites() {
     let o = verify(&data, None);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(text(&o).contains("UNAUTHENTICATED"), "{}", text(&o));
+    // The key named by the service's configuration file.
+    let o = vouch(&[
+        "events",
+        "verify",
+        "--data-dir",
+        data.to_str().expect("utf-8"),
+        "--config",
+        config.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("AUTHENTICATED up to seq"), "{}", text(&o));
 
     // The head is exported for anchoring: the API and /metrics agree with
     // what the offline verify finds.

@@ -24,9 +24,15 @@ pub enum EventsAction {
     /// hash chain, the acknowledged head, and (with a chain key) the signed
     /// checkpoints. Read-only and lock-free: safe while the service runs.
     Verify {
-        /// The service's data directory (the log is in its `events/`).
-        #[arg(long, env = "VOUCH_DATA_DIR", default_value = "vouch-data")]
-        data_dir: PathBuf,
+        /// The service's data directory (the log is in its `events/`);
+        /// default as `vouch serve`: the configuration's `data_dir`, else
+        /// `vouch-data`.
+        #[arg(long, env = "VOUCH_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+        /// The service's configuration file: its `data_dir` and `[log]
+        /// chain_key_file` are used unless given here.
+        #[arg(long, env = "VOUCH_CONFIG")]
+        config: Option<PathBuf>,
         /// The chain key the service signs checkpoints with (kept outside
         /// the data directory). Without it the chain is not authenticated.
         #[arg(long, env = "VOUCH_CHAIN_KEY_FILE")]
@@ -46,8 +52,19 @@ pub fn run(a: EventsArgs, json: bool) -> anyhow::Result<i32> {
     match a.action {
         EventsAction::Verify {
             data_dir,
+            config,
             chain_key_file,
-        } => verify(&data_dir, chain_key_file.as_deref(), json),
+        } => {
+            let config = match &config {
+                Some(p) => super::serve::Config::load(p)?,
+                None => super::serve::Config::default(),
+            };
+            let data_dir = data_dir
+                .or(config.data_dir)
+                .unwrap_or_else(|| PathBuf::from("vouch-data"));
+            let key = chain_key_file.or(config.log.chain_key_file);
+            verify(&data_dir, key.as_deref(), json)
+        }
         EventsAction::Keygen { out } => keygen(&out),
     }
 }
