@@ -241,3 +241,43 @@ fn a_checkpoint_torn_by_a_crash_is_ignored_by_readers_and_cut_by_the_writer() {
     assert!(r.ok(), "{:?}", r.problem);
     assert_eq!((r.events, r.checkpoints_verified), (5, 5));
 }
+
+#[test]
+fn a_repair_that_cuts_acknowledged_events_sets_their_checkpoints_aside() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_log(dir.path(), 6, Some(key(7)), 1);
+    // Acknowledged events 5 and 6 lost: the segment ends after seq 4.
+    let path = only_segment(dir.path());
+    let data = fs::read(&path).expect("read");
+    let rec = (data.len() - format::SEGMENT_HEADER_LEN) / 6;
+    fs::write(&path, &data[..format::SEGMENT_HEADER_LEN + 4 * rec]).expect("cut");
+    let p = verify_log(dir.path(), Some(&key(7)))
+        .expect("verify")
+        .problem
+        .expect("loss");
+    assert!(p.seq >= 5, "{p}");
+    {
+        let mut log = EventLog::open(
+            dir.path(),
+            LogOptions {
+                chain_key: Some(key(7)),
+                checkpoint_every_events: 1,
+                allow_cut_acknowledged: true,
+                ..LogOptions::default()
+            },
+            Arc::new(ManualClock::new(2_000)),
+        )
+        .expect("repair");
+        log.append_one(&ev(99)).expect("append");
+    }
+    let r = verify_log(dir.path(), Some(&key(7))).expect("verify");
+    assert!(r.ok(), "{:?}", r.problem);
+    assert_eq!(r.events, 6, "4 kept, the repair event, one more");
+    let aside: Vec<_> = fs::read_dir(dir.path())
+        .expect("ls")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("CHECKPOINTS.repaired-5"))
+        .collect();
+    assert_eq!(aside.len(), 1, "the old checkpoints are kept aside");
+}

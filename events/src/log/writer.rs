@@ -388,6 +388,11 @@ impl EventLog {
             }
         }
         let head = HeadFile::open(&dir, head_state)?;
+        // Checkpoints of events a repair cut sign events the log no longer
+        // holds (their seqs are reused): they are set aside with the cut.
+        if let Some(r) = &repaired {
+            drop_checkpoints_from(&dir, r.from_seq)?;
+        }
         let checkpoints = match &options.chain_key {
             Some(key) => Some((key.clone(), CheckpointFile::open(&dir)?)),
             None => None,
@@ -646,6 +651,47 @@ fn lock_dir(dir: &Path) -> Result<File> {
 
 /// `<path><suffix>`, or, if that exists already, `<path><suffix>.<n>` for the
 /// first free `n`: a file set aside is never overwritten.
+/// Keeps only the checkpoints of seqs below `from_seq` (the first seq a
+/// repair cut): the whole file is first copied aside to
+/// `CHECKPOINTS.repaired-<from_seq>`, the kept records are written to a
+/// new file, synced, and renamed over it.
+fn drop_checkpoints_from(dir: &Path, from_seq: u64) -> Result<()> {
+    let path = dir.join(crate::format::CHECKPOINTS_FILE);
+    let data = match fs::read(&path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(EventError::io(format!("reading {}", path.display()), e)),
+    };
+    let len = crate::format::CHECKPOINT_LEN;
+    let keep = data
+        .chunks_exact(len)
+        .take_while(|r| crate::format::ChainCheckpoint::decode(r).is_ok_and(|cp| cp.seq < from_seq))
+        .count()
+        * len;
+    if keep == data.len() {
+        return Ok(());
+    }
+    let aside = unique_side_path(&path, &format!(".repaired-{from_seq}"));
+    let tmp = dir.join(format!("{}.new", crate::format::CHECKPOINTS_FILE));
+    let write = |p: &Path, bytes: &[u8]| {
+        File::create(p)
+            .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
+            .map_err(|e| EventError::io(format!("writing {}", p.display()), e))
+    };
+    write(&aside, &data)?;
+    write(&tmp, &data[..keep])?;
+    fs::rename(&tmp, &path)
+        .map_err(|e| EventError::io(format!("replacing {}", path.display()), e))?;
+    sync_dir(dir)?;
+    tracing::warn!(
+        from_seq,
+        kept = keep / len,
+        set_aside = %aside.display(),
+        "event log repair: chain checkpoints of the cut events set aside"
+    );
+    Ok(())
+}
+
 fn unique_side_path(path: &Path, suffix: &str) -> PathBuf {
     let mut base = path.as_os_str().to_owned();
     base.push(suffix);
