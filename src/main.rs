@@ -63,9 +63,12 @@ fn main() {
     });
     if matches!(
         cli.command,
-        vouch::cli::Command::Serve(_) | vouch::cli::Command::Token(_)
+        vouch::cli::Command::Serve(_)
+            | vouch::cli::Command::Token(_)
+            | vouch::cli::Command::Events(_)
     ) {
-        let code = match vouch::cli::run_service(cli.command) {
+        let json = cli.json;
+        let code = match vouch::cli::run_service(cli.command, json) {
             Some(Ok(code)) => code,
             Some(Err(e)) => {
                 eprintln!("vouch: {e:#}");

@@ -127,3 +127,88 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
     }
     digits.parse().ok()
 }
+
+/// File name of the signed checkpoints of the chain, in the log directory.
+pub const CHECKPOINTS_FILE: &str = "CHECKPOINTS";
+/// Magic (and version) of a checkpoint record, format version 1.
+pub const CHECKPOINT_MAGIC: [u8; 8] = *b"VOUCHCP1";
+/// Length of a checkpoint record.
+pub const CHECKPOINT_LEN: usize = 96;
+/// The `blake3::derive_key` context of a chain key's public id.
+pub const CHAIN_KEY_ID_CONTEXT: &str = "vouch event log chain key id v1";
+
+/// A signed checkpoint of the chain, format version 1 (frozen):
+///
+/// ```text
+/// "VOUCHCP1" | seq u64 LE | recorded_unix_ns i64 LE | hash [32] | key id [8] | MAC [32]
+/// ```
+///
+/// `MAC` is `blake3::keyed_hash(chain key, the 64 bytes before it)`; the key
+/// id is the first 8 bytes of `blake3::derive_key(CHAIN_KEY_ID_CONTEXT,
+/// chain key)` (it tells which key signed, and reveals nothing of it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainCheckpoint {
+    /// The checkpointed seq.
+    pub seq: u64,
+    /// When it was written (the writer's clock).
+    pub recorded_unix_ns: i64,
+    /// The hash of event `seq`.
+    pub hash: EventHash,
+    /// Which key signed it.
+    pub key_id: [u8; 8],
+    /// The keyed MAC of the fields above.
+    pub mac: [u8; 32],
+}
+
+impl ChainCheckpoint {
+    /// The signed part (the first 64 bytes of the record).
+    pub fn signed_bytes(&self) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        b[..8].copy_from_slice(&CHECKPOINT_MAGIC);
+        b[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        b[16..24].copy_from_slice(&self.recorded_unix_ns.to_le_bytes());
+        b[24..56].copy_from_slice(&self.hash.0);
+        b[56..64].copy_from_slice(&self.key_id);
+        b
+    }
+
+    /// The record's bytes.
+    pub fn encode(&self) -> [u8; CHECKPOINT_LEN] {
+        let mut r = [0u8; CHECKPOINT_LEN];
+        r[..64].copy_from_slice(&self.signed_bytes());
+        r[64..].copy_from_slice(&self.mac);
+        r
+    }
+
+    /// Decodes a record (`Err`: not a version-1 checkpoint). The MAC is
+    /// not checked here.
+    pub fn decode(r: &[u8]) -> Result<Self, String> {
+        if r.len() != CHECKPOINT_LEN {
+            return Err(format!(
+                "checkpoint record is {} bytes, expected {CHECKPOINT_LEN}",
+                r.len()
+            ));
+        }
+        if r[..8] != CHECKPOINT_MAGIC {
+            return Err("not a version-1 checkpoint (bad magic)".into());
+        }
+        let mut u = [0u8; 8];
+        u.copy_from_slice(&r[8..16]);
+        let seq = u64::from_le_bytes(u);
+        u.copy_from_slice(&r[16..24]);
+        let recorded_unix_ns = i64::from_le_bytes(u);
+        let mut hash = [0u8; 32];
+        hash.copy_from_slice(&r[24..56]);
+        let mut key_id = [0u8; 8];
+        key_id.copy_from_slice(&r[56..64]);
+        let mut mac = [0u8; 32];
+        mac.copy_from_slice(&r[64..96]);
+        Ok(ChainCheckpoint {
+            seq,
+            recorded_unix_ns,
+            hash: EventHash(hash),
+            key_id,
+            mac,
+        })
+    }
+}

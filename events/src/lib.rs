@@ -53,11 +53,12 @@ pub use event::{
     RestoreTestPassed, RestoreTestStarted, ServiceStarted, Severity, UnknownEvent,
     VerificationFailed, VerificationPassed, VerificationStarted, EVENT_TYPES,
 };
-pub use format::{EventHash, PersistedEnvelope, GENESIS_HASH};
+pub use format::{ChainCheckpoint, EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};
 pub use log::{
-    scrub, verify_chain, AppendReceipt, ChainProblem, ChainReport, EventLog, LogOptions, LogReader,
-    Replay, ScrubReport, SharedLog, Subscription,
+    latest_checkpoint, read_log_head, scrub, verify_chain, verify_log, AppendReceipt, ChainKey,
+    ChainProblem, ChainReport, EventLog, LogOptions, LogReader, LogVerifyReport, Replay,
+    ScrubReport, SharedLog, Subscription,
 };
 #[cfg(feature = "failpoints")]
 pub use log::{SyncFault, SyncFaults};

@@ -3,6 +3,7 @@
 
 mod backup_cmd;
 mod bench_cmd;
+pub mod events_cmd;
 mod inspect;
 mod maintain;
 mod output;
@@ -84,6 +85,9 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Manage the service's API tokens.
     Token(serve::TokenArgs),
+    /// Check the service's event log (`verify`) and make a chain key
+    /// (`keygen`).
+    Events(events_cmd::EventsArgs),
 }
 
 /// Shared handle for subcommands.
@@ -164,18 +168,19 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Repair(a) => repo_cmds::repair(&ctx, a),
         Command::Unlock(a) => maintain::unlock(&ctx, a),
         Command::Bench(a) => bench_cmd::run(&ctx, a),
-        Command::Serve(_) | Command::Token(_) => Err(Error::InvalidArgument(
-            "serve and token run through cli::run_service".into(),
+        Command::Serve(_) | Command::Token(_) | Command::Events(_) => Err(Error::InvalidArgument(
+            "serve, token and events run through cli::run_service".into(),
         )),
     }
 }
 
-/// Runs `serve` or `token` (errors at the binary's edge, as `anyhow`).
-/// Returns `None` for any other command.
-pub fn run_service(command: Command) -> Option<anyhow::Result<i32>> {
+/// Runs `serve`, `token` or `events` (errors at the binary's edge, as
+/// `anyhow`). Returns `None` for any other command.
+pub fn run_service(command: Command, json: bool) -> Option<anyhow::Result<i32>> {
     match command {
         Command::Serve(a) => Some(serve::serve(a)),
         Command::Token(a) => Some(serve::token(a)),
+        Command::Events(a) => Some(events_cmd::run(a, json)),
         _ => None,
     }
 }

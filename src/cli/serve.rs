@@ -67,6 +67,12 @@ pub struct ServeArgs {
     /// such a log refuses to open (docs/events.md, "Log invariants").
     #[arg(long)]
     pub repair_log: bool,
+    /// Sign checkpoints of the event log's head with this chain key (made
+    /// by `vouch events keygen`; refused inside the data directory), so
+    /// that `vouch events verify --chain-key-file` detects a rewritten
+    /// history. Overrides `[log] chain_key_file`.
+    #[arg(long, env = "VOUCH_CHAIN_KEY_FILE")]
+    pub chain_key_file: Option<PathBuf>,
 }
 
 /// Options of `vouch token`.
@@ -244,6 +250,9 @@ pub struct LogSection {
     /// turns the periodic scrub off; at least 1s). The first scrub runs
     /// at most 15 minutes after a start.
     pub scrub_every: Option<String>,
+    /// The chain key file (`vouch events keygen`), outside the data
+    /// directory: the log's head is then signed in `events/CHECKPOINTS`.
+    pub chain_key_file: Option<PathBuf>,
 }
 
 /// `[[webhooks]]`.
@@ -797,8 +806,25 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     // One clock for the log's recorded times and every actor's decisions.
     let clock: Arc<dyn vouch_actors::Clock> = Arc::new(SystemClock);
     let log_dir = data_dir.join("events");
+    let chain_key = match a
+        .chain_key_file
+        .as_ref()
+        .or(s.config.log.chain_key_file.as_ref())
+    {
+        Some(p) => Some(super::events_cmd::load_chain_key(p, &data_dir)?),
+        None => {
+            tracing::warn!(
+                "no chain key (--chain-key-file): the event log's hash chain is not authenticated"
+            );
+            None
+        }
+    };
+    if let Some(k) = &chain_key {
+        tracing::info!(key_id = %hex::encode(k.id()), "event log: signing chain checkpoints");
+    }
     let log_options = LogOptions {
         allow_cut_acknowledged: a.repair_log,
+        chain_key,
         ..LogOptions::default()
     };
     let log = EventLog::open(&log_dir, log_options, clock.clone())

@@ -57,7 +57,7 @@ pub use metrics::{
 };
 pub use openapi::openapi_json_text;
 
-use api::{events, jobs, misc, plans, points, verify_reports, Ctx};
+use api::{events, jobs, log_head, misc, plans, points, verify_reports, Ctx};
 
 /// What every worker of the HTTP server shares.
 #[derive(Clone)]
@@ -203,6 +203,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(resource!("/points/{id}/archive", get => points::archive))
             .service(resource!("/events", get => events::list))
             .service(resource!("/events/stream", get => events::stream))
+            .service(resource!("/log/head", get => log_head::head))
             .service(resource!("/alerts", get => misc::alerts))
             .service(resource!("/repositories", get => misc::repositories))
             .service(resource!("/repositories/{id}/verify-reports",

@@ -90,6 +90,15 @@ pub const BACKUP_BYTES_READ: &str = "vouch_backup_bytes_read_total";
 pub const BACKUP_BYTES_ADDED: &str = "vouch_backup_bytes_added_total";
 /// `vouch_event_log_last_seq`: seq of the last durable event.
 pub const EVENT_LOG_LAST_SEQ: &str = "vouch_event_log_last_seq";
+/// `vouch_event_log_head_seq`: the acknowledged head's seq (the log's
+/// `HEAD`), to be anchored elsewhere with its hash.
+pub const EVENT_LOG_HEAD_SEQ: &str = "vouch_event_log_head_seq";
+/// `vouch_event_log_head_info{hash}`: 1, one series, labelled with the hex
+/// hash of the event at `vouch_event_log_head_seq`.
+pub const EVENT_LOG_HEAD_INFO: &str = "vouch_event_log_head_info";
+/// `vouch_event_log_checkpoint_seq`: seq of the latest signed checkpoint
+/// of the chain (0: none; the chain is not authenticated).
+pub const EVENT_LOG_CHECKPOINT_SEQ: &str = "vouch_event_log_checkpoint_seq";
 /// `vouch_log_append_healthy`: 1 while the event log takes appends, 0 after
 /// an append failed (until one succeeds).
 pub const LOG_APPEND_HEALTHY: &str = "vouch_log_append_healthy";
@@ -147,6 +156,9 @@ pub struct Metrics {
     last_seq: IntGauge,
     append_healthy: IntGauge,
     log_bytes: IntGauge,
+    head_seq: IntGauge,
+    head_info: IntGaugeVec,
+    checkpoint_seq: IntGauge,
     webhooks: IntCounterVec,
     coverage: Gauge,
     read_back: GaugeVec,
@@ -258,6 +270,30 @@ impl Metrics {
             r,
             IntGauge::new(EVENT_LOG_BYTES, "Size of the event log directory in bytes.")?,
         )?;
+        let head_seq = reg(
+            r,
+            IntGauge::new(
+                EVENT_LOG_HEAD_SEQ,
+                "Seq of the event log's acknowledged head (its HEAD file).",
+            )?,
+        )?;
+        let head_info = reg(
+            r,
+            IntGaugeVec::new(
+                Opts::new(
+                    EVENT_LOG_HEAD_INFO,
+                    "1, labelled with the hash of the event at vouch_event_log_head_seq (one series).",
+                ),
+                &["hash"],
+            )?,
+        )?;
+        let checkpoint_seq = reg(
+            r,
+            IntGauge::new(
+                EVENT_LOG_CHECKPOINT_SEQ,
+                "Seq of the latest signed checkpoint of the event log's chain (0: none).",
+            )?,
+        )?;
         let webhooks = reg(
             r,
             IntCounterVec::new(
@@ -351,6 +387,9 @@ impl Metrics {
             last_seq,
             append_healthy,
             log_bytes,
+            head_seq,
+            head_info,
+            checkpoint_seq,
             webhooks,
             coverage,
             read_back,
@@ -527,10 +566,28 @@ impl Metrics {
                 .set(i64::try_from(handle.last_seq()).unwrap_or(i64::MAX));
         }
         if let Some(dir) = ctx.log_dir.clone() {
-            let size = actix_web::web::block(move || dir_size(&dir))
-                .await
-                .map_err(|e| WebError::Internal(e.to_string()))?;
+            let (size, head, checkpoint) = actix_web::web::block(move || {
+                (
+                    dir_size(&dir),
+                    vouch_events::read_log_head(&dir),
+                    vouch_events::latest_checkpoint(&dir),
+                )
+            })
+            .await
+            .map_err(|e| WebError::Internal(e.to_string()))?;
             self.log_bytes.set(i64::try_from(size).unwrap_or(i64::MAX));
+            // A HEAD that cannot be read leaves the series out (the log's
+            // own checks report it) rather than failing the whole scrape.
+            self.head_info.reset();
+            if let Ok(Some((seq, hash))) = head {
+                self.head_seq.set(i64::try_from(seq).unwrap_or(i64::MAX));
+                self.head_info
+                    .with_label_values(&[hash.to_hex().as_str()])
+                    .set(1);
+            }
+            let cp = checkpoint.ok().flatten().map_or(0, |c| c.seq);
+            self.checkpoint_seq
+                .set(i64::try_from(cp).unwrap_or(i64::MAX));
         }
         self.render()
     }

@@ -6,7 +6,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi, ToResponse};
 
-use crate::api::{events, jobs, misc, plans, points, verify_reports};
+use crate::api::{events, jobs, log_head, misc, plans, points, verify_reports};
 use crate::error::doc as errors;
 
 struct BearerAuth;
@@ -71,7 +71,7 @@ impl Modify for BearerAuth {
         plans::run, plans::pause, plans::resume,
         jobs::list, jobs::get, jobs::cancel,
         points::list, points::get, points::lock, points::files, points::file, points::archive,
-        events::list, events::stream,
+        events::list, events::stream, log_head::head,
         misc::alerts, misc::repositories, verify_reports::create,
     ),
     components(

@@ -560,6 +560,33 @@ async fn create_run_and_the_job_the_point_the_events_and_metrics_agree() {
     s.stop().await;
 }
 
+/// Issue 13: the log head is published for anchoring, to every role but
+/// agents and the metrics-only role, and it is the head of the log.
+#[actix_web::test]
+async fn log_head_names_the_last_event_for_every_role_but_agent() {
+    let s = Server::start().await;
+    let receipt = s
+        .log
+        .append(vec![vouch_events::JobFinished {
+            job: vouch_events::JobId::new("anchor"),
+        }
+        .into()])
+        .unwrap_or_else(|e| panic!("append: {e}"));
+    let (status, head) = s.get("/api/v1/log/head", VIEWER).await;
+    assert_eq!(status, StatusCode::OK, "{head}");
+    let seq = head["seq"].as_u64().unwrap_or_default();
+    assert!(seq >= receipt.last_seq, "{head}");
+    if seq == receipt.last_seq {
+        assert_eq!(head["hash"], receipt.last_hash.to_hex(), "{head}");
+    }
+    assert!(head["checkpoint"].is_null(), "no chain key: {head}");
+    for token in [AGENT, METRICS] {
+        let (status, _) = s.get("/api/v1/log/head", token).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+    }
+    s.stop().await;
+}
+
 /// Reads SSE frames from `res` until `stop` says enough; returns the ids.
 async fn read_ids<S>(res: &mut S, stop: impl Fn(&[u64]) -> bool) -> Vec<u64>
 where

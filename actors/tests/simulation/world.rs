@@ -1062,6 +1062,7 @@ fn open_log(dir: &Path, clock: &SimClock, repair: bool) -> Result<EventLog, Stri
             LogOptions {
                 segment_max_bytes: 64 << 10,
                 allow_cut_acknowledged: repair,
+                ..LogOptions::default()
             },
             Arc::new(clock.clone()),
         ) {

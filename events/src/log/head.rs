@@ -142,6 +142,13 @@ pub(crate) fn read_head(dir: &Path) -> Result<Option<HeadState>> {
     Ok(best)
 }
 
+/// The acknowledged head of the log in `dir` as `(seq, hash)`: `None` for a
+/// log without `HEAD` (an older build's). Reads one small file, takes no
+/// lock: safe while the service runs.
+pub fn read_log_head(dir: impl AsRef<Path>) -> Result<Option<(u64, EventHash)>> {
+    Ok(read_head(dir.as_ref())?.map(|s| (s.head.seq, s.head.hash)))
+}
+
 /// The open head file of a writer.
 #[derive(Debug)]
 pub(crate) struct HeadFile {

@@ -1,6 +1,7 @@
 //! The append-only event log: segment files of checksummed, hash-chained
 //! records; one writer with group commit; readers that replay and follow.
 
+mod checkpoint;
 #[cfg(feature = "failpoints")]
 mod failpoints;
 mod frame;
@@ -15,9 +16,13 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
+pub use checkpoint::{latest_checkpoint, ChainKey};
 #[cfg(feature = "failpoints")]
 pub use failpoints::{SyncFault, SyncFaults};
 pub use group::SharedLog;
+pub use head::read_log_head;
 pub use reader::{LogReader, Replay, Subscription};
-pub use verify::{scrub, verify_chain, ChainProblem, ChainReport, ScrubReport};
+pub use verify::{
+    scrub, verify_chain, verify_log, ChainProblem, ChainReport, LogVerifyReport, ScrubReport,
+};
 pub use writer::{AppendReceipt, EventLog, LogOptions};

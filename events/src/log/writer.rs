@@ -13,6 +13,7 @@ use crate::error::{EventError, Result};
 use crate::event::Event;
 use crate::event::LogRepaired;
 use crate::format::{EventHash, GENESIS_HASH, MAX_BODY_LEN};
+use crate::log::checkpoint::{ChainKey, CheckpointFile};
 use crate::log::frame::write_frame;
 use crate::log::head::{read_head, AckHead, HeadFile};
 use crate::log::notify::Notifier;
@@ -34,6 +35,16 @@ pub struct LogOptions {
     /// torn one, and the `service.log_repaired` event recorded says
     /// `lost_acknowledged: true`.
     pub allow_cut_acknowledged: bool,
+    /// The chain key: with one, the writer appends signed checkpoints of
+    /// the head to `CHECKPOINTS` (see [`ChainKey`]); without, the chain is
+    /// not authenticated.
+    pub chain_key: Option<ChainKey>,
+    /// A checkpoint is written after the first commit since open, then
+    /// after a commit once this many events were appended since the last
+    /// one...
+    pub checkpoint_every_events: u64,
+    /// ... or once this long passed since the last one (the writer's clock).
+    pub checkpoint_every: std::time::Duration,
 }
 
 impl Default for LogOptions {
@@ -41,6 +52,9 @@ impl Default for LogOptions {
         LogOptions {
             segment_max_bytes: 64 << 20,
             allow_cut_acknowledged: false,
+            chain_key: None,
+            checkpoint_every_events: 1000,
+            checkpoint_every: std::time::Duration::from_secs(60),
         }
     }
 }
@@ -80,6 +94,10 @@ pub struct EventLog {
     last_hash: EventHash,
     notifier: Arc<Notifier>,
     head: HeadFile,
+    /// The chain key and the checkpoints file (with a key).
+    checkpoints: Option<(ChainKey, CheckpointFile)>,
+    /// Seq and time of the last checkpoint written since open.
+    last_checkpoint: Option<(u64, i64)>,
     poisoned: bool,
     buf: Vec<u8>,
     #[cfg(test)]
@@ -370,6 +388,15 @@ impl EventLog {
             }
         }
         let head = HeadFile::open(&dir, head_state)?;
+        // Checkpoints of events a repair cut sign events the log no longer
+        // holds (their seqs are reused): they are set aside with the cut.
+        if let Some(r) = &repaired {
+            drop_checkpoints_from(&dir, r.from_seq)?;
+        }
+        let checkpoints = match &options.chain_key {
+            Some(key) => Some((key.clone(), CheckpointFile::open(&dir)?)),
+            None => None,
+        };
         tracing::info!(dir = %dir.display(), next_seq, "event log opened");
         let mut log = EventLog {
             dir,
@@ -381,6 +408,8 @@ impl EventLog {
             last_hash,
             notifier: Arc::new(Notifier::new(last_seq)),
             head,
+            checkpoints,
+            last_checkpoint: None,
             poisoned: false,
             buf: Vec::new(),
             #[cfg(test)]
@@ -530,8 +559,35 @@ impl EventLog {
         }
         self.next_seq = seq;
         self.last_hash = hash;
+        self.checkpoint(receipt.last_seq, hash, now);
         self.notifier.publish(receipt.last_seq);
         Ok(receipt)
+    }
+
+    /// Writes a signed checkpoint of `(seq, hash)` when one is due. A
+    /// failure is logged and retried at the next commit: the events are
+    /// durable and acknowledged either way.
+    fn checkpoint(&mut self, seq: u64, hash: EventHash, now: i64) {
+        let Some((key, file)) = &mut self.checkpoints else {
+            return;
+        };
+        let every_ns = i64::try_from(self.options.checkpoint_every.as_nanos()).unwrap_or(i64::MAX);
+        let due = match self.last_checkpoint {
+            None => true,
+            Some((at_seq, at_ns)) => {
+                seq >= at_seq.saturating_add(self.options.checkpoint_every_events.max(1))
+                    || now.saturating_sub(at_ns) >= every_ns
+            }
+        };
+        if !due {
+            return;
+        }
+        match file.append(&key.sign(seq, hash, now)) {
+            Ok(()) => self.last_checkpoint = Some((seq, now)),
+            Err(e) => {
+                tracing::warn!(seq, error = %e, "event log: a chain checkpoint could not be written; retried at the next commit")
+            }
+        }
     }
 
     /// A reader bounded by what this writer has acknowledged: a replay
@@ -595,6 +651,47 @@ fn lock_dir(dir: &Path) -> Result<File> {
 
 /// `<path><suffix>`, or, if that exists already, `<path><suffix>.<n>` for the
 /// first free `n`: a file set aside is never overwritten.
+/// Keeps only the checkpoints of seqs below `from_seq` (the first seq a
+/// repair cut): the whole file is first copied aside to
+/// `CHECKPOINTS.repaired-<from_seq>`, the kept records are written to a
+/// new file, synced, and renamed over it.
+fn drop_checkpoints_from(dir: &Path, from_seq: u64) -> Result<()> {
+    let path = dir.join(crate::format::CHECKPOINTS_FILE);
+    let data = match fs::read(&path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(EventError::io(format!("reading {}", path.display()), e)),
+    };
+    let len = crate::format::CHECKPOINT_LEN;
+    let keep = data
+        .chunks_exact(len)
+        .take_while(|r| crate::format::ChainCheckpoint::decode(r).is_ok_and(|cp| cp.seq < from_seq))
+        .count()
+        * len;
+    if keep == data.len() {
+        return Ok(());
+    }
+    let aside = unique_side_path(&path, &format!(".repaired-{from_seq}"));
+    let tmp = dir.join(format!("{}.new", crate::format::CHECKPOINTS_FILE));
+    let write = |p: &Path, bytes: &[u8]| {
+        File::create(p)
+            .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
+            .map_err(|e| EventError::io(format!("writing {}", p.display()), e))
+    };
+    write(&aside, &data)?;
+    write(&tmp, &data[..keep])?;
+    fs::rename(&tmp, &path)
+        .map_err(|e| EventError::io(format!("replacing {}", path.display()), e))?;
+    sync_dir(dir)?;
+    tracing::warn!(
+        from_seq,
+        kept = keep / len,
+        set_aside = %aside.display(),
+        "event log repair: chain checkpoints of the cut events set aside"
+    );
+    Ok(())
+}
+
 fn unique_side_path(path: &Path, suffix: &str) -> PathBuf {
     let mut base = path.as_os_str().to_owned();
     base.push(suffix);

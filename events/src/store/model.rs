@@ -54,8 +54,56 @@ impl<S: ReadStore> Checkpoint<S> {
     }
 }
 
+/// Magic of the seal appended to every snapshot written to a read store.
+const SEAL_MAGIC: &[u8; 8] = b"VRSSEAL1";
+/// Length of the seal: magic, the hash of the last event folded, checksum.
+const SEAL_LEN: usize = 8 + 32 + 32;
+/// `blake3::derive_key` context of the seal's checksum.
+const SEAL_CONTEXT: &str = "vouch read store snapshot seal v1";
+
+/// The checksum binding a snapshot's bytes to its seq and hash.
+fn seal_sum(seq: u64, hash: &EventHash, bytes: &[u8]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new_derive_key(SEAL_CONTEXT);
+    h.update(&seq.to_le_bytes());
+    h.update(&hash.0);
+    h.update(bytes);
+    *h.finalize().as_bytes()
+}
+
+/// `bytes` followed by its seal: `"VRSSEAL1" | hash | BLAKE3 (derive_key
+/// mode) of seq, hash and bytes`. The store is trusted on nothing but a
+/// seal that verifies (security review finding 11): a snapshot edited
+/// inside the store, or moved to another seq, is rebuilt from the log.
+fn seal(seq: u64, hash: &EventHash, mut bytes: Vec<u8>) -> Vec<u8> {
+    let sum = seal_sum(seq, hash, &bytes);
+    bytes.extend_from_slice(SEAL_MAGIC);
+    bytes.extend_from_slice(&hash.0);
+    bytes.extend_from_slice(&sum);
+    bytes
+}
+
+/// The snapshot bytes and the hash they are sealed with, if the seal of
+/// `sealed` (tagged `seq`) verifies; otherwise what is wrong.
+fn unseal(seq: u64, sealed: &[u8]) -> std::result::Result<(&[u8], EventHash), &'static str> {
+    let Some(split) = sealed.len().checked_sub(SEAL_LEN) else {
+        return Err("no seal (written by an older build, or cut)");
+    };
+    let (bytes, tail) = sealed.split_at(split);
+    if &tail[..8] != SEAL_MAGIC {
+        return Err("no seal (written by an older build, or damaged)");
+    }
+    let mut hash = [0u8; 32];
+    hash.copy_from_slice(&tail[8..40]);
+    let hash = EventHash(hash);
+    let sum = seal_sum(seq, &hash, bytes);
+    if blake3::Hash::from(sum) != blake3::Hash::from_slice(&tail[40..]).map_err(|_| "bad seal")? {
+        return Err("its checksum does not match (the snapshot or its tag was changed)");
+    }
+    Ok((bytes, hash))
+}
+
 fn write_snapshot<S: ReadStore>(store: &S, p: &Projections) -> Result<CheckpointWritten> {
-    let bytes = p.to_snapshot()?;
+    let bytes = seal(p.last_seq, &p.last_hash, p.to_snapshot()?);
     store.store(p.last_seq, &bytes)?;
     store.flush()?;
     Ok(CheckpointWritten {
@@ -90,51 +138,66 @@ impl<S: ReadStore> ReadModel<S> {
     pub fn open(store: S, log: &LogReader) -> Result<Self> {
         let started = std::time::Instant::now();
         let mut projections = Projections::new();
-        match store.load_snapshot() {
-            Ok(Some(snap)) => match Projections::from_snapshot(&snap.bytes) {
-                Ok(p) if p.last_seq == snap.seq => match tag_in_log(log, snap.seq, p.last_hash)? {
-                    Tag::Held => projections = p,
-                    found => {
-                        let what = match found {
-                            Tag::Other(h) => format!(
-                                "the log holds another event at seq {} (hash {h}, the read \
+        let loaded = store.load_snapshot().map(|s| {
+            s.and_then(|snap| match unseal(snap.seq, &snap.bytes) {
+                Ok((bytes, hash)) => Some((snap.seq, hash, bytes.to_vec())),
+                Err(why) => {
+                    tracing::error!(
+                        seq = snap.seq,
+                        why,
+                        "read store snapshot does not verify; rebuilding from the log"
+                    );
+                    None
+                }
+            })
+        });
+        match loaded {
+            Ok(Some((seq, hash, bytes))) => match Projections::from_snapshot(&bytes) {
+                Ok(p) if p.last_seq == seq && p.last_hash == hash => {
+                    match tag_in_log(log, seq, p.last_hash)? {
+                        Tag::Held => projections = p,
+                        found => {
+                            let what = match found {
+                                Tag::Other(h) => format!(
+                                    "the log holds another event at seq {} (hash {h}, the read \
                                  store folded {})",
-                                snap.seq, p.last_hash
-                            ),
-                            _ => format!(
+                                    seq, p.last_hash
+                                ),
+                                _ => format!(
                                 "the read store reflects events up to seq {}, but the log ends \
                                  before it{}",
-                                snap.seq,
+                                seq,
                                 log.committed_seq()
                                     .map(|c| format!(" (at seq {c})"))
                                     .unwrap_or_default()
                             ),
-                        };
-                        match repair_in_log(log, snap.seq)? {
-                            Some(r) => tracing::error!(
-                                seq = snap.seq,
+                            };
+                            match repair_in_log(log, seq)? {
+                                Some(r) => tracing::error!(
+                                seq = seq,
                                 repaired_from = r,
                                 "read store snapshot ahead of the log, explained by a recorded \
                                  service.log_repaired: rebuilding from the log"
                             ),
-                            None => {
-                                return Err(EventError::ReadStoreAhead {
-                                    seq: snap.seq,
-                                    message: format!(
-                                        "{what}. Acknowledged events are missing from the log \
+                                None => {
+                                    return Err(EventError::ReadStoreAhead {
+                                        seq,
+                                        message: format!(
+                                            "{what}. Acknowledged events are missing from the log \
                                          and it records no repair: was the log directory \
                                          restored from an older copy, or replaced? Restore the \
                                          newer log if there is one; to go on with the log as it \
                                          is, start with `vouch serve --repair-log` (the read \
                                          store is set aside and rebuilt)"
-                                    ),
-                                });
+                                        ),
+                                    });
+                                }
                             }
                         }
                     }
-                },
+                }
                 Ok(_) => tracing::warn!(
-                    seq = snap.seq,
+                    seq = seq,
                     "read store snapshot does not match its tag; rebuilding"
                 ),
                 Err(e) => {
@@ -467,6 +530,58 @@ mod tests {
         assert!(aside.as_ref().is_some_and(|p| p.exists()));
         let rebuilt = answers(&ReadModel::open(store, &log.reader()).expect("model"));
         assert_eq!(good, rebuilt);
+    }
+
+    /// Security review finding 11: the read store was trusted on its seq
+    /// and hash alone, so a snapshot edited inside sled (here: the state
+    /// changed, re-encoded, and put back with its tag and whatever trailer
+    /// it had) was served as is. Now it must not verify, and the model is
+    /// rebuilt from the log.
+    #[test]
+    fn regression_finding_11_a_read_store_snapshot_edited_on_disk_is_detected_and_rebuilt() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = log_with(&dir.path().join("log"), &history(12));
+        let store_path = dir.path().join("store");
+        let good = answers(
+            &ReadModel::open(SledStore::open(&store_path).expect("store"), &log.reader())
+                .expect("model"),
+        );
+        {
+            let store = SledStore::open(&store_path).expect("store");
+            let snap = store.load_snapshot().expect("load").expect("a snapshot");
+            let mut p = Projections::from_snapshot(&snap.bytes).expect("decode");
+            let plain_len = p.to_snapshot().expect("encode").len();
+            assert!(p.latest_recorded_unix_ns != 0);
+            p.latest_recorded_unix_ns = 0;
+            p.inconsistencies_total += 41;
+            let mut edited = p.to_snapshot().expect("encode");
+            assert_eq!(edited.len(), plain_len, "an edit of the same size");
+            edited.extend_from_slice(&snap.bytes[plain_len..]);
+            store.store(snap.seq, &edited).expect("store");
+            store.flush().expect("flush");
+        }
+        let m = ReadModel::open(SledStore::open(&store_path).expect("store"), &log.reader())
+            .expect("model");
+        assert_eq!(m.snapshot_seq(), 0, "rebuilt from the log, not loaded");
+        assert_eq!(answers(&m), good);
+        // The rebuilt state was checkpointed again, sealed: the next open
+        // loads it.
+        drop(m);
+        let m = ReadModel::open(SledStore::open(&store_path).expect("store"), &log.reader())
+            .expect("model");
+        assert_eq!(m.snapshot_seq(), good.1);
+        assert_eq!(answers(&m), good);
+    }
+
+    #[test]
+    fn a_sealed_snapshot_moved_to_another_seq_is_rebuilt() {
+        let sealed = seal(7, &EventHash([1; 32]), b"state".to_vec());
+        assert_eq!(unseal(7, &sealed), Ok((&b"state"[..], EventHash([1; 32]))));
+        assert!(unseal(6, &sealed).is_err());
+        assert!(unseal(7, b"state").is_err());
+        let mut flipped = sealed.clone();
+        flipped[2] ^= 1;
+        assert!(unseal(7, &flipped).is_err());
     }
 
     #[test]

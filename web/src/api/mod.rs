@@ -4,6 +4,7 @@ pub(crate) mod download;
 pub(crate) mod events;
 pub(crate) mod grammar;
 pub(crate) mod jobs;
+pub(crate) mod log_head;
 pub(crate) mod misc;
 pub(crate) mod plans;
 pub(crate) mod points;
