@@ -27,7 +27,10 @@ fn write_config(dir: &Path) -> PathBuf {
     let path = dir.join("vouch.toml");
     std::fs::write(
         &path,
-        "[scheduler]\ntick = \"1s\"\nmax_jitter = \"0s\"\n\n[jobs]\nretry_initial = \"1s\"\nshutdown_grace = \"5s\"\n",
+        format!(
+            "{}[scheduler]\ntick = \"1s\"\nmax_jitter = \"0s\"\n\n[jobs]\nretry_initial = \"1s\"\nshutdown_grace = \"5s\"\n",
+            sources_allow(dir)
+        ),
     )
     .expect("config written");
     path
@@ -563,6 +566,16 @@ fn a_directory_downloads_as_a_tar_that_unpacks_to_the_same_tree() {
     archive.set_preserve_mtime(true);
     archive.unpack(&out).expect("the archive unpacks");
     assert_eq!(tree_of(&out), tree_of(&src), "the same tree");
+    // Who read what is recorded before the first byte left.
+    let audit = get(&svc, "/api/v1/events?type=audit.content_read&limit=1000");
+    let reads = audit["events"].as_array().expect("events");
+    assert_eq!(reads.len(), 1, "{audit}");
+    let read = &reads[0]["data"];
+    assert_eq!(read["principal"], "admin", "{read}");
+    assert_eq!(read["role"], "admin", "{read}");
+    assert_eq!(read["kind"], "archive", "{read}");
+    assert_eq!(read["path"].as_str(), src.to_str(), "{read}");
+    assert_eq!(read["point"].as_str(), Some(point.as_str()), "{read}");
 
     // A file from /archive, a directory from /file: 400 with a pointer.
     let (status, body) = http(
@@ -796,14 +809,14 @@ fn a_page_of_the_log_with_damage_is_an_error_not_short() {
     let (status, body) = post(
         &svc,
         "/api/v1/plans",
-        &json!({"id": "marked-plan-xyz", "source": dir.path(), "schedule": "0 3 * * *",
+        &json!({"id": "marked-plan-xyz", "source": dir.path().join("src"), "schedule": "0 3 * * *",
                 "rpo": "1day", "paused": true}),
     );
     assert_eq!(status, 201, "{body}");
     let (status, body) = post(
         &svc,
         "/api/v1/plans",
-        &json!({"id": "after", "source": dir.path(), "schedule": "0 3 * * *", "rpo": "1day",
+        &json!({"id": "after", "source": dir.path().join("src"), "schedule": "0 3 * * *", "rpo": "1day",
                 "paused": true}),
     );
     assert_eq!(status, 201, "{body}");

@@ -377,6 +377,7 @@ pub(crate) async fn file(
         .await
         .map_err(|e| WebError::Internal(e.to_string()))??;
     tracing::info!(point = %id, size = file.size, "file download");
+    record_read(&ctx, &who, id, &path, "file").await?;
     let (tx, rx) = mpsc::channel(download::CHANNEL_CHUNKS);
     download::spawn_file(file.reader, tx, watch, permit);
     Ok(attachment(&path, "")
@@ -410,11 +411,35 @@ pub(crate) async fn archive(
         .await
         .map_err(|e| WebError::Internal(e.to_string()))??;
     tracing::info!(point = %id, "directory archive download");
+    record_read(&ctx, &who, id, &path, "archive").await?;
     let (tx, rx) = mpsc::channel(download::CHANNEL_CHUNKS);
     download::spawn_archive(writer, tx, watch, permit);
     Ok(attachment(&path, ".tar")
         .content_type("application/x-tar")
         .streaming(ChannelBody(rx)))
+}
+
+/// Records who reads what (`audit.content_read`) before the first byte
+/// leaves: a download that cannot be recorded does not happen (the log
+/// refusing appends answers 503).
+async fn record_read(
+    ctx: &Ctx,
+    who: &Principal,
+    point: SnapshotId,
+    path: &str,
+    kind: &str,
+) -> Result<(), WebError> {
+    ctx.service()?
+        .append(vec![vouch_events::ContentRead {
+            principal: who.name.clone(),
+            role: who.role.as_str().to_owned(),
+            point,
+            path: path.to_owned(),
+            kind: kind.to_owned(),
+        }
+        .into()])
+        .await?;
+    Ok(())
 }
 
 /// A 200 answer naming the download after the last part of `path`.
