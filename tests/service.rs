@@ -764,3 +764,62 @@ fn plan_sources_stay_inside_the_allowed_roots_and_away_from_the_services_own_fil
         "no point of /etc"
     );
 }
+
+/// Tokens can expire (`vouch token create --expires`), and an address that
+/// keeps presenting refused tokens is answered 429 for the rest of the
+/// minute, whatever it presents (security review finding 17).
+#[test]
+fn tokens_expire_and_an_address_guessing_tokens_is_slowed_down() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("vouch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}[api]\nfailed_auth_per_minute = 5\n",
+            sources_allow(dir.path())
+        ),
+    )
+    .expect("config");
+    let data = dir.path().join("data");
+    let svc = start(&data, &config, None);
+    let status = |t: &str| http(svc.addr, "GET", "/api/v1/plans", Some(t), None);
+
+    let short = vouch_token(
+        &data,
+        &[
+            "create",
+            "--name",
+            "short",
+            "--role",
+            "viewer",
+            "--expires",
+            "3s",
+        ],
+    );
+    let listed = vouch_token(&data, &["list"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("short\t") && l.contains("expires 20")),
+        "{listed}"
+    );
+    eventually("the new token to be accepted", || {
+        (status(&short).0 == 200).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(4));
+    let (code, body) = status(&short);
+    assert_eq!(code, 401, "an expired token is refused: {body}");
+    assert!(body.contains("expired"), "{body}");
+
+    // Refused tokens from one address: after the limit, 429 for all of it.
+    let mut codes = Vec::new();
+    for i in 0..8 {
+        codes.push(status(&format!("vouch_guess{i}")).0);
+    }
+    assert!(codes.contains(&429), "{codes:?}");
+    let (code, body) = status(&svc.token);
+    assert_eq!(code, 429, "even a good token waits out the minute: {body}");
+    assert!(body.contains("try again in"), "{body}");
+    // Health stays open to the address meanwhile.
+    assert_eq!(http(svc.addr, "GET", "/healthz", None, None).0, 200);
+}

@@ -98,6 +98,9 @@ pub enum TokenAction {
         /// metrics (only /metrics) or agent.
         #[arg(long, default_value = "viewer")]
         role: String,
+        /// Refused after this long (e.g. "90d"); never expires without it.
+        #[arg(long)]
+        expires: Option<String>,
     },
     /// List tokens (names, roles, dates; never the tokens).
     List,
@@ -159,6 +162,19 @@ pub struct Config {
     /// `[sources]`.
     #[serde(default)]
     pub sources: SourcesSection,
+    /// `[api]`.
+    #[serde(default)]
+    pub api: ApiSection,
+}
+
+/// `[api]`: limits of the HTTP API.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiSection {
+    /// Refused tokens a client address may present per minute before it
+    /// is answered 429 for the rest of the minute (default 100; 0: no
+    /// limit).
+    pub failed_auth_per_minute: Option<u32>,
 }
 
 /// `[sources]`: where plan sources may lie (see
@@ -562,17 +578,39 @@ pub fn token(a: TokenArgs) -> anyhow::Result<i32> {
     let path = a.data_dir.join("tokens.json");
     let mut store = TokenStore::load(&path)?;
     match a.action {
-        TokenAction::Create { name, role } => {
+        TokenAction::Create {
+            name,
+            role,
+            expires,
+        } => {
             let role: Role = role.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+            let expires_unix = match &expires {
+                Some(d) => {
+                    let d = dur(d, "--expires")?;
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)?
+                        .as_secs();
+                    Some(i64::try_from(now.saturating_add(d.as_secs())).unwrap_or(i64::MAX))
+                }
+                None => None,
+            };
             std::fs::create_dir_all(&a.data_dir)?;
-            let token = store.create(&name, role)?;
+            let token = store.create_expiring(&name, role, expires_unix)?;
             store.save(&path)?;
             println!("{token}");
             eprintln!("token {name:?} ({role}) created; it is shown once");
         }
         TokenAction::List => {
             for t in store.list() {
-                println!("{}\t{}\t{}", t.name, t.role, t.created_at);
+                println!(
+                    "{}\t{}\t{}\t{}",
+                    t.name,
+                    t.role,
+                    t.created_at,
+                    t.expires_at
+                        .as_deref()
+                        .map_or_else(|| "never expires".to_owned(), |e| format!("expires {e}"))
+                );
             }
         }
         TokenAction::Revoke { name } => {
@@ -781,7 +819,12 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         });
     }
     ensure_admin_token(&data_dir)?;
-    let tokens = LiveTokens::from_file(data_dir.join("tokens.json"))?;
+    let tokens = LiveTokens::from_file(data_dir.join("tokens.json"))?.with_failed_auth_limit(
+        s.config
+            .api
+            .failed_auth_per_minute
+            .unwrap_or(vouch_web::FAILED_AUTH_LIMIT),
+    );
     let sources = source_policy(&s, &data_dir)?;
     tracing::info!(
         allow = %RootList(sources.allowed_roots().to_vec()),

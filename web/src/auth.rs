@@ -207,6 +207,9 @@ pub struct TokenEntry {
     pub hash: String,
     /// When it was made (RFC 3339).
     pub created_at: String,
+    /// When it stops being accepted (RFC 3339); never when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
 }
 
 /// Errors of [`TokenStore::load`], [`TokenStore::save`] and
@@ -248,7 +251,8 @@ struct TokenFile {
 /// The known tokens, by hash.
 #[derive(Debug, Clone, Default)]
 pub struct TokenStore {
-    tokens: Vec<(TokenHash, Principal, String)>,
+    /// Hash, caller, creation time (RFC 3339), expiry (Unix seconds).
+    tokens: Vec<(TokenHash, Principal, String, Option<i64>)>,
 }
 
 impl TokenStore {
@@ -266,6 +270,7 @@ impl TokenStore {
                 role,
             },
             crate::views::rfc3339_now(),
+            None,
         ));
     }
 
@@ -273,6 +278,17 @@ impl TokenStore {
     /// prefixed `vouch_`. Returns the token (shown once; only its hash is
     /// kept).
     pub fn create(&mut self, name: &str, role: Role) -> Result<String, TokenError> {
+        self.create_expiring(name, role, None)
+    }
+
+    /// [`TokenStore::create`] for a token accepted only before
+    /// `expires_unix` (seconds), when given.
+    pub fn create_expiring(
+        &mut self,
+        name: &str,
+        role: Role,
+        expires_unix: Option<i64>,
+    ) -> Result<String, TokenError> {
         let name_ok = !name.is_empty()
             && name.len() <= 64
             && name
@@ -281,7 +297,7 @@ impl TokenStore {
         if !name_ok {
             return Err(TokenError::BadName(name.to_owned()));
         }
-        if self.tokens.iter().any(|(_, p, _)| p.name == name) {
+        if self.tokens.iter().any(|(_, p, _, _)| p.name == name) {
             return Err(TokenError::NameTaken(name.to_owned()));
         }
         let mut bytes = [0u8; 32];
@@ -291,13 +307,16 @@ impl TokenStore {
             bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
         );
         self.insert(TokenHash::of(&token), name, role);
+        if let Some(last) = self.tokens.last_mut() {
+            last.3 = expires_unix;
+        }
         Ok(token)
     }
 
     /// Removes the token named `name`; whether there was one.
     pub fn revoke(&mut self, name: &str) -> bool {
         let before = self.tokens.len();
-        self.tokens.retain(|(_, p, _)| p.name != name);
+        self.tokens.retain(|(_, p, _, _)| p.name != name);
         self.tokens.len() != before
     }
 
@@ -305,11 +324,12 @@ impl TokenStore {
     pub fn list(&self) -> Vec<TokenEntry> {
         self.tokens
             .iter()
-            .map(|(h, p, at)| TokenEntry {
+            .map(|(h, p, at, exp)| TokenEntry {
                 name: p.name.clone(),
                 role: p.role,
                 hash: h.to_hex(),
                 created_at: at.clone(),
+                expires_at: exp.map(rfc3339_secs),
             })
             .collect()
     }
@@ -344,6 +364,13 @@ impl TokenStore {
                 path: shown.clone(),
                 message: format!("token {:?} has no valid hash", t.name),
             })?;
+            let expires = match &t.expires_at {
+                None => None,
+                Some(at) => Some(parse_rfc3339_secs(at).ok_or_else(|| TokenError::Format {
+                    path: shown.clone(),
+                    message: format!("token {:?} has no valid expires_at {at:?}", t.name),
+                })?),
+            };
             store.tokens.push((
                 hash,
                 Principal {
@@ -351,6 +378,7 @@ impl TokenStore {
                     role: t.role,
                 },
                 t.created_at,
+                expires,
             ));
         }
         Ok(store)
@@ -420,10 +448,92 @@ impl TokenStore {
     /// The caller whose token hashes to `hash` (constant time per stored
     /// hash, as [`TokenStore::authenticate`]).
     fn authenticate_hash(&self, hash: &TokenHash) -> Option<&Principal> {
-        self.tokens.iter().fold(None, |found, (stored, who, _)| {
-            let matches = stored == hash;
-            found.or(matches.then_some(who))
+        let now = now_secs();
+        self.tokens
+            .iter()
+            .fold(None, |found, (stored, who, _, expires)| {
+                let matches = stored == hash;
+                // An expired token is refused like a revoked one (and ends the
+                // streams it holds, which look again).
+                let live = expires.is_none_or(|e| now < e);
+                found.or((matches && live).then_some(who))
+            })
+    }
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+fn rfc3339_secs(secs: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(secs)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
         })
+        .unwrap_or_else(|| secs.to_string())
+}
+
+fn parse_rfc3339_secs(s: &str) -> Option<i64> {
+    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .ok()
+        .map(|t| t.unix_timestamp())
+}
+
+/// Failed authentications per client address: after
+/// [`FAILED_AUTH_LIMIT`] in [`FAILED_AUTH_WINDOW`], the address is answered
+/// 429 until the window has passed (security review finding 17: guessing
+/// tokens is not realistic, but a client looping on a revoked one should
+/// cost the service nothing).
+#[derive(Debug)]
+pub struct FailedAuth {
+    by_addr: Mutex<std::collections::HashMap<std::net::IpAddr, (Instant, u32)>>,
+    /// Failures allowed per window (0: no limit).
+    limit: u32,
+}
+
+impl Default for FailedAuth {
+    fn default() -> Self {
+        FailedAuth {
+            by_addr: Mutex::new(std::collections::HashMap::new()),
+            limit: FAILED_AUTH_LIMIT,
+        }
+    }
+}
+
+/// Failed authentications an address may make per window.
+pub const FAILED_AUTH_LIMIT: u32 = 100;
+/// The window of [`FAILED_AUTH_LIMIT`].
+pub const FAILED_AUTH_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl FailedAuth {
+    /// Seconds until `addr` may try again, when it is over the limit.
+    fn blocked(&self, addr: std::net::IpAddr) -> Option<u64> {
+        let map = self
+            .by_addr
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (since, n) = map.get(&addr)?;
+        let left = FAILED_AUTH_WINDOW.checked_sub(since.elapsed())?;
+        (self.limit > 0 && *n >= self.limit).then(|| left.as_secs().max(1))
+    }
+
+    fn failed(&self, addr: std::net::IpAddr) {
+        let mut map = self
+            .by_addr
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.len() > 10_000 {
+            map.retain(|_, (since, _)| since.elapsed() < FAILED_AUTH_WINDOW);
+        }
+        let entry = map.entry(addr).or_insert((Instant::now(), 0));
+        if entry.0.elapsed() >= FAILED_AUTH_WINDOW {
+            *entry = (Instant::now(), 0);
+        }
+        entry.1 = entry.1.saturating_add(1);
     }
 }
 
@@ -464,6 +574,8 @@ pub struct LiveTokens {
     started: Instant,
     /// Milliseconds after `started` before which the file is not looked at.
     next_check_ms: AtomicU64,
+    /// Failed authentications per client address.
+    failures: FailedAuth,
 }
 
 impl LiveTokens {
@@ -475,6 +587,7 @@ impl LiveTokens {
             stamp: Mutex::new(None),
             started: Instant::now(),
             next_check_ms: AtomicU64::new(0),
+            failures: FailedAuth::default(),
         }
     }
 
@@ -489,7 +602,16 @@ impl LiveTokens {
             stamp: Mutex::new(stamp),
             started: Instant::now(),
             next_check_ms: AtomicU64::new(0),
+            failures: FailedAuth::default(),
         })
+    }
+
+    /// At most `limit` rejected tokens per client address a minute, then
+    /// 429 for the rest of the minute (default [`FAILED_AUTH_LIMIT`]; 0: no
+    /// limit).
+    pub fn with_failed_auth_limit(mut self, limit: u32) -> Self {
+        self.failures.limit = limit;
+        self
     }
 
     /// The tokens as they are now (after looking at the file, if due).
@@ -581,10 +703,25 @@ pub async fn require_token(
     let store = req
         .app_data::<web::Data<LiveTokens>>()
         .ok_or(WebError::Misconfigured("no token store"))?;
+    let peer = req.peer_addr().map(|a| a.ip());
+    if let Some(wait) = peer.and_then(|ip| store.failures.blocked(ip)) {
+        return Err(WebError::TooManyRequests(format!(
+            "too many failed authentications from this address; try again in {wait} s"
+        ))
+        .into());
+    }
     let token = bearer_token(&req)?;
-    let principal = store
-        .authenticate(token)
-        .ok_or(WebError::Unauthorized("unknown or revoked token"))?;
+    // Only a token presented and refused counts against the address (a
+    // request without one guesses nothing).
+    let principal = match store.authenticate(token) {
+        Some(p) => p,
+        None => {
+            if let Some(ip) = peer {
+                store.failures.failed(ip);
+            }
+            return Err(WebError::Unauthorized("unknown, expired or revoked token").into());
+        }
+    };
     if principal.role == Role::Metrics && req.path() != METRICS_PATH {
         return Err(
             WebError::Forbidden(format!("a metrics token may only read {METRICS_PATH}")).into(),

@@ -42,8 +42,8 @@ use vouch_events::sources::SourcePolicy;
 
 pub use api::misc::VERSION;
 pub use auth::{
-    require_token, LiveTokens, Principal, Role, TokenEntry, TokenError, TokenHash, TokenStore,
-    TOKEN_PREFIX,
+    require_token, FailedAuth, LiveTokens, Principal, Role, TokenEntry, TokenError, TokenHash,
+    TokenStore, FAILED_AUTH_LIMIT, FAILED_AUTH_WINDOW, TOKEN_PREFIX,
 };
 pub use browse::{
     ArchiveWriter, Browse, BrowseEntry, BrowseError, EntryKind, FileDownload, FileReader, RepoStats,

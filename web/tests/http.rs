@@ -87,7 +87,10 @@ async fn api_without_a_valid_token_is_401_with_a_json_error() {
     let s = Server::start();
     let cases: [(Option<&str>, &str); 7] = [
         (None, "missing bearer token"),
-        (Some("Bearer wrong-token"), "unknown or revoked token"),
+        (
+            Some("Bearer wrong-token"),
+            "unknown, expired or revoked token",
+        ),
         (
             Some(&format!("Basic {ADMIN_TOKEN}")),
             "expected a Bearer token",
@@ -97,7 +100,7 @@ async fn api_without_a_valid_token_is_401_with_a_json_error() {
         (Some("Bearer"), "missing bearer token"),
         (
             Some(&format!("Bearer {ADMIN_TOKEN}x")),
-            "unknown or revoked token",
+            "unknown, expired or revoked token",
         ),
     ];
     for (auth, message) in cases {
