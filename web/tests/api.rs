@@ -1533,3 +1533,41 @@ async fn a_filtered_page_of_events_scans_a_bounded_part_of_the_log() {
     );
     s.stop().await;
 }
+
+/// Security review finding 13: a plan id used again (removed, then
+/// created for an agent) does not hand the agent the earlier plan's points
+/// or jobs; only what its own incarnation recorded.
+#[actix_web::test]
+async fn an_agent_sees_nothing_of_an_earlier_plan_with_the_same_id() {
+    let s = Server::start().await;
+    let (status, _) = s
+        .post("/api/v1/plans", ADMIN, plan("web", "/srv/secret"))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, job) = s.post("/api/v1/plans/web/run", ADMIN, json!(null)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{job}");
+    let pts = until(&s, "/api/v1/points?plan=web", |v| {
+        v.as_array().is_some_and(|a| !a.is_empty())
+    })
+    .await;
+    let old_point = pts[0]["id"].as_str().unwrap_or_default().to_owned();
+    let (status, _) = s
+        .call(Method::DELETE, "/api/v1/plans/web", Some(ADMIN), None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = s
+        .post("/api/v1/plans", ADMIN, plan("web", "agent:web-1:/srv"))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+
+    let (_, mine) = s.get("/api/v1/points?plan=web", AGENT).await;
+    assert_eq!(mine, json!([]), "none of the earlier plan's points");
+    let (status, _) = s.get(&format!("/api/v1/points/{old_point}"), AGENT).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, jobs) = s.get("/api/v1/jobs?plan=web", AGENT).await;
+    assert_eq!(jobs, json!([]), "none of its jobs");
+    // An admin still sees the earlier point: it is kept, not hidden.
+    let (status, _) = s.get(&format!("/api/v1/points/{old_point}"), ADMIN).await;
+    assert_eq!(status, StatusCode::OK);
+    s.stop().await;
+}

@@ -6,7 +6,7 @@ use utoipa::IntoParams;
 use vouch_actors::service::kind_name;
 use vouch_events::JobId;
 
-use super::{grammar, limit, plan_visible, Ctx, JobIdParam};
+use super::{grammar, job_visible, limit, Ctx, JobIdParam};
 use crate::auth::Principal;
 use crate::error::{doc as errors, WebError};
 use crate::views::{job_view, parse_job_state, JobView};
@@ -101,7 +101,7 @@ pub(crate) async fn list(
                         .is_none_or(|pl| j.plan.as_ref().is_some_and(|x| x.as_str() == pl))
                 })
                 .filter(|j| q.kind.as_deref().is_none_or(|k| kind_name(j.kind) == k))
-                .filter(|j| plan_visible(p, &who, j.plan.as_ref()))
+                .filter(|j| job_visible(p, &who, j))
                 .collect();
             jobs.sort_by_key(|j| std::cmp::Reverse(j.scheduled.seq));
             let jobs: Vec<JobView> = jobs.into_iter().take(n).map(job_view).collect();
@@ -118,7 +118,7 @@ async fn read_job(ctx: &Ctx, who: &Principal, id: &str, min: u64) -> Result<JobV
             p.jobs
                 .jobs
                 .get(&jid)
-                .filter(|j| plan_visible(p, &who, j.plan.as_ref()))
+                .filter(|j| job_visible(p, &who, j))
                 .map(job_view)
         })
         .await?

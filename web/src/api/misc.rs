@@ -6,7 +6,7 @@ use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::{grammar, plan_visible, Ctx};
+use super::{grammar, job_visible, Ctx};
 use crate::auth::Principal;
 use crate::error::{doc as errors, WebError};
 use crate::metrics::{Metrics, CONTENT_TYPE};
@@ -131,7 +131,7 @@ pub(crate) async fn overview(
                 .jobs
                 .jobs
                 .values()
-                .filter(|j| !j.state.is_terminal() && plan_visible(p, &who, j.plan.as_ref()))
+                .filter(|j| !j.state.is_terminal() && job_visible(p, &who, j))
                 .collect();
             running.sort_by_key(|j| std::cmp::Reverse(j.scheduled.seq));
             let open_alerts = if who.role == crate::Role::Agent {

@@ -72,6 +72,35 @@ pub(crate) fn plan_visible(p: &Projections, who: &Principal, plan: Option<&PlanI
         .is_some_and(|pl| who.sees_source(&pl.definition.source))
 }
 
+/// Whether `who` may see a thing of `plan` recorded at `seq`: as
+/// [`plan_visible`], and for agents only things of the plan's current
+/// incarnation (recorded after its creation and its latest change of source
+/// or repository), so an agent handed a plan id that an earlier plan used
+/// never sees that plan's points or jobs (security review finding 13).
+pub(crate) fn recorded_visible(
+    p: &Projections,
+    who: &Principal,
+    plan: Option<&PlanId>,
+    seq: u64,
+) -> bool {
+    if who.role != Role::Agent {
+        return true;
+    }
+    plan.and_then(|id| p.plans.plans.get(id)).is_some_and(|pl| {
+        pl.removed.is_none() && who.sees_source(&pl.definition.source) && seq > pl.epoch.seq
+    })
+}
+
+/// [`recorded_visible`] for a point.
+pub(crate) fn point_visible(p: &Projections, who: &Principal, pt: &vouch_events::Point) -> bool {
+    recorded_visible(p, who, pt.plan.as_ref(), pt.since.seq)
+}
+
+/// [`recorded_visible`] for a job.
+pub(crate) fn job_visible(p: &Projections, who: &Principal, j: &vouch_events::Job) -> bool {
+    recorded_visible(p, who, j.plan.as_ref(), j.scheduled.seq)
+}
+
 /// The default and the cap of `limit` query parameters.
 pub(crate) const DEFAULT_LIMIT: usize = 100;
 /// The cap of `limit`.

@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use utoipa::IntoParams;
 use vouch_events::{PointLocked, SnapshotId};
 
-use super::{download, grammar, limit, plan_visible, ChannelBody, Ctx, PointIdParam, MAX_LIMIT};
+use super::{download, grammar, limit, point_visible, ChannelBody, Ctx, PointIdParam, MAX_LIMIT};
 use crate::auth::{Principal, TokenWatch};
 use crate::error::{doc as errors, WebError};
 use crate::views::{
@@ -72,7 +72,7 @@ pub(crate) async fn list(
                         .as_deref()
                         .is_none_or(|pl| pt.plan.as_ref().is_some_and(|x| x.as_str() == pl))
                 })
-                .filter(|pt| plan_visible(p, &who, pt.plan.as_ref()))
+                .filter(|pt| point_visible(p, &who, pt))
                 .take(n)
                 .map(point_view)
                 .collect::<Vec<_>>()
@@ -129,7 +129,7 @@ async fn with_point<R: Send + 'static>(
             p.points
                 .points
                 .get(&id)
-                .filter(|pt| plan_visible(p, &who, pt.plan.as_ref()))
+                .filter(|pt| point_visible(p, &who, pt))
                 .map(f)
         })
         .await?
@@ -200,7 +200,7 @@ pub(crate) async fn lock(
                 .points
                 .points
                 .get(&id)
-                .filter(|pt| plan_visible(p, &seen, pt.plan.as_ref()))
+                .filter(|pt| point_visible(p, &seen, pt))
                 .ok_or_else(|| LockRefused::Error(WebError::not_found("point", id)))?;
             match pt.locked_until_unix_ns {
                 Some(current) if current > until => {
