@@ -168,6 +168,14 @@ fn https_receivers_get_signed_alerts_and_redirects_are_not_followed() {
             "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://{target_addr}/\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         )
     });
+    // A CA file that is PEM but no certificate: the receiver can never be
+    // reached; one failed attempt, recorded as final, never again.
+    let bad_ca = dir.path().join("bad-ca.pem");
+    std::fs::write(
+        &bad_ca,
+        "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+    )
+    .expect("write bad CA");
     let key = dir.path().join("hmac.key");
     std::fs::write(&key, "a shared secret\n").expect("write key");
     let token = dir.path().join("bearer.token");
@@ -179,13 +187,16 @@ fn https_receivers_get_signed_alerts_and_redirects_are_not_followed() {
     let webhooks = format!(
         "[[webhooks]]\nname = \"signed\"\nurl = \"https://{}/hook\"\nca_file = {:?}\nhmac_key_file = {:?}\nretry_initial = \"200ms\"\n\n\
          [[webhooks]]\nname = \"untrusted\"\nurl = \"https://{}/hook\"\nmax_attempts = 2\nretry_initial = \"200ms\"\n\n\
-         [[webhooks]]\nname = \"bouncer\"\nurl = \"http://{}/hook\"\nbearer_token_file = {:?}\nmax_attempts = 2\nretry_initial = \"200ms\"\n",
+         [[webhooks]]\nname = \"bouncer\"\nurl = \"http://{}/hook\"\nbearer_token_file = {:?}\nmax_attempts = 2\nretry_initial = \"200ms\"\n\n\
+         [[webhooks]]\nname = \"misconfigured\"\nurl = \"https://{}/hook\"\nca_file = {:?}\nretry_initial = \"200ms\"\n",
         signed.addr,
         ca_pem.to_str().expect("utf-8"),
         key.to_str().expect("utf-8"),
         untrusted.addr,
         bouncer.addr,
         token.to_str().expect("utf-8"),
+        untrusted.addr,
+        bad_ca.to_str().expect("utf-8"),
     );
     let config = dir.path().join("vouch.toml");
     std::fs::write(
@@ -253,6 +264,25 @@ fn https_receivers_get_signed_alerts_and_redirects_are_not_followed() {
         untrusted.seen.lock().expect("lock").is_empty(),
         "no request reached the receiver whose certificate is not trusted"
     );
+    // The misconfigured receiver: one final failure, not redelivered by
+    // the evaluations since (one a second here).
+    let of_misconfigured = |list: &[Value]| {
+        list.iter()
+            .filter(|e| e["data"]["receiver"] == "misconfigured")
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let first = eventually("the misconfigured receiver's failure", || {
+        let events = get(&svc, "/api/v1/events?type=alert.delivery_failed&limit=1000");
+        let list = events["events"].as_array().cloned().unwrap_or_default();
+        let mine = of_misconfigured(&list);
+        (!mine.is_empty()).then_some(mine)
+    });
+    assert_eq!(first[0]["data"]["will_retry"], false, "{first:?}");
+    std::thread::sleep(Duration::from_secs(3));
+    let events = get(&svc, "/api/v1/events?type=alert.delivery_failed&limit=1000");
+    let later = of_misconfigured(events["events"].as_array().map_or(&[][..], |v| v));
+    assert_eq!(later.len(), 1, "never delivered again: {later:?}");
     // Secrets never in the service's answers.
     assert!(!text.contains("tok-123") && !text.contains("a shared secret"));
 }

@@ -320,7 +320,17 @@ fn webhook_auth(w: &WebhookSection) -> anyhow::Result<Option<ReceiverAuth>> {
             "webhook {:?}: bearer_token_file and hmac_key_file exclude each other",
             w.name
         ),
-        (Some(f), None) => Some(ReceiverAuth::Bearer(Secret::new(read_secret(f)?))),
+        (Some(f), None) => {
+            let token = read_secret(f)?;
+            if !token.iter().all(u8::is_ascii_graphic) {
+                bail!(
+                    "webhook {:?}: the token in {} must be one line of visible ASCII",
+                    w.name,
+                    f.display()
+                );
+            }
+            Some(ReceiverAuth::Bearer(Secret::new(token)))
+        }
         (None, Some(f)) => Some(ReceiverAuth::Hmac(Secret::new(read_secret(f)?))),
         (None, None) => None,
     })

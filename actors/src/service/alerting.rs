@@ -1277,7 +1277,10 @@ impl Alerter {
                         receiver: name.clone(),
                         attempt,
                         error: msg.clone(),
-                        will_retry: attempt < r.max_attempts,
+                        // A client that cannot be built never will be:
+                        // no retry, and the alerter does not deliver it
+                        // again at its next evaluation either.
+                        will_retry: attempt < r.max_attempts && client.is_ok(),
                     }
                     .into(),
                 };
