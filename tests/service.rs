@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -485,22 +484,6 @@ fn the_rolling_read_back_reads_every_pack_within_its_window_and_alerts_on_a_dama
         alert["message"].as_str().is_some_and(|m| m.contains(&name)),
         "the alert names the pack: {alert}"
     );
-}
-
-fn vouch_token(data_dir: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_vouch"))
-        .arg("token")
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(args)
-        .output()
-        .expect("vouch token runs");
-    assert!(
-        out.status.success(),
-        "vouch token {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 #[test]

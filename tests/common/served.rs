@@ -73,6 +73,24 @@ pub fn sources_allow(dir: &Path) -> String {
     )
 }
 
+/// Runs `vouch token --data-dir DATA_DIR ARGS...` and returns its stdout,
+/// trimmed (a new token for `create`); panics with its stderr if it fails.
+pub fn vouch_token(data_dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .arg("token")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .output()
+        .expect("vouch token runs");
+    assert!(
+        out.status.success(),
+        "vouch token {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 /// The admin token the first start left in the data directory.
 pub fn initial_admin_token(data_dir: &Path) -> String {
     let path = data_dir.join("initial-admin-token");

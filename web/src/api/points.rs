@@ -366,18 +366,10 @@ pub(crate) async fn file(
     id: web::Path<String>,
     q: web::Query<PathQuery>,
 ) -> Result<HttpResponse, WebError> {
-    who.require_content()?;
-    let id = parse_id(&id)?;
-    let path = browse_path(&q)?;
-    let repo = with_point(&ctx, &who, id, 0, |pt| pt.repository.to_string()).await?;
-    let permit = ctx.limits.download()?;
-    let browse = ctx.browse()?;
-    let (hex, p) = (id.to_hex(), path.clone());
-    let file = web::block(move || browse.read_file(&repo, &hex, &p))
-        .await
-        .map_err(|e| WebError::Internal(e.to_string()))??;
-    tracing::info!(point = %id, size = file.size, "file download");
-    record_read(&ctx, &who, id, &path, "file").await?;
+    let (file, path, permit) = open_content(&ctx, &who, &id, &q, "file", |b, repo, hex, p| {
+        b.read_file(repo, hex, p)
+    })
+    .await?;
     let (tx, rx) = mpsc::channel(download::CHANNEL_CHUNKS);
     download::spawn_file(file.reader, tx, watch, permit);
     Ok(attachment(&path, "")
@@ -400,23 +392,49 @@ pub(crate) async fn archive(
     id: web::Path<String>,
     q: web::Query<PathQuery>,
 ) -> Result<HttpResponse, WebError> {
-    who.require_content()?;
-    let id = parse_id(&id)?;
-    let path = browse_path(&q)?;
-    let repo = with_point(&ctx, &who, id, 0, |pt| pt.repository.to_string()).await?;
-    let permit = ctx.limits.download()?;
-    let browse = ctx.browse()?;
-    let (hex, p) = (id.to_hex(), path.clone());
-    let writer = web::block(move || browse.archive(&repo, &hex, &p))
-        .await
-        .map_err(|e| WebError::Internal(e.to_string()))??;
-    tracing::info!(point = %id, "directory archive download");
-    record_read(&ctx, &who, id, &path, "archive").await?;
+    let (writer, path, permit) = open_content(&ctx, &who, &id, &q, "archive", |b, repo, hex, p| {
+        b.archive(repo, hex, p)
+    })
+    .await?;
     let (tx, rx) = mpsc::channel(download::CHANNEL_CHUNKS);
     download::spawn_archive(writer, tx, watch, permit);
     Ok(attachment(&path, ".tar")
         .content_type("application/x-tar")
         .streaming(ChannelBody(rx)))
+}
+
+/// What a download (`kind`: `file` or `archive`) does before its first
+/// byte: checks that `who` may read content of point `id`, takes a
+/// download slot, opens the content with `open` on the blocking pool and
+/// records the read. Returns the opened content, the path and the slot.
+async fn open_content<T: Send + 'static>(
+    ctx: &Ctx,
+    who: &Principal,
+    id: &str,
+    q: &PathQuery,
+    kind: &str,
+    open: impl FnOnce(
+            &dyn crate::browse::Browse,
+            &str,
+            &str,
+            &str,
+        ) -> Result<T, crate::browse::BrowseError>
+        + Send
+        + 'static,
+) -> Result<(T, String, tokio::sync::OwnedSemaphorePermit), WebError> {
+    who.require_content()?;
+    let id = parse_id(id)?;
+    let path = browse_path(q)?;
+    let repo = with_point(ctx, who, id, 0, |pt| pt.repository.to_string()).await?;
+    let permit = ctx.limits.download()?;
+    let browse = ctx.browse()?;
+    let (hex, p) = (id.to_hex(), path.clone());
+    let opened = web::block(move || open(browse.as_ref(), &repo, &hex, &p))
+        .await
+        .map_err(|e| WebError::Internal(e.to_string()))??;
+    tracing::info!(point = %id, kind, "download");
+    record_read(ctx, who, id, &path, kind).await?;
+    Ok((opened, path, permit))
 }
 
 /// Records who reads what (`audit.content_read`) before the first byte
