@@ -502,3 +502,86 @@ fn fuzz_harness_finds_a_planted_panic() {
     assert!(std::fs::read(saved).expect("saved").contains(&0xff));
     let _ = std::fs::remove_file(saved);
 }
+
+/// Seeds as byte strings.
+fn seeds_of(items: &[&str]) -> Vec<Vec<u8>> {
+    items.iter().map(|s| s.as_bytes().to_vec()).collect()
+}
+
+#[test]
+fn fuzz_plan_bodies() {
+    let seeds = seeds_of(&[
+        r#"{"id":"web-1","source":"/srv/www","schedule":"0 3 * * *","rpo":"26h"}"#,
+        r#"{"id":"db","source":"agent:db-1:/var/lib/db","repository":"default","paused":true,
+            "retention":{"last":7,"daily":14,"weekly":8,"monthly":12,"yearly":3,"within":"2d","tags":["keep"]},
+            "verification":{"after_backup":true,"every":"7d","depth":"read-sample:10"},
+            "restore_test":{"every":"1d","max_evidence_age":"8d","sample_files":100,"full_every":"30d"}}"#,
+        r#"{"source":"/home/a","verification":{"every":null,"depth":"read-all"},"restore_test":{"every":null,"sample_files":null,"full_every":null}}"#,
+        r#"{"id":"x","source":"/","retention":{"hourly":24.0},"restore_test":{"sample_files":1}}"#,
+        r#"{"id":"a.b_c-d","source":"/srv/","schedule":"@hourly","retention":null,"verification":null}"#,
+    ]);
+    fuzz("plan-body", &seeds, vouch_web::fuzzing::plan_body);
+}
+
+#[test]
+fn fuzz_lock_and_verify_report_bodies() {
+    let point = "ab".repeat(32);
+    let lock = seeds_of(&[
+        r#"{"until":"2027-01-01T00:00:00Z"}"#,
+        r#"{"until":"9999-12-31T23:59:59.999999999+14:00"}"#,
+    ]);
+    fuzz("lock-body", &lock, vouch_web::fuzzing::lock_body);
+    let reports = vec![
+        format!(r#"{{"points":[{{"id":"{point}","depth":"read-all"}}],"bytes_read":10,"blobs_checked":2}}"#)
+            .into_bytes(),
+        format!(
+            r#"{{"points":[{{"id":"{point}","depth":"structure","damaged":["tree {point} unreadable"]}},{{"id":"{point}","depth":"read-sample:5"}}],"damaged_packs":["{point}"]}}"#
+        )
+        .into_bytes(),
+    ];
+    fuzz(
+        "verify-report-body",
+        &reports,
+        vouch_web::fuzzing::verify_report_body,
+    );
+}
+
+#[test]
+fn fuzz_query_strings() {
+    let seeds = seeds_of(&[
+        "after=5&limit=100&type=backup.finished&plan=web-1",
+        "state=open",
+        "plan=db&limit=20&after=17",
+        "path=%2Fetc%2Fhosts&offset=100&limit=50",
+        "state=running&limit=1000",
+    ]);
+    fuzz("query", &seeds, vouch_web::fuzzing::query);
+}
+
+/// Each grammar accepts exactly what its OpenAPI pattern matches, and
+/// every accepted string parses in the engine.
+#[test]
+fn fuzz_grammars_against_their_patterns() {
+    let grammars = vouch_web::fuzzing::Grammars::new();
+    let seeds = seeds_of(&[
+        "26h",
+        "1day 2h",
+        "1h30m",
+        "0s 1ns",
+        "999999999years",
+        "*/5 * * * *",
+        "0 3 * * 1-5",
+        "0-59/7,3 0-23/2 1-31 1-12 0-7",
+        "@daily",
+        "web-1.db_2",
+        "defaults",
+        "/home/user/x",
+        "/srv/",
+        "agent:web-1:/etc/.config/..x",
+        "/a/./b",
+        "read-sample:100",
+        "structure",
+        "read-all",
+    ]);
+    fuzz("grammars", &seeds, |bytes| grammars.check(bytes));
+}

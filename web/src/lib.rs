@@ -29,6 +29,10 @@ mod views;
 mod console;
 pub use console::configure_console;
 
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -384,14 +384,22 @@ pub(crate) fn default_definition() -> PlanDefinition {
 
 /// `GET /api/v1/plans/defaults`: an input with every default filled in.
 pub(crate) fn defaults_input() -> PlanInput {
-    let d = default_definition();
+    let mut input = input_of(&default_definition());
+    input.source = None;
+    input
+}
+
+/// A definition as input: every field given, so that validating it gives
+/// the definition back.
+pub(crate) fn input_of(d: &PlanDefinition) -> PlanInput {
+    let d = d.clone();
     PlanInput {
         id: None,
-        source: None,
+        source: Some(d.source),
         schedule: Some(d.schedule),
         rpo: Some(human(d.rpo)),
         repository: Some(d.repository.to_string()),
-        paused: Some(false),
+        paused: Some(d.paused),
         retention: Some(RetentionInput::of(&d.retention)),
         verification: Some(VerificationInput {
             after_backup: Some(d.verification.after_backup),

@@ -100,7 +100,7 @@ pub(crate) struct LockInput {
 
 /// An RFC 3339 time as Unix nanoseconds; times outside the range of i64
 /// nanoseconds (years 1677 to 2262) are clamped to its ends.
-fn parse_until(s: &str) -> Option<i64> {
+pub(crate) fn parse_until(s: &str) -> Option<i64> {
     parse_rfc3339(s).or_else(|| {
         use time::format_description::well_known::Rfc3339;
         let ns = time::OffsetDateTime::parse(s, &Rfc3339)

@@ -320,6 +320,14 @@ fn merge(into: &mut Verdict, v: Verdict) {
     }
 }
 
+/// A body read and checked as [`create`] does, for the fuzz harness.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn check_body(body: serde_json::Map<String, serde_json::Value>) {
+    if let Ok(input) = crate::validate::body::<VerifyReportInput>(body) {
+        let _ = validate(input);
+    }
+}
+
 fn validate(input: VerifyReportInput) -> Result<(Vec<Verdict>, u64, u64), WebError> {
     let mut fields = BTreeMap::new();
     if input.points.is_empty() {
