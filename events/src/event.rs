@@ -329,6 +329,16 @@ pub struct PointLocked {
     pub until_unix_ns: i64,
 }
 
+/// An administrator removed a point's lock before its end (audited: the
+/// `audit.action` appended with it names who).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PointUnlocked {
+    /// The point.
+    pub point: SnapshotId,
+    /// Why, as the administrator gave it.
+    pub reason: String,
+}
+
 /// One signal of the ransomware heuristic.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AnomalySignal {
@@ -725,6 +735,7 @@ events! {
     LogScrubbed => "service.log_scrubbed", v 1;
     ActionAudited => "audit.action", v 1;
     ContentRead => "audit.content_read", v 1;
+    PointUnlocked => "point.unlocked", v 1;
 }
 
 impl Event {
@@ -744,6 +755,7 @@ impl Event {
             Event::AnomalyDetected(e) => Some(e.point),
             Event::PointVanished(e) => Some(e.point),
             Event::ContentRead(e) => Some(e.point),
+            Event::PointUnlocked(e) => Some(e.point),
             _ => None,
         }
     }

@@ -49,7 +49,7 @@ pub use event::{
     ConfigurationChanged, ContentRead, Event, JobAbandoned, JobFailed, JobFinished, JobKind,
     JobProgress, JobScheduled, JobSpec, JobStarted, LeaseExpired, LeaseGranted, LogRepaired,
     LogScrubbed, PacksReadBack, PlanChanged, PlanCreated, PlanRemoved, PointDiscovered,
-    PointForgotten, PointLocked, PointVanished, RestoreEvidence, RestoreTestFailed,
+    PointForgotten, PointLocked, PointUnlocked, PointVanished, RestoreEvidence, RestoreTestFailed,
     RestoreTestPassed, RestoreTestStarted, ServiceStarted, Severity, UnknownEvent,
     VerificationFailed, VerificationPassed, VerificationStarted, EVENT_TYPES,
 };

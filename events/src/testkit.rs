@@ -305,5 +305,10 @@ pub(crate) fn sample_events() -> Vec<Event> {
             kind: "file".into(),
         }
         .into(),
+        PointUnlocked {
+            point: sid(1),
+            reason: "legal hold lifted (ticket 4711)".into(),
+        }
+        .into(),
     ]
 }

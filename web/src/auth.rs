@@ -148,6 +148,17 @@ impl Principal {
         }
     }
 
+    /// Ok if the caller is an administrator; 403 naming `what` otherwise.
+    pub fn require_admin(&self, what: &str) -> Result<(), WebError> {
+        match self.role {
+            Role::Admin => Ok(()),
+            _ => Err(WebError::Forbidden(format!(
+                "{what} needs an admin token, not {}",
+                self.role
+            ))),
+        }
+    }
+
     /// Ok if the caller may read the content of backed-up files (admin,
     /// restore); 403 otherwise. Metadata (names, sizes, modes) is not
     /// content.

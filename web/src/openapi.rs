@@ -70,7 +70,7 @@ impl Modify for BearerAuth {
         plans::list, plans::defaults, plans::create, plans::get, plans::put, plans::delete,
         plans::run, plans::pause, plans::resume,
         jobs::list, jobs::get, jobs::cancel,
-        points::list, points::get, points::lock, points::files, points::file, points::archive,
+        points::list, points::get, points::lock, points::unlock, points::files, points::file, points::archive,
         events::list, events::stream, log_head::head,
         misc::alerts, misc::repositories, verify_reports::create,
     ),

@@ -648,6 +648,7 @@ pub(crate) fn event_data(e: &Event) -> Value {
         LogScrubbed,
         ActionAudited,
         ContentRead,
+        PointUnlocked,
     )
     .unwrap_or(Value::Null)
 }
@@ -780,6 +781,20 @@ pub struct Ready {
 pub struct LockRequest {
     /// Locked until then (RFC 3339).
     pub until: String,
+}
+
+/// Body of `POST /api/v1/points/{id}/unlock`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UnlockRequest {
+    /// Why the lock is removed before its end (1 to 500 characters, no
+    /// control characters); recorded in the log.
+    #[schema(
+        min_length = 1,
+        max_length = 500,
+        pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]+$"
+    )]
+    pub reason: String,
 }
 
 /// One entry of a directory in a point.

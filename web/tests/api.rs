@@ -1120,6 +1120,72 @@ async fn a_lock_is_never_shortened() {
     s.stop().await;
 }
 
+/// Security finding 16: only an administrator removes a lock before its
+/// end, with a reason; the removal is recorded with who did it, a point
+/// with no lock in force is answered 409, and the point can be locked again.
+#[actix_web::test]
+async fn only_an_admin_unlocks_a_point_and_it_is_recorded() {
+    let s = Server::start().await;
+    let point = commit_point(&s, 11).await;
+    let lock = format!("/api/v1/points/{point}/lock");
+    let unlock = format!("/api/v1/points/{point}/unlock");
+    let (status, v) = s.post(&unlock, ADMIN, json!({"reason": "early"})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "no lock yet: {v}");
+    let (status, v) = s
+        .post(&lock, OPERATOR, json!({"until": "2031-01-01T00:00:00Z"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    for token in [OPERATOR, VIEWER, RESTORE, METRICS, AGENT] {
+        let (status, v) = s.post(&unlock, token, json!({"reason": "mine"})).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{token}: {v}");
+    }
+    for bad in [json!({"reason": ""}), json!({"reason": "a\nb"}), json!({})] {
+        let (status, v) = s.post(&unlock, ADMIN, bad.clone()).await;
+        assert!(
+            status == StatusCode::UNPROCESSABLE_ENTITY || status == StatusCode::BAD_REQUEST,
+            "{bad}: {status} {v}"
+        );
+    }
+    let (status, v) = s
+        .post(
+            &unlock,
+            ADMIN,
+            json!({"reason": "legal hold lifted, ticket 4711"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert!(v["locked_until"].is_null(), "{v}");
+    let (status, v) = s.post(&unlock, ADMIN, json!({"reason": "again"})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "already unlocked: {v}");
+    let recorded = s
+        .service
+        .scan_events(1, |it| {
+            it.filter_map(|env| match &env.event {
+                vouch_events::Event::PointUnlocked(e) => Some(format!("unlocked {}", e.reason)),
+                vouch_events::Event::ActionAudited(e) if e.action == "point.unlock" => {
+                    Some(format!("{} {} {}", e.principal, e.role, e.target))
+                }
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        recorded,
+        vec![
+            "unlocked legal hold lifted, ticket 4711".to_owned(),
+            format!("root admin {point}"),
+        ]
+    );
+    let (status, v) = s
+        .post(&lock, OPERATOR, json!({"until": "2030-01-01T00:00:00Z"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "locked again, earlier: {v}");
+    assert_eq!(inconsistencies(&s).await, 0);
+    s.stop().await;
+}
+
 /// L7: concurrent locks of one point with different ends: the final lock
 /// is the latest asked for, every accepted lock was at least the one
 /// before it (the log's locks never decrease), every refusal is a 409,

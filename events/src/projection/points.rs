@@ -704,6 +704,16 @@ impl PointsProjection {
                 p.locked_until_unix_ns = Some(e.until_unix_ns);
                 None
             }
+            Event::PointUnlocked(e) => {
+                let Some(p) = self.points.get_mut(&e.point) else {
+                    return bad(Some(e.point), "unlocked point was never known".into());
+                };
+                if p.locked_until_unix_ns.is_none() {
+                    return bad(Some(e.point), "unlocked a point with no lock".into());
+                }
+                p.locked_until_unix_ns = None;
+                None
+            }
             Event::AnomalyDetected(e) => {
                 let Some(p) = self.points.get_mut(&e.point) else {
                     return bad(Some(e.point), "anomaly on a point never known".into());

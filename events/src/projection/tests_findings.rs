@@ -1375,3 +1375,43 @@ fn mutants_an_unreadable_event_names_its_plan_whatever_its_encoding() {
         }
     }
 }
+
+/// Security finding 16: an unlock clears the lock, so the point can be
+/// forgotten and locked again for less; an unlock of a point with no lock
+/// is an inconsistency and changes nothing.
+#[test]
+fn an_unlock_clears_the_lock_and_needs_one() {
+    use crate::event::PointUnlocked;
+    let lock = |until| -> Event {
+        PointLocked {
+            point: sid(1),
+            until_unix_ns: until,
+        }
+        .into()
+    };
+    let unlock = || -> Event {
+        PointUnlocked {
+            point: sid(1),
+            reason: "hold lifted".into(),
+        }
+        .into()
+    };
+    let p = given(&[plan_created(1), commit(1), unlock()]);
+    assert_eq!(p.inconsistencies.len(), 1, "{:?}", p.inconsistencies);
+    let far = T0 + 1000 * SEC;
+    let p = given(&[
+        plan_created(1),
+        commit(1),
+        lock(far),
+        unlock(),
+        lock(T0 + 10 * SEC),
+        unlock(),
+        PointForgotten {
+            point: sid(1),
+            rule: "keep-last 0".into(),
+        }
+        .into(),
+    ]);
+    assert!(p.inconsistencies.is_empty(), "{:?}", p.inconsistencies);
+    assert_eq!(state(&p, 1), PointState::Expired);
+}

@@ -6,14 +6,14 @@ use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use utoipa::IntoParams;
-use vouch_events::{PointLocked, SnapshotId};
+use vouch_events::{PointLocked, PointUnlocked, SnapshotId};
 
 use super::{download, grammar, limit, point_visible, ChannelBody, Ctx, PointIdParam, MAX_LIMIT};
 use crate::auth::{Principal, TokenWatch};
 use crate::error::{doc as errors, WebError};
 use crate::views::{
     event_view, parse_point_state, parse_rfc3339, point_detail, point_view, rfc3339, EntryView,
-    FileList, LockRequest, PointDetail, PointView,
+    FileList, LockRequest, PointDetail, PointView, UnlockRequest,
 };
 
 fn point_state_schema() -> utoipa::openapi::Object {
@@ -228,6 +228,73 @@ pub(crate) async fn lock(
         Err(LockRefused::Error(e)) => return Err(e),
     };
     let view = with_point(&ctx, &who, id, seq, point_view).await?;
+    Ok(HttpResponse::Ok().json(view))
+}
+
+/// The longest reason of an unlock.
+pub(crate) const MAX_UNLOCK_REASON: usize = 500;
+
+/// Removes a point's lock before its end: administrators only, with a
+/// reason, recorded (`point.unlocked` and the `audit.action` naming who).
+/// A point without a lock in force is answered 409.
+#[utoipa::path(post, path = "/api/v1/points/{id}/unlock", tag = "points",
+    params(PointIdParam), request_body = UnlockRequest,
+    responses((status = 200, body = PointView), (status = 400, response = errors::BadRequest),
+        (status = 403, response = errors::Forbidden), (status = 404, response = errors::NotFound),
+        (status = 409, response = errors::Conflict),
+        (status = 413, response = errors::PayloadTooLarge),
+        (status = 415, response = errors::UnsupportedMediaType),
+        (status = 422, response = errors::Invalid), (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
+    security(("bearer" = [])))]
+pub(crate) async fn unlock(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    id: web::Path<String>,
+    body: web::Json<serde_json::Map<String, serde_json::Value>>,
+) -> Result<HttpResponse, WebError> {
+    let body: UnlockRequest = crate::validate::body(body.into_inner())?;
+    who.require_admin("removing a lock")?;
+    let id = parse_id(&id)?;
+    let reason = body.reason;
+    let n = reason.chars().count();
+    if !(1..=MAX_UNLOCK_REASON).contains(&n) || reason.chars().any(char::is_control) {
+        return Err(WebError::Invalid {
+            message: "the unlock does not validate: reason".into(),
+            fields: [(
+                "reason".to_owned(),
+                format!("1 to {MAX_UNLOCK_REASON} characters, no control characters"),
+            )]
+            .into(),
+        });
+    }
+    tracing::warn!(point = %id, principal = %who.name, reason = %reason, "removing a point's lock");
+    let seen = who.clone();
+    let now = ctx.service()?.now_unix_ns();
+    let receipt = ctx
+        .service()?
+        .append_decided(move |p| {
+            let pt = p
+                .points
+                .points
+                .get(&id)
+                .filter(|pt| point_visible(p, &seen, pt))
+                .ok_or_else(|| WebError::not_found("point", id))?;
+            match pt.locked_until_unix_ns {
+                Some(until) if until > now => Ok(vec![
+                    PointUnlocked {
+                        point: id,
+                        reason: reason.clone(),
+                    }
+                    .into(),
+                    super::audited(&seen, "point.unlock", &id.to_hex()),
+                ]),
+                _ => Err(WebError::Conflict(format!(
+                    "point {id} has no lock in force"
+                ))),
+            }
+        })
+        .await??;
+    let view = with_point(&ctx, &who, id, receipt.last_seq, point_view).await?;
     Ok(HttpResponse::Ok().json(view))
 }
 
