@@ -57,7 +57,7 @@ def before_call(context, case, kwargs):
 EOF
 # Every rewritten source lies below ABSENT: the only root plans may use.
 # No limit on refused tokens: the auth checks send many from one address.
-printf '[sources]\nallow = ["/nonexistent/vouch-schemathesis"]\n\n[api]\nfailed_auth_per_minute = 0\n' >"$work/vouch.toml"
+printf '[sources]\nallow = ["/nonexistent/vouch-schemathesis"]\n\n[api]\nfailed_auth_per_minute = 0\n\n[jobs]\nmin_every = "1ns"\n' >"$work/vouch.toml"
 "$bin" serve --listen 127.0.0.1:0 --data-dir "$work/data" --config "$work/vouch.toml" >"$out" 2>"$work/stderr" &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$work"' EXIT

@@ -31,7 +31,7 @@ fn write_config(dir: &Path, webhooks: &str) -> PathBuf {
     std::fs::write(
         &path,
         format!(
-            "{}[scheduler]\ntick = \"1s\"\nmax_jitter = \"0s\"\n\n[jobs]\nretry_initial = \"1s\"\nshutdown_grace = \"5s\"\n\n[alerting]\nevaluate_every = \"1s\"\n{webhooks}",
+            "{}[scheduler]\ntick = \"1s\"\nmax_jitter = \"0s\"\n\n[jobs]\nretry_initial = \"1s\"\nshutdown_grace = \"5s\"\nmin_every = \"1s\"\n\n[alerting]\nevaluate_every = \"1s\"\n{webhooks}",
             sources_allow(dir)
         ),
     )

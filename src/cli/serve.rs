@@ -222,6 +222,9 @@ pub struct JobsSection {
     pub restore_test_max_bytes: Option<u64>,
     /// Time running jobs get to finish on SIGTERM (default 60s).
     pub shutdown_grace: Option<String>,
+    /// The shortest `verification.every`, `restore_test.every` and
+    /// `restore_test.full_every` a plan may set (default 1h).
+    pub min_every: Option<String>,
 }
 
 /// `[alerting]`.
@@ -801,6 +804,10 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         Some(g) => dur(g, "jobs.shutdown_grace")?,
         None => Duration::from_secs(60),
     };
+    let min_every = match &s.config.jobs.min_every {
+        Some(m) => dur(m, "jobs.min_every")?,
+        None => vouch_web::MIN_EVERY,
+    };
     make_private();
     private_data_dir(&s.data_dir)?;
     let data_dir = std::path::absolute(&s.data_dir)?;
@@ -916,7 +923,8 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             .with_service(handle.clone())
             .with_browse(Arc::new(EngineBrowser::new(repos)))
             .with_log_dir(log_dir)
-            .with_source_policy(sources);
+            .with_source_policy(sources)
+            .with_min_every(min_every);
         let server = vouch_web::serve(listener, state, tls)?;
         let server_handle = server.handle();
         let running = actix_web::rt::spawn(server);

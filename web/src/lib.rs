@@ -74,7 +74,14 @@ pub struct AppState {
     ctx: Option<web::Data<Ctx>>,
     hsts: bool,
     sources: Arc<SourcePolicy>,
+    min_every: std::time::Duration,
 }
+
+/// The shortest `verification.every`, `restore_test.every` and
+/// `restore_test.full_every` a plan may set unless the administrator sets
+/// another ([`AppState::with_min_every`]): shorter intervals keep
+/// verification and restore-test jobs running back to back.
+pub const MIN_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
 impl AppState {
     /// State with fresh metrics for this build and the given tokens, and no
@@ -94,6 +101,7 @@ impl AppState {
             ctx: None,
             hsts: false,
             sources: Arc::new(SourcePolicy::unrestricted()),
+            min_every: MIN_EVERY,
         })
     }
 
@@ -116,6 +124,13 @@ impl AppState {
     /// sets it from its configuration).
     pub fn with_source_policy(mut self, policy: SourcePolicy) -> Self {
         self.sources = Arc::new(policy);
+        self.ctx = None;
+        self
+    }
+
+    /// The shortest proof interval a plan may set (default [`MIN_EVERY`]).
+    pub fn with_min_every(mut self, min: std::time::Duration) -> Self {
+        self.min_every = min;
         self.ctx = None;
         self
     }
@@ -147,6 +162,7 @@ impl AppState {
                 browse: self.browse.clone(),
                 log_dir: self.log_dir.clone(),
                 sources: self.sources.clone(),
+                min_every: self.min_every,
                 limits: limits::Limits::default(),
             })
         })

@@ -382,6 +382,41 @@ pub(crate) fn default_definition() -> PlanDefinition {
     }
 }
 
+/// Refuses proof intervals shorter than `min` (the administrator's
+/// minimum), as field errors (422).
+pub(crate) fn intervals_allowed(def: &PlanDefinition, min: Duration) -> Result<(), WebError> {
+    let intervals = [
+        ("verification.every", def.verification.every),
+        ("restore_test.every", def.restore_test.every),
+        ("restore_test.full_every", def.restore_test.full_every),
+    ];
+    let fields: BTreeMap<String, String> = intervals
+        .into_iter()
+        .filter_map(|(field, every)| {
+            every.filter(|e| *e < min).map(|e| {
+                (
+                    field.to_owned(),
+                    format!(
+                        "{} is shorter than the shortest interval this service allows ({}, set by [jobs] min_every)",
+                        human(e),
+                        human(min)
+                    ),
+                )
+            })
+        })
+        .collect();
+    if fields.is_empty() {
+        return Ok(());
+    }
+    Err(WebError::Invalid {
+        message: format!(
+            "the plan does not validate: {}",
+            fields.keys().cloned().collect::<Vec<_>>().join(", ")
+        ),
+        fields,
+    })
+}
+
 /// `GET /api/v1/plans/defaults`: an input with every default filled in.
 pub(crate) fn defaults_input() -> PlanInput {
     let mut input = input_of(&default_definition());

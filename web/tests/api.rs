@@ -385,6 +385,45 @@ async fn an_agent_sees_only_its_own_plans() {
     s.stop().await;
 }
 
+/// Security finding 16: proof intervals below the service's minimum (1 h
+/// by default) are refused, on creation and on change, naming each field;
+/// the minimum itself is accepted, and a refused change changes nothing.
+#[actix_web::test]
+async fn proof_intervals_below_the_minimum_are_refused() {
+    let s = Server::start().await;
+    let mut body = plan("tight", "/home/tight");
+    body["verification"] = json!({"every": "59m 59s"});
+    body["restore_test"] = json!({"every": "1ns", "full_every": "30m"});
+    let (status, v) = s.post("/api/v1/plans", OPERATOR, body).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    for f in [
+        "verification.every",
+        "restore_test.every",
+        "restore_test.full_every",
+    ] {
+        assert!(v["fields"][f].is_string(), "{f} missing in {v}");
+    }
+    let mut body = plan("tight", "/home/tight");
+    body["verification"] = json!({"every": "1h"});
+    body["restore_test"] = json!({"every": "60m", "full_every": "1h"});
+    let (status, v) = s.post("/api/v1/plans", OPERATOR, body.clone()).await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    body["restore_test"] = json!({"every": "10s"});
+    let (status, v) = s
+        .call(
+            Method::PUT,
+            "/api/v1/plans/tight",
+            Some(OPERATOR),
+            Some(body),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert!(v["fields"]["restore_test.every"].is_string(), "{v}");
+    let (_, v) = s.get("/api/v1/plans/tight", VIEWER).await;
+    assert_eq!(v["restore_test"]["every"], "1h", "{v}");
+    s.stop().await;
+}
+
 #[actix_web::test]
 async fn plan_validation_names_every_bad_field_and_ids_are_unique() {
     let s = Server::start().await;

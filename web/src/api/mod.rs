@@ -31,6 +31,8 @@ pub(crate) struct Ctx {
     pub(crate) log_dir: Option<PathBuf>,
     /// Where plan sources may lie.
     pub(crate) sources: Arc<vouch_events::sources::SourcePolicy>,
+    /// The shortest proof interval a plan may set.
+    pub(crate) min_every: std::time::Duration,
     pub(crate) limits: crate::limits::Limits,
 }
 

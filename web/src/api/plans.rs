@@ -109,6 +109,7 @@ pub(crate) async fn create(
     let input: PlanInput = validate::body(input.into_inner())?;
     let (id, def) = validate::definition(input, validate::default_definition(), None)?;
     source_allowed(&ctx, &def.source)?;
+    validate::intervals_allowed(&def, ctx.min_every)?;
     let pid = PlanId::new(id.clone());
     let audit = audited(&who, "plan.create", &id);
     tracing::info!(plan = %id, "creating plan");
@@ -180,6 +181,7 @@ pub(crate) async fn put(
     base.source = old.source;
     let (_, def) = validate::definition(input, base, Some(&id))?;
     source_allowed(&ctx, &def.source)?;
+    validate::intervals_allowed(&def, ctx.min_every)?;
     change(&ctx, &who, &id, def, "plan.change").await
 }
 
