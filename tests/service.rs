@@ -705,6 +705,29 @@ fn plan_sources_stay_inside_the_allowed_roots_and_away_from_the_services_own_fil
     );
     refused(plan("above", dir.path()), "data directory");
     refused(plan("conf", &config), "configuration file");
+    // Where the repositories (and so the data directory) lie is for
+    // administrators only.
+    let repos = get(&svc, "/api/v1/repositories");
+    assert!(
+        repos[0]["location"]
+            .as_str()
+            .is_some_and(|l| l.starts_with(data.to_str().unwrap_or("?"))),
+        "{repos}"
+    );
+    let viewer = vouch_token(&data, &["create", "--name", "looker", "--role", "viewer"]);
+    let (status, text) = eventually("the viewer token", || {
+        let (status, text) = http(svc.addr, "GET", "/api/v1/repositories", Some(&viewer), None);
+        (status != 401).then_some((status, text))
+    });
+    assert_eq!(status, 200, "{text}");
+    let body = text;
+    let seen: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    assert!(seen[0]["id"].is_string(), "{body}");
+    assert!(
+        seen[0]["location"].is_null(),
+        "a viewer sees no location: {body}"
+    );
+    assert!(!body.contains(data.to_str().unwrap_or("?")), "{body}");
     // Outside the allowed roots, spelled directly or through a symlink.
     refused(plan("etc", Path::new("/etc")), "outside the source roots");
     let link = dir.path().join("etc-link");

@@ -128,7 +128,7 @@ export async function render(main, route) {
   }
   const cov = [...byPlan.entries()].sort().slice(0, 40).map(([k, counts]) => ({ label: k, counts }));
   const repoFacts = repos
-    .map((r) => `<li><strong>${esc(r.id)}</strong>: ${fmtBytes(r.size_bytes)} in ${esc(r.packs)} packs, ${esc(r.snapshots)} snapshots <small class="muted">${esc(r.location)}</small></li>`)
+    .map((r) => `<li><strong>${esc(r.id)}</strong>: ${fmtBytes(r.size_bytes)} in ${esc(r.packs)} packs, ${esc(r.snapshots)} snapshots ${r.location ? `<small class="muted">${esc(r.location)}</small>` : ''}</li>`)
     .join('');
   main.innerHTML = `
 <h1>Charts</h1>

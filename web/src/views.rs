@@ -722,8 +722,9 @@ pub(crate) fn alert_view(a: &Alert) -> AlertView {
 pub struct RepositoryView {
     /// Its id in the configuration.
     pub id: String,
-    /// Where it is.
-    pub location: String,
+    /// Where it is: for administrators only (null for every other role; a
+    /// repository's path tells where the service keeps its own files).
+    pub location: Option<String>,
     /// Snapshots in it.
     pub snapshots: u64,
     /// Pack files in it.

@@ -254,7 +254,7 @@ pub(crate) async fn repositories(
             }
             RepositoryView {
                 id: s.id,
-                location: s.location,
+                location: (who.role == crate::Role::Admin).then_some(s.location),
                 snapshots: s.snapshots,
                 packs: s.packs,
                 size_bytes: s.size_bytes,
