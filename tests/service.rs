@@ -812,6 +812,22 @@ fn tokens_expire_and_an_address_guessing_tokens_is_slowed_down() {
     eventually("the new token to be accepted", || {
         (status(&short).0 == 200).then_some(())
     });
+    // Its use is recorded (when and from where) and listed within a few
+    // seconds; a token nobody presented is "never used".
+    eventually("the token's last use to be listed", || {
+        let listed = vouch_token(&data, &["list"]);
+        let line = listed.lines().find(|l| l.starts_with("short\t"))?;
+        line.ends_with("from 127.0.0.1").then_some(())
+    });
+    let idle = vouch_token(&data, &["create", "--name", "idle", "--role", "viewer"]);
+    assert!(idle.starts_with("vouch_"));
+    let listed = vouch_token(&data, &["list"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("idle\t") && l.ends_with("never used")),
+        "{listed}"
+    );
     std::thread::sleep(Duration::from_secs(4));
     let (code, body) = status(&short);
     assert_eq!(code, 401, "an expired token is refused: {body}");

@@ -614,15 +614,18 @@ pub fn token(a: TokenArgs) -> anyhow::Result<i32> {
             eprintln!("token {name:?} ({role}) created; it is shown once");
         }
         TokenAction::List => {
+            let usage =
+                vouch_web::token_usage::read(&a.data_dir.join(vouch_web::token_usage::USAGE_FILE));
             for t in store.list() {
                 println!(
-                    "{}\t{}\t{}\t{}",
+                    "{}\t{}\t{}\t{}\t{}",
                     t.name,
                     t.role,
                     t.created_at,
                     t.expires_at
                         .as_deref()
-                        .map_or_else(|| "never expires".to_owned(), |e| format!("expires {e}"))
+                        .map_or_else(|| "never expires".to_owned(), |e| format!("expires {e}")),
+                    last_used(usage.get(&t.name), &t.created_at)
                 );
             }
         }
@@ -635,6 +638,25 @@ pub fn token(a: TokenArgs) -> anyhow::Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// A token's last use for `vouch token list`: "never used" when none is
+/// recorded since the token (of that name) was created.
+fn last_used(usage: Option<&vouch_web::token_usage::LastUse>, created_at: &str) -> String {
+    use time::format_description::well_known::Rfc3339;
+    let created =
+        time::OffsetDateTime::parse(created_at, &Rfc3339).map_or(i64::MIN, |t| t.unix_timestamp());
+    let Some(u) = usage.filter(|u| u.at >= created) else {
+        return "never used".into();
+    };
+    let at = time::OffsetDateTime::from_unix_timestamp(u.at)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_else(|| u.at.to_string());
+    match &u.from {
+        Some(from) => format!("last used {at} from {from}"),
+        None => format!("last used {at}"),
+    }
 }
 
 /// What `serve` runs with, after the file, the environment and the flags.

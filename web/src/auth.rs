@@ -587,6 +587,8 @@ pub struct LiveTokens {
     next_check_ms: AtomicU64,
     /// Failed authentications per client address.
     failures: FailedAuth,
+    /// When and from where each token was last used.
+    pub(crate) usage: Arc<crate::token_usage::TokenUsage>,
 }
 
 impl LiveTokens {
@@ -599,14 +601,18 @@ impl LiveTokens {
             started: Instant::now(),
             next_check_ms: AtomicU64::new(0),
             failures: FailedAuth::default(),
+            usage: Arc::default(),
         }
     }
 
-    /// Tokens read from `path` (as [`TokenStore::load`]), followed.
+    /// Tokens read from `path` (as [`TokenStore::load`]), followed; their
+    /// last uses are kept beside it ([`crate::token_usage::USAGE_FILE`]).
     pub fn from_file(path: impl Into<PathBuf>) -> Result<Self, TokenError> {
         let path = path.into();
         let stamp = FileStamp::of(&path);
         let store = TokenStore::load(&path)?;
+        let usage =
+            crate::token_usage::TokenUsage::at(path.with_file_name(crate::token_usage::USAGE_FILE));
         Ok(LiveTokens {
             current: RwLock::new(Arc::new(store)),
             file: Some(path),
@@ -614,7 +620,16 @@ impl LiveTokens {
             started: Instant::now(),
             next_check_ms: AtomicU64::new(0),
             failures: FailedAuth::default(),
+            usage: Arc::new(usage),
         })
+    }
+
+    /// Writes the tokens' last uses if they changed (see
+    /// [`crate::token_usage`]).
+    pub fn flush_usage(&self) {
+        if let Err(e) = self.usage.flush() {
+            tracing::warn!(error = %e, "the tokens' last uses could not be written");
+        }
     }
 
     /// At most `limit` rejected tokens per client address a minute, then
@@ -733,6 +748,7 @@ pub async fn require_token(
             return Err(WebError::Unauthorized("unknown, expired or revoked token").into());
         }
     };
+    store.usage.record(&principal.name, peer);
     if principal.role == Role::Metrics && req.path() != METRICS_PATH {
         return Err(
             WebError::Forbidden(format!("a metrics token may only read {METRICS_PATH}")).into(),

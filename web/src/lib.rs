@@ -23,6 +23,7 @@ mod limits;
 mod metrics;
 mod openapi;
 mod routes;
+pub mod token_usage;
 mod validate;
 mod views;
 
@@ -287,9 +288,22 @@ pub fn serve(
         state
     }
     .sealed();
-    if state.service.is_some() && tokio::runtime::Handle::try_current().is_ok() {
-        let follower = state.clone();
-        tokio::spawn(async move { follower.follow_events().await });
+    if tokio::runtime::Handle::try_current().is_ok() {
+        if state.service.is_some() {
+            let follower = state.clone();
+            tokio::spawn(async move { follower.follow_events().await });
+        }
+        // Weak: the writer ends with the server (whose token store writes
+        // what is left when it is dropped).
+        let tokens = std::sync::Arc::downgrade(&state.tokens.clone().into_inner());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(token_usage::USAGE_FLUSH_EVERY);
+            loop {
+                tick.tick().await;
+                let Some(t) = tokens.upgrade() else { break };
+                t.flush_usage();
+            }
+        });
     }
     let server = HttpServer::new(move || app(state.clone()));
     let server = match tls {
