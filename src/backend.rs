@@ -2,6 +2,7 @@
 //! local-directory implementation. An HTTP or S3 backend implements the same
 //! trait and passes the same conformance tests (`backend::tests`).
 
+use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -103,8 +104,9 @@ pub const MAX_SMALL_FILE: u64 = 1 << 20;
 /// A repository in a local directory.
 pub struct LocalBackend {
     root: PathBuf,
-    /// Files written with deferred sync since the last `sync_all`.
-    pending: Mutex<Vec<PathBuf>>,
+    /// Files written with deferred sync since the last `sync_all`, each
+    /// once however often it was written (bounded by the files that exist).
+    pending: Mutex<BTreeSet<PathBuf>>,
     /// Held for the whole of a `sync_all`, so a caller whose writes were
     /// taken by a sync still in flight waits for it instead of returning
     /// early (engine review finding 8).
@@ -116,8 +118,15 @@ impl LocalBackend {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self {
             root: root.into(),
-            pending: Mutex::new(Vec::new()),
+            pending: Mutex::new(BTreeSet::new()),
             syncing: Mutex::new(()),
+        }
+    }
+
+    /// Remembers `path` for the next [`Backend::sync_all`].
+    fn defer_sync(&self, path: PathBuf) {
+        if let Ok(mut pending) = self.pending.lock() {
+            pending.insert(path);
         }
     }
 
@@ -346,14 +355,18 @@ impl Backend for LocalBackend {
         result?;
         if sync == WriteSync::Now {
             sync_dir(&dir)?;
-        } else if let Ok(mut pending) = self.pending.lock() {
-            pending.push(path);
+        } else {
+            self.defer_sync(path);
         }
         Ok(())
     }
 
     fn delete(&self, kind: FileKind, name: &str) -> Result<()> {
         let p = self.path(kind, name);
+        // Nothing left to sync of it.
+        if let Ok(mut pending) = self.pending.lock() {
+            pending.remove(&p);
+        }
         match fs::remove_file(&p) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -520,6 +533,25 @@ mod tests {
         b.write(FileKind::Pack, &name, &big, WriteSync::Deferred)
             .unwrap();
         assert_eq!(b.read(FileKind::Pack, &name).unwrap().len(), big.len());
+    }
+
+    /// Found by the fuzz harness (a 256 MiB allocation after some million
+    /// deferred writes of one file): the files awaiting a sync are
+    /// remembered once each, and a deleted one is forgotten, so a process
+    /// that never syncs (sync level `none`) does not grow without bound.
+    #[test]
+    fn deferred_writes_are_remembered_once_per_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = LocalBackend::new(dir.path());
+        b.create().unwrap();
+        let name = "ab".to_string() + &"3".repeat(62);
+        for _ in 0..1000 {
+            b.write(FileKind::Snapshot, &name, b"m", WriteSync::Deferred)
+                .unwrap();
+        }
+        assert_eq!(b.pending.lock().unwrap().len(), 1);
+        b.delete(FileKind::Snapshot, &name).unwrap();
+        assert!(b.pending.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -58,11 +58,37 @@ unsafe impl GlobalAlloc for Capped {
     }
 }
 
+thread_local! {
+    /// The input this thread's target is running on, for [`too_big`] to
+    /// save without allocating (const-initialised: no allocation, no
+    /// destructor, so the allocator may read it).
+    static CURRENT_INPUT: std::cell::Cell<(*const u8, usize)> =
+        const { std::cell::Cell::new((std::ptr::null(), 0)) };
+}
+/// The file [`too_big`] saves the input to (a C string).
+static ABORT_FILE: OnceLock<std::ffi::CString> = OnceLock::new();
+
 fn too_big() -> ! {
-    let msg = b"fuzz: a parser asked for an allocation over 256 MiB\n";
-    // SAFETY: writes a static buffer to stderr; no allocation.
+    let msg = b"fuzz: a parser asked for an allocation over 256 MiB; input saved to target/fuzz-inputs/alloc-abort.bin\n";
+    // SAFETY: writes static buffers and the input being run (alive for
+    // the whole call of the target) with plain system calls; no
+    // allocation.
     unsafe {
         libc::write(2, msg.as_ptr().cast(), msg.len());
+        let (input, len) = CURRENT_INPUT.with(std::cell::Cell::get);
+        if let Some(path) = ABORT_FILE.get() {
+            if !input.is_null() {
+                let fd = libc::open(
+                    path.as_ptr(),
+                    libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+                    0o644,
+                );
+                if fd >= 0 {
+                    libc::write(fd, input.cast(), len);
+                    libc::close(fd);
+                }
+            }
+        }
         libc::abort()
     }
 }
@@ -185,6 +211,12 @@ fn inputs_dir() -> PathBuf {
 /// count of executions. A panic or a slow input is saved and fails.
 fn fuzz(name: &str, seeds: &[Vec<u8>], mut target: impl FnMut(&[u8])) -> u64 {
     assert!(!seeds.is_empty(), "{name}: no seeds");
+    ABORT_FILE.get_or_init(|| {
+        let dir = inputs_dir();
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("alloc-abort.bin");
+        std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL in the path")
+    });
     let mut rng = Rng(seed()
         ^ name
             .bytes()
@@ -202,7 +234,9 @@ fn fuzz(name: &str, seeds: &[Vec<u8>], mut target: impl FnMut(&[u8])) -> u64 {
             }
         };
         let started = Instant::now();
+        CURRENT_INPUT.with(|c| c.set((input.as_ptr(), input.len())));
         let outcome = catch_unwind(AssertUnwindSafe(|| target(&input)));
+        CURRENT_INPUT.with(|c| c.set((std::ptr::null(), 0)));
         let took = started.elapsed();
         execs += 1;
         if outcome.is_err() || took > Duration::from_secs(5) {
@@ -384,23 +418,29 @@ fn fuzz_manifest() {
     fuzz("manifest", &[encode(&manifest)], |bytes| {
         let _ = decode::<Manifest>(bytes);
     });
-    // The sealed file on disk, through the repository's own loader.
+    // The sealed file on disk, through the repository's own loader, named
+    // by its hash as a real one is (so the name check passes and the
+    // opening of the sealed bytes is what is fuzzed).
     let name = f.snapshot.to_hex();
     let backend = f.repo.backend().clone();
     let sealed = backend.read(FileKind::Snapshot, &name).expect("sealed");
-    let probe = SnapshotId([9; 32]);
     fuzz("manifest-file", &[sealed], |bytes| {
+        let id = SnapshotId::hash_of(bytes);
+        if id == f.snapshot {
+            let _ = f.repo.load_snapshot(&id);
+            return;
+        }
         backend
             .write(
                 FileKind::Snapshot,
-                &probe.to_hex(),
+                &id.to_hex(),
                 bytes,
                 vouch::backend::WriteSync::Deferred,
             )
             .expect("write");
-        let _ = f.repo.load_snapshot(&probe);
+        let _ = f.repo.load_snapshot(&id);
+        let _ = backend.delete(FileKind::Snapshot, &id.to_hex());
     });
-    let _ = backend.delete(FileKind::Snapshot, &probe.to_hex());
 }
 
 #[test]
@@ -584,4 +624,41 @@ fn fuzz_grammars_against_their_patterns() {
         "read-all",
     ]);
     fuzz("grammars", &seeds, |bytes| grammars.check(bytes));
+}
+
+/// Run only by [`fuzz_harness_saves_the_input_of_a_huge_allocation`], in
+/// a child process (the allocator aborts it).
+#[test]
+#[ignore = "aborts its process; run by fuzz_harness_saves_the_input_of_a_huge_allocation"]
+fn planted_huge_allocation() {
+    fuzz("planted-alloc", &[b"seed bytes".to_vec()], |bytes| {
+        if bytes.contains(&0xff) {
+            let v: Vec<u8> = Vec::with_capacity(ALLOC_CAP + 1);
+            std::hint::black_box(v);
+        }
+    });
+}
+
+/// An allocation over the cap aborts the process, and the input that
+/// caused it is saved first.
+#[test]
+fn fuzz_harness_saves_the_input_of_a_huge_allocation() {
+    let saved = inputs_dir().join("alloc-abort.bin");
+    let _ = std::fs::remove_file(&saved);
+    let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args([
+            "--exact",
+            "planted_huge_allocation",
+            "--ignored",
+            "--test-threads=1",
+        ])
+        .env("VOUCH_FUZZ_SECS", "20")
+        .output()
+        .expect("child");
+    assert!(!out.status.success(), "the child aborted");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("allocation over 256 MiB"), "{stderr}");
+    let input = std::fs::read(&saved).expect("the input was saved");
+    assert!(input.contains(&0xff), "{input:?}");
+    let _ = std::fs::remove_file(&saved);
 }
