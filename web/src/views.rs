@@ -293,6 +293,9 @@ pub struct JobView {
     pub attempt: u32,
     /// When it was first scheduled.
     pub scheduled_at: String,
+    /// The seq of its scheduling: the list's order (newest first), and the
+    /// `before_seq` of the next page.
+    pub scheduled_seq: u64,
     /// When its state last changed.
     pub updated_at: String,
     /// Progress at the latest checkpoint.
@@ -310,6 +313,7 @@ pub(crate) fn job_view(j: &Job) -> JobView {
         state: j.state.as_str().to_owned(),
         attempt: j.attempt,
         scheduled_at: rfc3339(j.scheduled.unix_ns),
+        scheduled_seq: j.scheduled.seq,
         updated_at: rfc3339(j.updated.unix_ns),
         progress: j.progress.map(|(done, total)| ProgressView {
             bytes_done: done,

@@ -419,6 +419,48 @@ impl ServiceHandle {
         .await?
     }
 
+    /// The events with these seqs (ascending), read from the log on the
+    /// blocking pool: seqs close together are read in one pass, and a
+    /// wide gap between them is skipped by starting a new read at the
+    /// segment holding the next one, so the cost follows the events asked
+    /// for, not the length of the log. A record that cannot be read is
+    /// the answer (never a silently short list).
+    pub async fn read_events(&self, seqs: Vec<u64>) -> Result<Vec<Envelope>, ServiceError> {
+        /// Seqs at most this far apart are read in one pass.
+        const GAP: u64 = 4096;
+        let reader = self.log.reader();
+        tokio::task::spawn_blocking(move || {
+            let mut out = Vec::with_capacity(seqs.len());
+            let mut rest = seqs.as_slice();
+            while let Some(&start) = rest.first() {
+                let run = 1 + rest
+                    .windows(2)
+                    .take_while(|w| w[1] > w[0] && w[1] - w[0] <= GAP)
+                    .count();
+                let (wanted, later) = rest.split_at(run);
+                rest = later;
+                let end = wanted[wanted.len() - 1];
+                let mut next = wanted.iter().peekable();
+                for env in reader.replay_from(start)? {
+                    let env = env.map_err(|e| {
+                        tracing::error!(error = %e, start, "a read of the event log met damage");
+                        ServiceError::LogUnreadable(e)
+                    })?;
+                    let seq = env.seq;
+                    while next.next_if(|s| **s < seq).is_some() {}
+                    if next.next_if(|s| **s == seq).is_some() {
+                        out.push(env);
+                    }
+                    if seq >= end {
+                        break;
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .await?
+    }
+
     /// Committed events as they happen (bounded: a receiver that lags gets
     /// `Lagged` and must re-read from the log).
     pub fn subscribe_events(&self) -> broadcast::Receiver<Arc<Envelope>> {

@@ -16,6 +16,8 @@ mod tests;
 #[cfg(test)]
 mod tests_findings;
 
+use std::collections::BTreeMap;
+
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
@@ -165,6 +167,11 @@ pub struct Projections {
     /// only move it forward, so the cap is monotone.
     #[serde(default)]
     pub latest_recorded_unix_ns: i64,
+    /// The seqs of the events naming each point ([`Event::point`]), in
+    /// order: a point's history is read from these, never by scanning the
+    /// whole log. Eight bytes per such event.
+    #[serde(default)]
+    pub point_history: BTreeMap<SnapshotId, Vec<u64>>,
 }
 
 impl Projections {
@@ -204,6 +211,9 @@ impl Projections {
         }
         self.last_seq = at.seq;
         self.latest_recorded_unix_ns = self.latest_recorded_unix_ns.max(at.unix_ns);
+        if let Some(point) = event.point() {
+            self.point_history.entry(point).or_default().push(at.seq);
+        }
         if let Event::Unknown(u) = event {
             let (about_points, point) = self.points.apply_unknown(at, u);
             let caps = self.scope_of_unknown(u, about_points, point);

@@ -149,14 +149,20 @@ pub(crate) async fn get(
 ) -> Result<HttpResponse, WebError> {
     let id = parse_id(&id)?;
     let point = with_point(&ctx, &who, id, 0, Clone::clone).await?;
-    let history = ctx
-        .service()?
-        .scan_events(1, move |it| {
-            it.filter(|env| env.event.point() == Some(id))
-                .map(|env| event_view(&env))
-                .collect::<Vec<_>>()
+    // From the point's index of seqs (finding 8): the cost follows its own
+    // events, not the length of the log.
+    let handle = ctx.service()?;
+    let seqs = handle
+        .query(0, move |p| {
+            p.point_history.get(&id).cloned().unwrap_or_default()
         })
         .await?;
+    let history = handle
+        .read_events(seqs)
+        .await?
+        .iter()
+        .map(event_view)
+        .collect();
     Ok(HttpResponse::Ok().json(point_detail(&point, history)))
 }
 
