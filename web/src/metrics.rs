@@ -93,9 +93,12 @@ pub const EVENT_LOG_LAST_SEQ: &str = "vouch_event_log_last_seq";
 /// `vouch_event_log_head_seq`: the acknowledged head's seq (the log's
 /// `HEAD`), to be anchored elsewhere with its hash.
 pub const EVENT_LOG_HEAD_SEQ: &str = "vouch_event_log_head_seq";
-/// `vouch_event_log_head_info{hash}`: 1, one series, labelled with the hex
-/// hash of the event at `vouch_event_log_head_seq`.
-pub const EVENT_LOG_HEAD_INFO: &str = "vouch_event_log_head_info";
+/// `vouch_event_log_head_hash_prefix`: the first 48 bits of the hash of
+/// the event at `vouch_event_log_head_seq`, as a number (exact in a
+/// float). One series with no label, so a head that moves on every append
+/// does not mint a series per scrape; the whole hash is in
+/// `GET /api/v1/log/head`.
+pub const EVENT_LOG_HEAD_HASH_PREFIX: &str = "vouch_event_log_head_hash_prefix";
 /// `vouch_event_log_checkpoint_seq`: seq of the latest signed checkpoint
 /// of the chain (0: none; the chain is not authenticated).
 pub const EVENT_LOG_CHECKPOINT_SEQ: &str = "vouch_event_log_checkpoint_seq";
@@ -157,7 +160,7 @@ pub struct Metrics {
     append_healthy: IntGauge,
     log_bytes: IntGauge,
     head_seq: IntGauge,
-    head_info: IntGaugeVec,
+    head_hash_prefix: IntGauge,
     checkpoint_seq: IntGauge,
     webhooks: IntCounterVec,
     coverage: Gauge,
@@ -277,14 +280,11 @@ impl Metrics {
                 "Seq of the event log's acknowledged head (its HEAD file).",
             )?,
         )?;
-        let head_info = reg(
+        let head_hash_prefix = reg(
             r,
-            IntGaugeVec::new(
-                Opts::new(
-                    EVENT_LOG_HEAD_INFO,
-                    "1, labelled with the hash of the event at vouch_event_log_head_seq (one series).",
-                ),
-                &["hash"],
+            IntGauge::new(
+                EVENT_LOG_HEAD_HASH_PREFIX,
+                "The first 48 bits of the hash of the event at vouch_event_log_head_seq (big-endian).",
             )?,
         )?;
         let checkpoint_seq = reg(
@@ -388,7 +388,7 @@ impl Metrics {
             append_healthy,
             log_bytes,
             head_seq,
-            head_info,
+            head_hash_prefix,
             checkpoint_seq,
             webhooks,
             coverage,
@@ -578,12 +578,9 @@ impl Metrics {
             self.log_bytes.set(i64::try_from(size).unwrap_or(i64::MAX));
             // A HEAD that cannot be read leaves the series out (the log's
             // own checks report it) rather than failing the whole scrape.
-            self.head_info.reset();
             if let Ok(Some((seq, hash))) = head {
                 self.head_seq.set(i64::try_from(seq).unwrap_or(i64::MAX));
-                self.head_info
-                    .with_label_values(&[hash.to_hex().as_str()])
-                    .set(1);
+                self.head_hash_prefix.set(hash_prefix(&hash.0));
             }
             let cp = checkpoint.ok().flatten().map_or(0, |c| c.seq);
             self.checkpoint_seq
@@ -870,6 +867,12 @@ fn dir_size(dir: &Path) -> u64 {
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
+
+/// The first 48 bits of a hash, big-endian: the hex digits
+/// `hash[..12]` read as one number, exact in a float64.
+pub fn hash_prefix(hash: &[u8; 32]) -> i64 {
+    hash[..6].iter().fold(0i64, |n, b| (n << 8) | i64::from(*b))
+}
 
 #[cfg(test)]
 mod tests {
