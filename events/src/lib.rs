@@ -58,7 +58,7 @@ pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId
 pub use log::{
     latest_checkpoint, read_log_head, scrub, verify_chain, verify_log, AppendReceipt, ChainKey,
     ChainProblem, ChainReport, EventLog, LogOptions, LogReader, LogVerifyReport, Replay,
-    ScrubReport, SharedLog, Subscription,
+    ScrubReport, SealKey, SharedLog, Subscription,
 };
 #[cfg(feature = "failpoints")]
 pub use log::{SyncFault, SyncFaults};

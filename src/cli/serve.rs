@@ -785,6 +785,7 @@ fn service_config(c: &Config) -> anyhow::Result<ServiceConfig> {
         restart: BackoffPolicy::default(),
         version: env!("CARGO_PKG_VERSION").into(),
         scrub_every,
+        read_store_seal_key: None,
     })
 }
 
@@ -814,7 +815,7 @@ fn read_back(v: &VerificationSection) -> anyhow::Result<Option<ReadBackWindow>> 
 /// Runs `vouch serve` until SIGINT/SIGTERM.
 pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     let s = settings(&a)?;
-    let service_config = service_config(&s.config)?;
+    let mut service_config = service_config(&s.config)?;
     // A bad certificate or key stops the start before anything is created.
     let mut tls = match &s.tls {
         Some((cert, key)) => Some(super::tls::server_config(cert, key)?),
@@ -904,6 +905,8 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     if let Some(k) = &chain_key {
         tracing::info!(key_id = %hex::encode(k.id()), "event log: signing chain checkpoints");
     }
+    // The read store is trusted only on a seal made with the chain key.
+    service_config.read_store_seal_key = chain_key.as_ref().map(|k| k.read_store_seal_key());
     let log_options = LogOptions {
         allow_cut_acknowledged: a.repair_log,
         chain_key,

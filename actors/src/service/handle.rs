@@ -45,6 +45,9 @@ pub struct ServiceConfig {
     /// `service.log_scrubbed`); none: never on a timer. The first scrub
     /// runs [`FIRST_SCRUB_AFTER`](crate::service::FIRST_SCRUB_AFTER) after the start at the latest.
     pub scrub_every: Option<Duration>,
+    /// Seals the read store's snapshots with a key (given when the log
+    /// has a chain key): a snapshot not sealed with it is rebuilt.
+    pub read_store_seal_key: Option<vouch_events::SealKey>,
 }
 
 impl Default for ServiceConfig {
@@ -57,6 +60,7 @@ impl Default for ServiceConfig {
             restart: BackoffPolicy::default(),
             version: String::new(),
             scrub_every: Some(SCRUB_EVERY),
+            read_store_seal_key: None,
         }
     }
 }
@@ -99,7 +103,9 @@ pub async fn start(
     let reader: LogReader = log.reader();
     let model = {
         let reader = reader.clone();
-        tokio::task::spawn_blocking(move || ReadModel::open(read_store, &reader)).await??
+        let key = config.read_store_seal_key.clone();
+        tokio::task::spawn_blocking(move || ReadModel::open_sealed(read_store, &reader, key))
+            .await??
     };
     let (live, _) = broadcast::channel(LIVE_CAPACITY);
     let (progress, _) = broadcast::channel(256);

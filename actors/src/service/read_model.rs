@@ -162,7 +162,7 @@ impl ReadModelActor {
     /// failure they stay untrusted (queries get 503) and it is tried again
     /// later.
     fn reopen(&mut self, ctx: &mut Context<Self>) {
-        match ReadModel::open(self.model.store().clone(), &self.log) {
+        match ReadModel::open_sealed(self.model.store().clone(), &self.log, self.model.seal_key()) {
             Ok(model) => {
                 if self.untrusted.is_some() {
                     self.set_untrusted(None);
@@ -222,7 +222,7 @@ impl Supervised for ReadModelActor {
         // The context's futures were dropped: a checkpoint being written
         // finishes on its own, unobserved.
         self.writing = false;
-        match ReadModel::open(self.model.store().clone(), &self.log) {
+        match ReadModel::open_sealed(self.model.store().clone(), &self.log, self.model.seal_key()) {
             Ok(model) => {
                 self.set_untrusted(None);
                 self.model = model;

@@ -24,6 +24,21 @@ use crate::format::{
 #[derive(Clone)]
 pub struct ChainKey([u8; 32]);
 
+/// `blake3::derive_key` context of [`ChainKey::read_store_seal_key`].
+const READ_STORE_SEAL_KEY_CONTEXT: &str = "vouch read store seal key v1";
+
+/// The key of the read store's seals ([`ChainKey::read_store_seal_key`]):
+/// with it, a snapshot written by someone without the chain key does not
+/// verify, however well formed.
+#[derive(Clone)]
+pub struct SealKey(pub(crate) [u8; 32]);
+
+impl std::fmt::Debug for SealKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SealKey(..)")
+    }
+}
+
 impl std::fmt::Debug for ChainKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ChainKey(id {})", hex::encode(self.id()))
@@ -73,6 +88,12 @@ impl ChainKey {
         let mut id = [0u8; 8];
         id.copy_from_slice(&d[..8]);
         id
+    }
+
+    /// The key that seals the read store's snapshots (derived, so the
+    /// chain key itself signs nothing but checkpoints).
+    pub fn read_store_seal_key(&self) -> SealKey {
+        SealKey(blake3::derive_key(READ_STORE_SEAL_KEY_CONTEXT, &self.0))
     }
 
     /// The MAC of a checkpoint's signed bytes.

@@ -16,7 +16,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
-pub use checkpoint::{latest_checkpoint, ChainKey};
+pub use checkpoint::{latest_checkpoint, ChainKey, SealKey};
 #[cfg(feature = "failpoints")]
 pub use failpoints::{SyncFault, SyncFaults};
 pub use group::SharedLog;

@@ -5,7 +5,7 @@ use crate::codec::Envelope;
 use crate::error::{EventError, Result};
 use crate::event::Event;
 use crate::format::EventHash;
-use crate::log::LogReader;
+use crate::log::{LogReader, SealKey};
 use crate::projection::Projections;
 use crate::store::ReadStore;
 
@@ -13,6 +13,8 @@ use crate::store::ReadStore;
 #[derive(Debug)]
 pub struct ReadModel<S: ReadStore> {
     store: S,
+    /// Seals snapshots with a key when the log has a chain key.
+    seal_key: Option<SealKey>,
     projections: Projections,
     snapshot_seq: u64,
     /// The seq and hash of the state last written to the store (or found
@@ -28,6 +30,7 @@ pub struct ReadModel<S: ReadStore> {
 #[derive(Debug)]
 pub struct Checkpoint<S: ReadStore> {
     store: S,
+    seal_key: Option<SealKey>,
     projections: Projections,
 }
 
@@ -50,20 +53,27 @@ impl<S: ReadStore> Checkpoint<S> {
 
     /// Encodes the snapshot and stores it with its tag, then flushes.
     pub fn write(self) -> Result<CheckpointWritten> {
-        write_snapshot(&self.store, &self.projections)
+        write_snapshot(&self.store, self.seal_key.as_ref(), &self.projections)
     }
 }
 
-/// Magic of the seal appended to every snapshot written to a read store.
+/// Magic of the seal appended to every snapshot written to a read store
+/// without a key.
 const SEAL_MAGIC: &[u8; 8] = b"VRSSEAL1";
+/// Magic of a seal made with a [`SealKey`] (the checksum is a keyed BLAKE3
+/// of the same input).
+const KEYED_SEAL_MAGIC: &[u8; 8] = b"VRSKEYD1";
 /// Length of the seal: magic, the hash of the last event folded, checksum.
 const SEAL_LEN: usize = 8 + 32 + 32;
 /// `blake3::derive_key` context of the seal's checksum.
 const SEAL_CONTEXT: &str = "vouch read store snapshot seal v1";
 
 /// The checksum binding a snapshot's bytes to its seq and hash.
-fn seal_sum(seq: u64, hash: &EventHash, bytes: &[u8]) -> [u8; 32] {
-    let mut h = blake3::Hasher::new_derive_key(SEAL_CONTEXT);
+fn seal_sum(key: Option<&SealKey>, seq: u64, hash: &EventHash, bytes: &[u8]) -> [u8; 32] {
+    let mut h = match key {
+        Some(k) => blake3::Hasher::new_keyed(&k.0),
+        None => blake3::Hasher::new_derive_key(SEAL_CONTEXT),
+    };
     h.update(&seq.to_le_bytes());
     h.update(&hash.0);
     h.update(bytes);
@@ -74,9 +84,9 @@ fn seal_sum(seq: u64, hash: &EventHash, bytes: &[u8]) -> [u8; 32] {
 /// mode) of seq, hash and bytes`. The store is trusted on nothing but a
 /// seal that verifies (security review finding 11): a snapshot edited
 /// inside the store, or moved to another seq, is rebuilt from the log.
-fn seal(seq: u64, hash: &EventHash, mut bytes: Vec<u8>) -> Vec<u8> {
-    let sum = seal_sum(seq, hash, &bytes);
-    bytes.extend_from_slice(SEAL_MAGIC);
+fn seal(key: Option<&SealKey>, seq: u64, hash: &EventHash, mut bytes: Vec<u8>) -> Vec<u8> {
+    let sum = seal_sum(key, seq, hash, &bytes);
+    bytes.extend_from_slice(magic(key));
     bytes.extend_from_slice(&hash.0);
     bytes.extend_from_slice(&sum);
     bytes
@@ -84,26 +94,53 @@ fn seal(seq: u64, hash: &EventHash, mut bytes: Vec<u8>) -> Vec<u8> {
 
 /// The snapshot bytes and the hash they are sealed with, if the seal of
 /// `sealed` (tagged `seq`) verifies; otherwise what is wrong.
-fn unseal(seq: u64, sealed: &[u8]) -> std::result::Result<(&[u8], EventHash), &'static str> {
+fn unseal<'a>(
+    key: Option<&SealKey>,
+    seq: u64,
+    sealed: &'a [u8],
+) -> std::result::Result<(&'a [u8], EventHash), &'static str> {
     let Some(split) = sealed.len().checked_sub(SEAL_LEN) else {
         return Err("no seal (written by an older build, or cut)");
     };
     let (bytes, tail) = sealed.split_at(split);
-    if &tail[..8] != SEAL_MAGIC {
-        return Err("no seal (written by an older build, or damaged)");
+    if &tail[..8] != magic(key) {
+        let other = if key.is_some() {
+            SEAL_MAGIC
+        } else {
+            KEYED_SEAL_MAGIC
+        };
+        return Err(if &tail[..8] == other {
+            "sealed with a key where none is, or without one where one is (the chain key was \
+             added or removed, or the snapshot was written by someone without it)"
+        } else {
+            "no seal (written by an older build, or damaged)"
+        });
     }
     let mut hash = [0u8; 32];
     hash.copy_from_slice(&tail[8..40]);
     let hash = EventHash(hash);
-    let sum = seal_sum(seq, &hash, bytes);
+    let sum = seal_sum(key, seq, &hash, bytes);
     if blake3::Hash::from(sum) != blake3::Hash::from_slice(&tail[40..]).map_err(|_| "bad seal")? {
         return Err("its checksum does not match (the snapshot or its tag was changed)");
     }
     Ok((bytes, hash))
 }
 
-fn write_snapshot<S: ReadStore>(store: &S, p: &Projections) -> Result<CheckpointWritten> {
-    let bytes = seal(p.last_seq, &p.last_hash, p.to_snapshot()?);
+/// The magic of a seal made with or without a key.
+fn magic(key: Option<&SealKey>) -> &'static [u8; 8] {
+    if key.is_some() {
+        KEYED_SEAL_MAGIC
+    } else {
+        SEAL_MAGIC
+    }
+}
+
+fn write_snapshot<S: ReadStore>(
+    store: &S,
+    key: Option<&SealKey>,
+    p: &Projections,
+) -> Result<CheckpointWritten> {
+    let bytes = seal(key, p.last_seq, &p.last_hash, p.to_snapshot()?);
     store.store(p.last_seq, &bytes)?;
     store.flush()?;
     Ok(CheckpointWritten {
@@ -136,10 +173,19 @@ impl<S: ReadStore> ReadModel<S> {
     /// loss (a `service.log_repaired` event whose cut starts at or below
     /// the tag), in which case the state is rebuilt from the log.
     pub fn open(store: S, log: &LogReader) -> Result<Self> {
+        Self::open_sealed(store, log, None)
+    }
+
+    /// [`ReadModel::open`], with snapshots sealed (and trusted only when
+    /// sealed) with `key`: a log with a chain key gives its read store
+    /// [`ChainKey::read_store_seal_key`](crate::ChainKey::read_store_seal_key),
+    /// so that whoever can write the data directory but lacks the key
+    /// cannot plant a state the log does not hold.
+    pub fn open_sealed(store: S, log: &LogReader, key: Option<SealKey>) -> Result<Self> {
         let started = std::time::Instant::now();
         let mut projections = Projections::new();
         let loaded = store.load_snapshot().map(|s| {
-            s.and_then(|snap| match unseal(snap.seq, &snap.bytes) {
+            s.and_then(|snap| match unseal(key.as_ref(), snap.seq, &snap.bytes) {
                 Ok((bytes, hash)) => Some((snap.seq, hash, bytes.to_vec())),
                 Err(why) => {
                     tracing::error!(
@@ -214,6 +260,7 @@ impl<S: ReadStore> ReadModel<S> {
         let stored = (from > 0).then_some((from, projections.last_hash));
         let mut model = ReadModel {
             store,
+            seal_key: key,
             projections,
             snapshot_seq: from,
             stored,
@@ -304,7 +351,7 @@ impl<S: ReadStore> ReadModel<S> {
     /// written again.
     pub fn checkpoint(&mut self) -> Result<()> {
         if self.stored != Some((self.projections.last_seq, self.projections.last_hash)) {
-            let w = write_snapshot(&self.store, &self.projections)?;
+            let w = write_snapshot(&self.store, self.seal_key.as_ref(), &self.projections)?;
             self.checkpoint_written(&w);
         }
         Ok(())
@@ -325,6 +372,7 @@ impl<S: ReadStore> ReadModel<S> {
         }
         Some(Checkpoint {
             store: self.store.clone(),
+            seal_key: self.seal_key.clone(),
             projections: self.projections.clone(),
         })
     }
@@ -333,6 +381,12 @@ impl<S: ReadStore> ReadModel<S> {
     /// state is skipped).
     pub fn checkpoint_written(&mut self, w: &CheckpointWritten) {
         self.stored = Some((w.seq, w.hash));
+    }
+
+    /// The key its snapshots are sealed with, if any (to reopen the store
+    /// as it was opened).
+    pub fn seal_key(&self) -> Option<SealKey> {
+        self.seal_key.clone()
     }
 
     /// The current state.
@@ -575,13 +629,52 @@ mod tests {
 
     #[test]
     fn a_sealed_snapshot_moved_to_another_seq_is_rebuilt() {
-        let sealed = seal(7, &EventHash([1; 32]), b"state".to_vec());
-        assert_eq!(unseal(7, &sealed), Ok((&b"state"[..], EventHash([1; 32]))));
-        assert!(unseal(6, &sealed).is_err());
-        assert!(unseal(7, b"state").is_err());
+        let sealed = seal(None, 7, &EventHash([1; 32]), b"state".to_vec());
+        assert_eq!(
+            unseal(None, 7, &sealed),
+            Ok((&b"state"[..], EventHash([1; 32])))
+        );
+        assert!(unseal(None, 6, &sealed).is_err());
+        assert!(unseal(None, 7, b"state").is_err());
         let mut flipped = sealed.clone();
         flipped[2] ^= 1;
-        assert!(unseal(7, &flipped).is_err());
+        assert!(unseal(None, 7, &flipped).is_err());
+    }
+
+    /// With a chain key, the read store is trusted only on a seal made
+    /// with it: a snapshot sealed without a key (as anyone who can write
+    /// the data directory could make one) or with another key is rebuilt
+    /// from the log, never loaded.
+    #[test]
+    fn with_a_key_only_a_snapshot_sealed_with_it_is_loaded() {
+        use crate::ChainKey;
+        let key = |b: u8| Some(ChainKey::from_bytes([b; 32]).read_store_seal_key());
+        let sealed = seal(key(1).as_ref(), 7, &EventHash([1; 32]), b"state".to_vec());
+        assert!(unseal(key(1).as_ref(), 7, &sealed).is_ok());
+        assert!(unseal(key(2).as_ref(), 7, &sealed).is_err());
+        assert!(unseal(None, 7, &sealed).is_err());
+        let plain = seal(None, 7, &EventHash([1; 32]), b"state".to_vec());
+        assert!(unseal(key(1).as_ref(), 7, &plain).is_err());
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = log_with(&dir.path().join("log"), &history(12));
+        let store = MemoryStore::new();
+        let open = |k| ReadModel::open_sealed(store.clone(), &log.reader(), k).expect("model");
+        let good = answers(&open(key(1)));
+        let m = open(key(1));
+        assert_eq!(m.snapshot_seq(), good.1, "its own seal: loaded");
+        drop(m);
+        let m = open(key(2));
+        assert_eq!(m.snapshot_seq(), 0, "another key's seal: rebuilt");
+        assert_eq!(answers(&m), good);
+        drop(m);
+        // An unkeyed open leaves an unkeyed seal behind (a forger's).
+        let m = open(None);
+        assert_eq!(m.snapshot_seq(), 0);
+        drop(m);
+        let m = open(key(1));
+        assert_eq!(m.snapshot_seq(), 0, "an unkeyed seal: rebuilt");
+        assert_eq!(answers(&m), good);
     }
 
     #[test]
