@@ -216,6 +216,11 @@ fn config() -> ServiceConfig {
         // settle rounds wait for; it is tested on its own
         // (`a_scrub_finds_damage_to_an_acknowledged_event_and_raises_log_damaged`).
         scrub_every: None,
+        // Sealed with a key, as with a chain key: every reopen after a
+        // crash or power cut goes through the keyed seal.
+        read_store_seal_key: Some(
+            vouch_events::ChainKey::from_bytes([7; 32]).read_store_seal_key(),
+        ),
     }
 }
 
