@@ -88,6 +88,10 @@ pub const JOB_DURATION: &str = "vouch_job_duration_seconds";
 pub const BACKUP_BYTES_READ: &str = "vouch_backup_bytes_read_total";
 /// `vouch_backup_bytes_added_total`: bytes new to the repository.
 pub const BACKUP_BYTES_ADDED: &str = "vouch_backup_bytes_added_total";
+/// `vouch_agent_last_seen_timestamp_seconds{agent}`: when each agent last
+/// called in (server clock); an agent registered but never seen since has
+/// its registration time.
+pub const AGENT_LAST_SEEN: &str = "vouch_agent_last_seen_timestamp_seconds";
 /// `vouch_event_log_last_seq`: seq of the last durable event.
 pub const EVENT_LOG_LAST_SEQ: &str = "vouch_event_log_last_seq";
 /// `vouch_event_log_head_seq`: the acknowledged head's seq (the log's
@@ -153,6 +157,7 @@ pub struct Metrics {
     points: IntGaugeVec,
     protection: IntGaugeVec,
     last_recoverable: GaugeVec,
+    agent_last_seen: GaugeVec,
     job_duration: HistogramVec,
     bytes_read: IntCounter,
     bytes_added: IntCounter,
@@ -233,6 +238,16 @@ impl Metrics {
                     "Snapshot time of each plan's newest recoverable point.",
                 ),
                 &["plan"],
+            )?,
+        )?;
+        let agent_last_seen = reg(
+            r,
+            GaugeVec::new(
+                Opts::new(
+                    AGENT_LAST_SEEN,
+                    "When each agent last called in (server clock).",
+                ),
+                &["agent"],
             )?,
         )?;
         let job_duration = reg(
@@ -381,6 +396,7 @@ impl Metrics {
             points,
             protection,
             last_recoverable,
+            agent_last_seen,
             job_duration,
             bytes_read,
             bytes_added,
@@ -541,7 +557,14 @@ impl Metrics {
                 plans,
                 coverage,
                 read_back,
+                agents,
             } = snap;
+            self.agent_last_seen.reset();
+            for (agent, seen_ns) in agents {
+                self.agent_last_seen
+                    .with_label_values(&[agent.as_str()])
+                    .set(seen_ns as f64 / 1e9);
+            }
             self.read_back.reset();
             for (repository, ratio) in read_back {
                 self.read_back
@@ -643,6 +666,8 @@ pub(crate) struct StateSnapshot {
     coverage: f64,
     /// Per repository in use, the read-back coverage (none when it is off).
     read_back: Vec<(String, f64)>,
+    /// Per agent ever seen, when it last called in (Unix ns).
+    agents: Vec<(String, i64)>,
 }
 
 /// One plan's series.
@@ -843,11 +868,18 @@ pub(crate) fn state_snapshot(
             })
             .collect()
     });
+    let agents = p
+        .agents
+        .agents
+        .values()
+        .filter_map(|a| a.last_seen_unix_ns.map(|t| (a.id.to_string(), t)))
+        .collect();
     StateSnapshot {
         states,
         plans,
         coverage,
         read_back,
+        agents,
     }
 }
 
@@ -930,6 +962,12 @@ mod tests {
                 covered as f64 / live as f64
             },
             read_back: Vec::new(),
+            agents: p
+                .agents
+                .agents
+                .values()
+                .filter_map(|a| a.last_seen_unix_ns.map(|t| (a.id.to_string(), t)))
+                .collect(),
         }
     }
 

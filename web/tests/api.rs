@@ -1236,6 +1236,54 @@ async fn jobs_page_newest_first_with_before_seq() {
     s.stop().await;
 }
 
+/// `/metrics` has each agent's last call-in (issue 14, "agents are
+/// visible"): the recorded time of its latest `agent.seen`, by the
+/// server's clock, one series per agent.
+#[actix_web::test]
+async fn metrics_show_when_each_agent_last_called_in() {
+    let s = Server::start().await;
+    let receipt = s
+        .service
+        .append(vec![
+            vouch_events::AgentRegistered {
+                agent: vouch_events::AgentId::new("web-1"),
+                hostname: "web-1.example".into(),
+                os: "linux".into(),
+                version: "0.1.0".into(),
+            }
+            .into(),
+            vouch_events::AgentSeen {
+                agent: vouch_events::AgentId::new("web-1"),
+            }
+            .into(),
+        ])
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let seen_ns = s
+        .service
+        .scan_events(receipt.last_seq, |it| it.next().map(|e| e.recorded_unix_ns))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_default();
+    let (status, text) = s.get("/metrics", METRICS).await;
+    assert_eq!(status, StatusCode::OK);
+    let text = text.as_str().unwrap_or_default().to_owned();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("vouch_agent_last_seen_timestamp_seconds{agent=\"web-1\"}"))
+        .unwrap_or_else(|| panic!("no series for web-1: {text}"));
+    let value: f64 = line
+        .rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_default();
+    assert!(
+        (value - seen_ns as f64 / 1e9).abs() < 1e-3,
+        "{line} vs {seen_ns} ns"
+    );
+    s.stop().await;
+}
+
 /// The `until` of every `point.locked` in the log, in log order.
 async fn locks_in_log(s: &Server) -> Vec<i64> {
     s.service
