@@ -543,6 +543,26 @@ pub struct ActionAudited {
     pub target: String,
 }
 
+/// A caller was refused something it tried (the repository protocol and
+/// the agents' leases record these): another agent's repository, a
+/// deletion or overwrite by an append-only credential, an upload or
+/// result under a lease that is not current, a forged or incomplete
+/// upload.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessRefused {
+    /// The token's name.
+    pub principal: String,
+    /// The token's role.
+    pub role: String,
+    /// What was tried: `repo.read`, `repo.put`, `repo.delete`,
+    /// `repo.sync`, `lease.renew`, `lease.result`.
+    pub action: String,
+    /// What it was tried on: `REPO/KIND/NAME`, a fencing token.
+    pub target: String,
+    /// Why it was refused (for humans).
+    pub reason: String,
+}
+
 /// The content of backed-up files was read through the API (a download).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContentRead {
@@ -736,6 +756,7 @@ events! {
     ActionAudited => "audit.action", v 1;
     ContentRead => "audit.content_read", v 1;
     PointUnlocked => "point.unlocked", v 1;
+    AccessRefused => "audit.refused", v 1;
 }
 
 impl Event {

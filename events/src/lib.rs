@@ -44,14 +44,14 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use codec::{decode_envelope, decode_event, encode_body, Envelope};
 pub use error::{EventError, Result};
 pub use event::{
-    ActionAudited, AgentRegistered, AgentSeen, AlertDelivered, AlertDeliveryFailed, AlertRaised,
-    AlertResolved, AnomalyDetected, AnomalySignal, BackupCommitted, BackupSummary, ClockStepped,
-    ConfigurationChanged, ContentRead, Event, JobAbandoned, JobFailed, JobFinished, JobKind,
-    JobProgress, JobScheduled, JobSpec, JobStarted, LeaseExpired, LeaseGranted, LogRepaired,
-    LogScrubbed, PacksReadBack, PlanChanged, PlanCreated, PlanRemoved, PointDiscovered,
-    PointForgotten, PointLocked, PointUnlocked, PointVanished, RestoreEvidence, RestoreTestFailed,
-    RestoreTestPassed, RestoreTestStarted, ServiceStarted, Severity, UnknownEvent,
-    VerificationFailed, VerificationPassed, VerificationStarted, EVENT_TYPES,
+    AccessRefused, ActionAudited, AgentRegistered, AgentSeen, AlertDelivered, AlertDeliveryFailed,
+    AlertRaised, AlertResolved, AnomalyDetected, AnomalySignal, BackupCommitted, BackupSummary,
+    ClockStepped, ConfigurationChanged, ContentRead, Event, JobAbandoned, JobFailed, JobFinished,
+    JobKind, JobProgress, JobScheduled, JobSpec, JobStarted, LeaseExpired, LeaseGranted,
+    LogRepaired, LogScrubbed, PacksReadBack, PlanChanged, PlanCreated, PlanRemoved,
+    PointDiscovered, PointForgotten, PointLocked, PointUnlocked, PointVanished, RestoreEvidence,
+    RestoreTestFailed, RestoreTestPassed, RestoreTestStarted, ServiceStarted, Severity,
+    UnknownEvent, VerificationFailed, VerificationPassed, VerificationStarted, EVENT_TYPES,
 };
 pub use format::{ChainCheckpoint, EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};

@@ -113,6 +113,19 @@ pub struct SourcePolicy {
     protected: Vec<Protected>,
 }
 
+/// The agent and the path on its host of an `agent:NAME:/path` source;
+/// `None` for any other source.
+pub fn agent_source(source: &str) -> Option<(&str, &str)> {
+    let (name, path) = source.strip_prefix("agent:")?.split_once(':')?;
+    (!name.is_empty() && path.starts_with('/')).then_some((name, path))
+}
+
+/// The repository an agent's backups go into: its own (`agent-NAME`),
+/// made when it registers (see `docs/agents.md`).
+pub fn agent_repository(agent: &str) -> String {
+    format!("agent-{agent}")
+}
+
 impl SourcePolicy {
     /// Sources below `allow` (resolved now), overlapping none of
     /// `protected` (resolved now).

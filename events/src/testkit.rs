@@ -310,5 +310,13 @@ pub(crate) fn sample_events() -> Vec<Event> {
             reason: "legal hold lifted (ticket 4711)".into(),
         }
         .into(),
+        AccessRefused {
+            principal: "web-2".into(),
+            role: "agent".into(),
+            action: "repo.put".into(),
+            target: "agent-web-1/snapshots".into(),
+            reason: "an agent writes only into its own repository".into(),
+        }
+        .into(),
     ]
 }

@@ -22,15 +22,21 @@ use clap::{Args, Parser, Subcommand};
 
 pub use output::Output;
 
-use crate::backend::LocalBackend;
+use crate::backend::http::HttpBackend;
+use crate::backend::{Backend, LocalBackend};
 use crate::error::{Error, Result};
+use crate::http_client::{split_url, ClientOptions, HttpClient};
 use crate::repo::Repository;
+use crate::tls_pin::Pin;
 
 /// Encrypted, deduplicated backups that are proven restorable.
 #[derive(Parser, Debug)]
 #[command(name = "vouch", version, about, propagate_version = true)]
 pub struct Cli {
-    /// Repository location (a directory).
+    /// Repository location: a directory, or a repository a service serves
+    /// (`https://HOST:PORT/repo/v1/REPOSITORY`, with the token in
+    /// VOUCH_TOKEN or VOUCH_TOKEN_FILE and, for a self-signed server
+    /// certificate, its SHA-256 in VOUCH_FINGERPRINT).
     #[arg(short = 'r', long = "repo", env = "VOUCH_REPOSITORY", global = true)]
     pub repo: Option<PathBuf>,
     /// Machine-readable JSON output on stdout.
@@ -110,20 +116,57 @@ impl Ctx {
 
     /// Opens the repository with the passphrase from the environment or a prompt.
     pub fn open(&self) -> Result<Repository> {
-        let path = self.repo_path()?;
-        let backend = Arc::new(LocalBackend::new(path));
-        // Check the config before asking for a passphrase.
-        Repository::read_config(backend.as_ref())?;
+        let backend = self.backend()?;
         let pw = password::existing()?;
         Ok(Repository::open(backend, &pw)?.with_lock_wait(self.lock_wait))
     }
 
-    /// The repository's storage, without opening it (no passphrase needed).
-    pub fn backend(&self) -> Result<Arc<LocalBackend>> {
-        let backend = Arc::new(LocalBackend::new(self.repo_path()?));
+    /// The repository's storage, its config checked, without opening it
+    /// (no passphrase needed).
+    pub fn backend(&self) -> Result<Arc<dyn Backend>> {
+        let path = self.repo_path()?;
+        let backend: Arc<dyn Backend> = match path.to_str().filter(|p| is_url(p)) {
+            Some(url) => Arc::new(http_backend(url)?),
+            None => Arc::new(LocalBackend::new(path)),
+        };
+        // Check the config before asking for a passphrase.
         Repository::read_config(backend.as_ref())?;
         Ok(backend)
     }
+}
+
+/// Whether a `--repo` names a served repository rather than a directory.
+pub fn is_url(repo: &str) -> bool {
+    repo.starts_with("https://") || repo.starts_with("http://")
+}
+
+/// The backend of a served repository's URL, with the token from
+/// VOUCH_TOKEN or VOUCH_TOKEN_FILE and the pin from VOUCH_FINGERPRINT.
+pub fn http_backend(url: &str) -> Result<HttpBackend> {
+    let (origin, path) = split_url(url).map_err(Error::InvalidArgument)?;
+    let token = service_link::token()
+        .map_err(Error::InvalidArgument)?
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{url} is a served repository: set VOUCH_TOKEN (or VOUCH_TOKEN_FILE) to a token of the service (role admin or append)"
+            ))
+        })?;
+    let pin = match std::env::var("VOUCH_FINGERPRINT") {
+        Ok(f) if !f.trim().is_empty() => {
+            Some(Pin::sha256(f.trim()).map_err(Error::InvalidArgument)?)
+        }
+        _ => None,
+    };
+    let client = HttpClient::new(
+        &origin,
+        zeroize::Zeroizing::new(token),
+        ClientOptions {
+            pin,
+            ..ClientOptions::default()
+        },
+    )
+    .map_err(Error::InvalidArgument)?;
+    HttpBackend::new(Arc::new(client), &path)
 }
 
 /// Options shared by commands that take a snapshot and a path.

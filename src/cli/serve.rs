@@ -22,8 +22,8 @@ use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 use serde::Deserialize;
 use vouch_actors::service::{
-    self, AlertingConfig, DispatchConfig, ReadBackWindow, Receiver, ReceiverAuth, SchedulerConfig,
-    Secret, ServiceConfig, WebhookFormat,
+    self, AgentBoard, AlertingConfig, DispatchConfig, ReadBackWindow, Receiver, ReceiverAuth,
+    SchedulerConfig, Secret, ServiceConfig, WebhookFormat,
 };
 use vouch_actors::{BackoffPolicy, SystemClock};
 use vouch_events::sources::{Protected, RootList, SourcePolicy, DEFAULT_SOURCE_ROOTS};
@@ -32,7 +32,7 @@ use vouch_web::{AppState, LiveTokens, Role, TokenStore};
 
 use crate::backend::LocalBackend;
 use crate::repo::{InitOptions, Repository};
-use crate::workers::{EngineBrowser, EngineWorker, RepoSet, RepoSpec};
+use crate::workers::{EngineBrowser, EngineRepoStore, EngineWorker, RepoSet, RepoSpec};
 
 /// Options of `vouch serve`.
 #[derive(Args, Debug)]
@@ -91,11 +91,15 @@ pub struct TokenArgs {
 pub enum TokenAction {
     /// Make a token; it is printed once and stored only as a hash.
     Create {
-        /// Its unique name (an agent's token is named after the agent).
+        /// Its unique name (an agent's token is named after the agent);
+        /// optional for `enroll` tokens (`enroll-` and random digits).
         #[arg(long)]
-        name: String,
+        name: Option<String>,
         /// admin, operator, viewer, restore (viewer plus file contents),
-        /// metrics (only /metrics) or agent.
+        /// metrics (only /metrics), agent, enroll (registers one agent,
+        /// once: give it to `vouch agent --enroll`; pair it with
+        /// --expires) or append (the repository protocol only: read and
+        /// add, never delete).
         #[arg(long, default_value = "viewer")]
         role: String,
         /// Refused after this long (e.g. "90d"); never expires without it.
@@ -597,6 +601,13 @@ pub fn token(a: TokenArgs) -> anyhow::Result<i32> {
             expires,
         } => {
             let role: Role = role.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+            let name = match (name, role) {
+                (Some(n), _) => n,
+                (None, Role::Enroll) => {
+                    format!("enroll-{}", hex::encode(crate::crypto::random_array::<4>()))
+                }
+                (None, _) => bail!("--name is required (only enroll tokens get one made up)"),
+            };
             let expires_unix = match &expires {
                 Some(d) => {
                     let d = dur(d, "--expires")?;
@@ -858,6 +869,16 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             passphrase: read_secret(&r.passphrase_file)?.into(),
         });
     }
+    // Each registered agent's own repository (docs/agents.md).
+    for spec in crate::workers::agent_repositories(&data_dir)? {
+        if specs.iter().any(|s| s.id == spec.id) {
+            bail!(
+                "repository {:?} is configured and is also an agent's own repository; rename the configured one",
+                spec.id.as_str()
+            );
+        }
+        specs.push(spec);
+    }
     ensure_admin_token(&data_dir)?;
     let tokens = LiveTokens::from_file(data_dir.join("tokens.json"))?.with_failed_auth_limit(
         s.config
@@ -942,11 +963,16 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
 
     let system = actix_web::rt::System::new();
     system.block_on(async move {
-        let workers = EngineWorker::start_all_with_clock(repos.clone(), clock.clone());
+        let agents = Arc::new(AgentBoard::new());
+        let workers = EngineWorker::with_clock(repos.clone(), clock.clone())
+            .with_agents(agents.clone())
+            .start_all_kinds();
         let handle = service::start(log, read_store, workers, clock, service_config).await?;
         let state = AppState::with_tokens(tokens)?
             .with_service(handle.clone())
-            .with_browse(Arc::new(EngineBrowser::new(repos)))
+            .with_browse(Arc::new(EngineBrowser::new(repos.clone())))
+            .with_repo_store(Arc::new(EngineRepoStore::new(repos, &data_dir)))
+            .with_agents(agents)
             .with_log_dir(log_dir)
             .with_source_policy(sources)
             .with_min_every(min_every);

@@ -2,6 +2,7 @@
 //! its metadata (snapshots, index files) and blobs.
 
 mod index;
+pub mod integrity;
 pub mod lock;
 pub mod owner;
 pub mod pack;
@@ -449,10 +450,16 @@ impl Repository {
 
     /// Reads one manifest, checking that its bytes hash to its name.
     pub fn load_snapshot(&self, id: &SnapshotId) -> Result<Manifest> {
-        let what = format!("snapshot {}", id.short());
         let bytes = self.backend.read(FileKind::Snapshot, &id.to_hex())?;
-        check_named(SnapshotId::hash_of(&bytes) == *id, &bytes, &what)?;
-        let plain = sealed::open(&self.key, SealedKind::Snapshot, &bytes, &what)?;
+        self.decode_snapshot(id, &bytes)
+    }
+
+    /// Checks that `bytes` hash to `id`, and decrypts and parses them as a
+    /// manifest (for a snapshot received before it is stored).
+    pub fn decode_snapshot(&self, id: &SnapshotId, bytes: &[u8]) -> Result<Manifest> {
+        let what = format!("snapshot {}", id.short());
+        check_named(SnapshotId::hash_of(bytes) == *id, bytes, &what)?;
+        let plain = sealed::open(&self.key, SealedKind::Snapshot, bytes, &what)?;
         decode(&plain).map_err(|e| Error::corrupt(what, e))
     }
 
@@ -537,10 +544,16 @@ impl Repository {
 
     /// Reads one index file, checking that its bytes hash to its name.
     pub fn load_index_file(&self, id: &IndexId) -> Result<IndexFile> {
-        let what = format!("index file {}", id.short());
         let bytes = self.backend.read(FileKind::Index, &id.to_hex())?;
-        check_named(IndexId::hash_of(&bytes) == *id, &bytes, &what)?;
-        let plain = sealed::open(&self.key, SealedKind::Index, &bytes, &what)?;
+        self.decode_index_file(id, &bytes)
+    }
+
+    /// Checks that `bytes` hash to `id`, and decrypts and parses them as an
+    /// index file (for one received before it is stored).
+    pub fn decode_index_file(&self, id: &IndexId, bytes: &[u8]) -> Result<IndexFile> {
+        let what = format!("index file {}", id.short());
+        check_named(IndexId::hash_of(bytes) == *id, bytes, &what)?;
+        let plain = sealed::open(&self.key, SealedKind::Index, bytes, &what)?;
         decode(&plain).map_err(|e| Error::corrupt(what, e))
     }
 

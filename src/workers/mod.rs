@@ -6,16 +6,21 @@
 //! This module and `cli` are the only parts of the engine package that
 //! know about actors and events.
 
+mod agent_jobs;
 mod browse;
 pub mod reconcile;
+mod repo_store;
 mod repos;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
-use vouch_actors::service::{JobCommand, JobFailure, JobOutput, ProgressReading, RunJob, Workers};
+use vouch_actors::service::{
+    AgentBoard, JobCommand, JobFailure, JobOutput, ProgressReading, RunJob, Workers,
+};
 use vouch_actors::{Clock, SystemClock};
+use vouch_events::sources::agent_source;
 use vouch_events::{
     BackupCommitted, BackupSummary, Event, JobId, KeepPolicy, PacksReadBack, PlanId,
     PointForgotten, PointVanished, RepositoryId, RestoreEvidence, RestoreTestFailed,
@@ -24,6 +29,7 @@ use vouch_events::{
 };
 
 pub use browse::EngineBrowser;
+pub use repo_store::{agent_repositories, EngineRepoStore, AGENTS_DIR};
 pub use repos::{RepoSet, RepoSpec};
 
 use crate::backup::{backup, BackupOptions};
@@ -83,6 +89,7 @@ pub fn failure_of(e: &Error, cancelled: bool) -> JobFailure {
 pub struct EngineWorker {
     repos: Arc<RepoSet>,
     clock: Arc<dyn Clock>,
+    agents: Option<Arc<AgentBoard>>,
 }
 
 impl EngineWorker {
@@ -93,7 +100,18 @@ impl EngineWorker {
 
     /// A worker reading time (retention's "now") from the service's clock.
     pub fn with_clock(repos: Arc<RepoSet>, clock: Arc<dyn Clock>) -> Self {
-        EngineWorker { repos, clock }
+        EngineWorker {
+            repos,
+            clock,
+            agents: None,
+        }
+    }
+
+    /// Offers the backups of `agent:` plans on `board` (without one they
+    /// fail: nobody would take them).
+    pub fn with_agents(mut self, board: Arc<AgentBoard>) -> Self {
+        self.agents = Some(board);
+        self
     }
 
     /// Starts one worker actor and hands it out for every kind of job.
@@ -103,7 +121,12 @@ impl EngineWorker {
 
     /// [`EngineWorker::start_all`] on the service's clock.
     pub fn start_all_with_clock(repos: Arc<RepoSet>, clock: Arc<dyn Clock>) -> Workers {
-        let addr = EngineWorker::with_clock(repos, clock).start();
+        EngineWorker::with_clock(repos, clock).start_all_kinds()
+    }
+
+    /// Starts this worker and hands it out for every kind of job.
+    pub fn start_all_kinds(self) -> Workers {
+        let addr = self.start();
         let r = addr.recipient::<RunJob>();
         Workers {
             backup: r.clone(),
@@ -122,6 +145,24 @@ impl Handler<RunJob> for EngineWorker {
     type Result = ResponseFuture<Result<JobOutput, JobFailure>>;
 
     fn handle(&mut self, msg: RunJob, _ctx: &mut Self::Context) -> Self::Result {
+        if let JobCommand::Backup { plan, definition } = &msg.command {
+            if let Some((agent, path)) = agent_source(&definition.source) {
+                let (plan, agent, path) = (plan.clone(), agent.to_owned(), path.to_owned());
+                let board = self.agents.clone();
+                return Box::pin(async move {
+                    match board {
+                        Some(board) => {
+                            agent_jobs::run_on_agent(board, msg, plan, &agent, &path).await
+                        }
+                        None => Err(JobFailure::new(
+                            "no_agents",
+                            "this service takes no agents, so nobody can run an agent's backup",
+                            false,
+                        )),
+                    }
+                });
+            }
+        }
         let repos = self.repos.clone();
         let clock = self.clock.clone();
         Box::pin(async move {

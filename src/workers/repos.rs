@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use vouch_events::sources::SourcePolicy;
 use vouch_events::{JobId, RepositoryId};
@@ -36,7 +36,9 @@ impl std::fmt::Debug for RepoSpec {
 /// The repositories, the sandbox directory for restore tests, and the
 /// paths no backup may include (the service's own data).
 pub struct RepoSet {
-    specs: HashMap<RepositoryId, RepoSpec>,
+    /// Grows while running: an agent's repository is added when it
+    /// registers.
+    specs: RwLock<HashMap<RepositoryId, RepoSpec>>,
     opened: Mutex<HashMap<RepositoryId, Arc<Repository>>>,
     sandbox_root: PathBuf,
     restore_test_max_bytes: u64,
@@ -55,7 +57,7 @@ impl RepoSet {
         exclude: Vec<PathBuf>,
     ) -> Self {
         RepoSet {
-            specs: specs.into_iter().map(|s| (s.id.clone(), s)).collect(),
+            specs: RwLock::new(specs.into_iter().map(|s| (s.id.clone(), s)).collect()),
             opened: Mutex::new(HashMap::new()),
             sandbox_root,
             restore_test_max_bytes,
@@ -77,14 +79,36 @@ impl RepoSet {
         &self.sources
     }
 
-    /// The configured repositories.
-    pub fn specs(&self) -> impl Iterator<Item = &RepoSpec> {
-        self.specs.values()
+    /// The served repositories, by id.
+    pub fn specs(&self) -> Vec<RepoSpec> {
+        let mut all: Vec<RepoSpec> = self
+            .specs
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        all.sort_by(|a, b| a.id.as_str().cmp(b.id.as_str()));
+        all
     }
 
-    /// Whether `id` is configured.
+    /// Whether `id` is served.
     pub fn contains(&self, id: &RepositoryId) -> bool {
-        self.specs.contains_key(id)
+        self.specs
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(id)
+    }
+
+    /// Serves one more repository (an agent's, made at its registration);
+    /// false if one of that id is served already.
+    pub fn add(&self, spec: RepoSpec) -> bool {
+        let mut specs = self.specs.write().unwrap_or_else(PoisonError::into_inner);
+        if specs.contains_key(&spec.id) {
+            return false;
+        }
+        specs.insert(spec.id.clone(), spec);
+        true
     }
 
     /// The repository `id`, opened once (the key derivation is slow on
@@ -98,11 +122,17 @@ impl RepoSet {
         {
             return Ok(r.clone());
         }
-        let spec = self.specs.get(id).ok_or_else(|| {
-            Error::NotFound(format!(
-                "no repository {id:?} is configured (see `repositories` in the configuration)"
-            ))
-        })?;
+        let spec = self
+            .specs
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| {
+                Error::NotFound(format!(
+                    "no repository {id:?} is configured (see `repositories` in the configuration)"
+                ))
+            })?;
         let backend = Arc::new(LocalBackend::new(&spec.path));
         let repo = Arc::new(Repository::open(backend, &spec.passphrase)?);
         self.opened

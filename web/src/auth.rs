@@ -86,8 +86,17 @@ pub enum Role {
     /// scrape configuration, so it can read nothing else).
     Metrics,
     /// A backup agent: only plans whose source is `agent:<token name>:...`,
-    /// their jobs and points.
+    /// their jobs and points, its leases, and its own repository
+    /// (`agent-<token name>`) through the repository protocol: read and
+    /// add under a current lease, never delete or overwrite.
     Agent,
+    /// A one-time enrollment token: only `POST /api/v1/agent/register`,
+    /// which uses it up (see `docs/agents.md`).
+    Enroll,
+    /// An append-only repository client (`vouch backup --repo https://...`):
+    /// reads and adds to the served repositories that are not an agent's
+    /// own, never deletes or overwrites; nothing of the API beyond whoami.
+    Append,
 }
 
 impl Role {
@@ -100,6 +109,8 @@ impl Role {
             Role::Restore => "restore",
             Role::Metrics => "metrics",
             Role::Agent => "agent",
+            Role::Enroll => "enroll",
+            Role::Append => "append",
         }
     }
 }
@@ -121,8 +132,10 @@ impl FromStr for Role {
             "restore" => Ok(Role::Restore),
             "metrics" => Ok(Role::Metrics),
             "agent" => Ok(Role::Agent),
+            "enroll" => Ok(Role::Enroll),
+            "append" => Ok(Role::Append),
             _ => Err(format!(
-                "unknown role {s:?}: expected admin, operator, viewer, restore, metrics or agent"
+                "unknown role {s:?}: expected admin, operator, viewer, restore, metrics, agent, enroll or append"
             )),
         }
     }
@@ -142,9 +155,15 @@ impl Principal {
     pub fn require_write(&self) -> Result<(), WebError> {
         match self.role {
             Role::Admin | Role::Operator => Ok(()),
-            Role::Viewer | Role::Restore | Role::Metrics | Role::Agent => Err(WebError::Forbidden(
-                format!("a token with role {} may not change anything", self.role),
-            )),
+            Role::Viewer
+            | Role::Restore
+            | Role::Metrics
+            | Role::Agent
+            | Role::Enroll
+            | Role::Append => Err(WebError::Forbidden(format!(
+                "a token with role {} may not change anything",
+                self.role
+            ))),
         }
     }
 
@@ -165,22 +184,26 @@ impl Principal {
     pub fn require_content(&self) -> Result<(), WebError> {
         match self.role {
             Role::Admin | Role::Restore => Ok(()),
-            Role::Operator | Role::Viewer | Role::Metrics | Role::Agent => {
-                Err(WebError::Forbidden(format!(
-                    "reading the content of backed-up files needs an admin or restore token, not {}",
-                    self.role
-                )))
-            }
+            Role::Operator
+            | Role::Viewer
+            | Role::Metrics
+            | Role::Agent
+            | Role::Enroll
+            | Role::Append => Err(WebError::Forbidden(format!(
+                "reading the content of backed-up files needs an admin or restore token, not {}",
+                self.role
+            ))),
         }
     }
 
-    /// Ok if the caller may scrape `/metrics` (every role but agents: the
-    /// metrics name every plan).
+    /// Ok if the caller may scrape `/metrics` (every role but agents,
+    /// enrollment and append-only tokens: the metrics name every plan).
     pub fn require_metrics(&self) -> Result<(), WebError> {
         match self.role {
-            Role::Agent => Err(WebError::Forbidden(
-                "an agent token may not read /metrics (it names every plan)".into(),
-            )),
+            Role::Agent | Role::Enroll | Role::Append => Err(WebError::Forbidden(format!(
+                "a token with role {} may not read /metrics (it names every plan)",
+                self.role
+            ))),
             _ => Ok(()),
         }
     }
@@ -719,6 +742,32 @@ fn bearer_token(req: &ServiceRequest) -> Result<&str, WebError> {
 /// The one route a [`Role::Metrics`] token may use.
 pub const METRICS_PATH: &str = "/metrics";
 
+/// The one route an enrollment token may call.
+pub const REGISTER_PATH: &str = "/api/v1/agent/register";
+
+/// Where the repository protocol lives (`/repo/v1/{repo}/...`).
+pub const REPO_PROTOCOL_PREFIX: &str = "/repo/v1/";
+
+/// The refusal of a request to `path` by a role confined to a few routes
+/// (metrics, enrollment and append-only tokens); `None` when it may go on
+/// to the handler, which checks the rest.
+fn outside_role(who: &Principal, path: &str) -> Option<WebError> {
+    match who.role {
+        Role::Metrics if path != METRICS_PATH => Some(WebError::Forbidden(format!(
+            "a metrics token may only read {METRICS_PATH}"
+        ))),
+        Role::Enroll if path != REGISTER_PATH => Some(WebError::Forbidden(format!(
+            "an enrollment token may only register an agent ({REGISTER_PATH})"
+        ))),
+        Role::Append if !path.starts_with(REPO_PROTOCOL_PREFIX) && path != "/api/v1/whoami" => {
+            Some(WebError::Forbidden(format!(
+                "an append-only token may only use the repository protocol ({REPO_PROTOCOL_PREFIX}...)"
+            )))
+        }
+        _ => None,
+    }
+}
+
 /// Middleware (for `middleware::from_fn`) that lets a request through only
 /// with a valid bearer token, and records its [`Principal`] in the request
 /// extensions.
@@ -749,10 +798,8 @@ pub async fn require_token(
         }
     };
     store.usage.record(&principal.name, peer);
-    if principal.role == Role::Metrics && req.path() != METRICS_PATH {
-        return Err(
-            WebError::Forbidden(format!("a metrics token may only read {METRICS_PATH}")).into(),
-        );
+    if let Some(refusal) = outside_role(&principal, req.path()) {
+        return Err(refusal.into());
     }
     let watch = TokenWatch {
         tokens: store.clone(),

@@ -22,6 +22,7 @@ mod error;
 mod limits;
 mod metrics;
 mod openapi;
+mod repo_store;
 mod routes;
 pub mod token_usage;
 mod validate;
@@ -42,7 +43,7 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{Server, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer};
-use vouch_actors::service::ServiceHandle;
+use vouch_actors::service::{AgentBoard, ServiceHandle};
 use vouch_events::sources::SourcePolicy;
 
 pub use api::misc::VERSION;
@@ -61,8 +62,12 @@ pub use metrics::{
     RECOVERY_POINTS, UNMATCHED_ROUTE, VERIFICATION_COVERAGE, WEBHOOK_DELIVERIES,
 };
 pub use openapi::openapi_json_text;
+pub use repo_store::{
+    FileStat, NewAgentRepository, PutOutcome, PutRules, RepoFile, RepoStore, RepoStoreError,
+    SnapshotFacts,
+};
 
-use api::{events, jobs, log_head, misc, plans, points, verify_reports, Ctx};
+use api::{events, jobs, log_head, misc, plans, points, repo, verify_reports, Ctx};
 
 /// What every worker of the HTTP server shares.
 #[derive(Clone)]
@@ -76,6 +81,8 @@ pub struct AppState {
     hsts: bool,
     sources: Arc<SourcePolicy>,
     min_every: std::time::Duration,
+    repo_store: Option<Arc<dyn RepoStore>>,
+    agents: Option<Arc<AgentBoard>>,
 }
 
 /// The shortest `verification.every`, `restore_test.every` and
@@ -103,6 +110,8 @@ impl AppState {
             hsts: false,
             sources: Arc::new(SourcePolicy::unrestricted()),
             min_every: MIN_EVERY,
+            repo_store: None,
+            agents: None,
         })
     }
 
@@ -116,6 +125,21 @@ impl AppState {
     /// The engine's file browser and repository statistics.
     pub fn with_browse(mut self, browse: Arc<dyn Browse>) -> Self {
         self.browse = Some(browse);
+        self.ctx = None;
+        self
+    }
+
+    /// Serves the repository protocol (`/repo/v1/`) over `store`.
+    pub fn with_repo_store(mut self, store: Arc<dyn RepoStore>) -> Self {
+        self.repo_store = Some(store);
+        self.ctx = None;
+        self
+    }
+
+    /// Takes agents: their long-polls and leases go through `board`, which
+    /// the backup worker offers their jobs on.
+    pub fn with_agents(mut self, board: Arc<AgentBoard>) -> Self {
+        self.agents = Some(board);
         self.ctx = None;
         self
     }
@@ -165,6 +189,9 @@ impl AppState {
                 sources: self.sources.clone(),
                 min_every: self.min_every,
                 limits: limits::Limits::default(),
+                repo_store: self.repo_store.clone(),
+                agents: self.agents.clone(),
+                refusals: api::repo::RefusalLimiter::default(),
             })
         })
     }
@@ -230,6 +257,17 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(resource!("/repositories", get => misc::repositories))
             .service(resource!("/repositories/{id}/verify-reports",
                     post => verify_reports::create))
+            .default_service(web::to(routes::no_route)),
+    )
+    .service(
+        web::scope("/repo/v1")
+            .wrap(from_fn(require_token))
+            .service(resource!("/{repo}/missing", post => repo::missing))
+            .service(resource!("/{repo}/sync", post => repo::sync))
+            .service(resource!("/{repo}/{kind}", get => repo::get_kind, head => repo::head_kind))
+            .service(resource!("/{repo}/{kind}/{name}",
+                    get => repo::get_file, head => repo::head_file,
+                    put => repo::put_file, delete => repo::delete_file))
             .default_service(web::to(routes::no_route)),
     );
     crate::configure_console(cfg);

@@ -18,6 +18,11 @@ pub const MAX_DOWNLOADS: usize = 8;
 pub const MAX_BROWSE_CALLS: usize = 8;
 /// How long a browse call waits for a slot before 503 `busy`.
 const BROWSE_WAIT: Duration = Duration::from_secs(10);
+/// Uploads (repository protocol) buffered at once: each holds at most
+/// twice its repository's pack size in memory until it is written.
+pub const MAX_UPLOADS: usize = 8;
+/// How long an upload waits for a slot before 503 `busy`.
+const UPLOAD_WAIT: Duration = Duration::from_secs(30);
 /// Event streams one token may hold open.
 pub const MAX_STREAMS_PER_TOKEN: usize = 4;
 /// Event streams open in all.
@@ -28,6 +33,7 @@ pub const MAX_STREAMS: usize = 64;
 pub(crate) struct Limits {
     downloads: Arc<Semaphore>,
     browse: Arc<Semaphore>,
+    uploads: Arc<Semaphore>,
     streams: Arc<Mutex<Streams>>,
 }
 
@@ -42,6 +48,7 @@ impl Default for Limits {
         Limits {
             downloads: Arc::new(Semaphore::new(MAX_DOWNLOADS)),
             browse: Arc::new(Semaphore::new(MAX_BROWSE_CALLS)),
+            uploads: Arc::new(Semaphore::new(MAX_UPLOADS)),
             streams: Arc::new(Mutex::new(Streams::default())),
         }
     }
@@ -87,6 +94,16 @@ impl Limits {
         match tokio::time::timeout(BROWSE_WAIT, self.browse.clone().acquire_owned()).await {
             Ok(Ok(permit)) => Ok(permit),
             Ok(Err(_)) | Err(_) => Err(busy()),
+        }
+    }
+
+    /// An upload slot, waiting a while; then 503 `busy`.
+    pub(crate) async fn upload(&self) -> Result<OwnedSemaphorePermit, WebError> {
+        match tokio::time::timeout(UPLOAD_WAIT, self.uploads.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) | Err(_) => Err(WebError::Busy(format!(
+                "{MAX_UPLOADS} uploads are being received, as many as the server holds at once; retry later"
+            ))),
         }
     }
 

@@ -6,7 +6,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi, ToResponse};
 
-use crate::api::{events, jobs, log_head, misc, plans, points, verify_reports};
+use crate::api::{events, jobs, log_head, misc, plans, points, repo, verify_reports};
 use crate::error::doc as errors;
 
 struct BearerAuth;
@@ -71,6 +71,8 @@ impl Modify for BearerAuth {
         plans::run, plans::pause, plans::resume,
         jobs::list, jobs::get, jobs::cancel,
         points::list, points::get, points::lock, points::unlock, points::files, points::file, points::archive,
+        repo::get_kind, repo::head_kind, repo::get_file, repo::head_file, repo::put_file, repo::delete_file,
+        repo::missing, repo::sync,
         events::list, events::stream, log_head::head,
         misc::alerts, misc::repositories, verify_reports::create,
     ),

@@ -555,6 +555,7 @@ pub(crate) fn definition(
             def.rpo = d;
         }
     }
+    let repository_given = input.repository.is_some();
     if let Some(r) = input.repository {
         if r.is_empty() || r.chars().count() > grammar::REPOSITORY_MAX_LEN {
             errors.insert(
@@ -563,6 +564,22 @@ pub(crate) fn definition(
             );
         }
         def.repository = RepositoryId::new(r);
+    }
+    // An agent writes only into its own repository (docs/agents.md): its
+    // plans default to it, and may name no other.
+    if let Some((agent, _)) = vouch_events::sources::agent_source(&def.source) {
+        let own = vouch_events::sources::agent_repository(agent);
+        if !repository_given {
+            def.repository = RepositoryId::new(own);
+        } else if def.repository.as_str() != own {
+            errors.insert(
+                "repository".into(),
+                format!(
+                    "a plan of agent {agent} backs up into that agent's own repository {own:?}, not {:?} (leave repository out to get it)",
+                    def.repository.as_str()
+                ),
+            );
+        }
     }
     if let Some(p) = input.paused {
         def.paused = p;

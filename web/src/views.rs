@@ -653,6 +653,7 @@ pub(crate) fn event_data(e: &Event) -> Value {
         ActionAudited,
         ContentRead,
         PointUnlocked,
+        AccessRefused,
     )
     .unwrap_or(Value::Null)
 }

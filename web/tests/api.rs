@@ -253,7 +253,10 @@ async fn every_route_but_the_open_ones_is_401_without_a_token() {
                 assert_ne!(status, StatusCode::UNAUTHORIZED, "{m} {path}");
             } else {
                 assert_eq!(status, StatusCode::UNAUTHORIZED, "{m} {path}: {body}");
-                assert_eq!(body["code"], "unauthorized", "{m} {path}");
+                // A HEAD answer has no body to carry the code.
+                if m != Method::HEAD {
+                    assert_eq!(body["code"], "unauthorized", "{m} {path}");
+                }
             }
         }
     }
@@ -859,7 +862,7 @@ async fn every_status_the_server_answers_is_declared_in_the_document() {
                      which {template} does not declare: {answer}"
                 );
                 assert_eq!(allow, None, "{method} {path}{q}");
-                if !status.is_success() {
+                if !status.is_success() && method != Method::HEAD {
                     assert!(answer["code"].is_string(), "{method} {path}{q}: {answer}");
                 }
                 seen.insert(status.as_u16());

@@ -12,6 +12,7 @@
 //! [`start`] builds it inside a running actix system and returns a
 //! [`ServiceHandle`], the one door the web layer and the binary use.
 
+mod agents;
 mod alerting;
 mod command;
 mod dispatcher;
@@ -29,6 +30,9 @@ mod supervise;
 mod tests;
 mod webhook;
 
+pub use agents::{
+    AgentBoard, AgentJob, Claim, JobResult, LeaseError, LeaseSummary, LeaseView, LEASE_EXPIRED,
+};
 pub use alerting::{
     delivery_name, fact_incidents, health_incidents, incidents, incidents_with,
     protected_at_most_until, render, AlertFacts, AlertingConfig, Evaluate, Incident, Notification,

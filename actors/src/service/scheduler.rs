@@ -195,12 +195,10 @@ impl Scheduler {
             if plan.definition.paused {
                 continue;
             }
-            // An `agent:<name>:<path>` source is backed up by its agent on
-            // its own host (security review finding 14): the service never
-            // runs it itself, so its schedule is the agent's to keep.
-            if plan.definition.source.starts_with("agent:") {
-                continue;
-            }
+            // An `agent:<name>:<path>` source is scheduled here like any
+            // other: the backup worker never runs it on the server
+            // (security review finding 14) but offers it to its agent,
+            // which long-polls for it (`AgentBoard`).
             let schedule = match Schedule::parse(&plan.definition.schedule) {
                 Ok(s) => s,
                 Err(e) => {

@@ -8,6 +8,7 @@ pub(crate) mod log_head;
 pub(crate) mod misc;
 pub(crate) mod plans;
 pub(crate) mod points;
+pub(crate) mod repo;
 pub(crate) mod verify_reports;
 
 use std::path::PathBuf;
@@ -34,6 +35,12 @@ pub(crate) struct Ctx {
     /// The shortest proof interval a plan may set.
     pub(crate) min_every: std::time::Duration,
     pub(crate) limits: crate::limits::Limits,
+    /// The repository protocol's storage.
+    pub(crate) repo_store: Option<Arc<dyn crate::repo_store::RepoStore>>,
+    /// The agents' job board.
+    pub(crate) agents: Option<Arc<vouch_actors::service::AgentBoard>>,
+    /// Rate of recorded refusals.
+    pub(crate) refusals: repo::RefusalLimiter,
 }
 
 impl Ctx {

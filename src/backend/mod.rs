@@ -2,6 +2,8 @@
 //! local-directory implementation. An HTTP or S3 backend implements the same
 //! trait and passes the same conformance tests (`backend::tests`).
 
+pub mod http;
+
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};

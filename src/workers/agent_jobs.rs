@@ -1,0 +1,73 @@
+//! Backups of `agent:NAME:/path` plans: the service never reads that path
+//! on its own host (security review finding 14). The worker offers the job
+//! on the [`AgentBoard`], where the agent's long-poll takes it under a
+//! lease, and waits for the agent's result, the lease's expiry, or a
+//! cancellation, whichever comes first.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use vouch_actors::service::{AgentBoard, AgentJob, JobFailure, JobOutput, RunJob};
+use vouch_events::sources::agent_repository;
+use vouch_events::PlanId;
+
+use super::plan_tag;
+
+/// How often a waiting job looks at its cancel flag and its lease.
+const CHECK_EVERY: Duration = Duration::from_millis(250);
+
+/// Offers one backup to its agent and waits for its end.
+pub(crate) async fn run_on_agent(
+    board: Arc<AgentBoard>,
+    msg: RunJob,
+    plan: PlanId,
+    agent: &str,
+    path: &str,
+) -> Result<JobOutput, JobFailure> {
+    let repository = msg.command.repository().clone();
+    let own = agent_repository(agent);
+    if repository.as_str() != own {
+        return Err(JobFailure::new(
+            "agent_repository",
+            format!(
+                "agent {agent} backs up only into its own repository {own:?}, and this plan names {:?}: change the plan's repository",
+                repository.as_str()
+            ),
+            false,
+        ));
+    }
+    let job = msg.job.clone();
+    let span = tracing::info_span!("agent_job", job = %job, agent = %agent);
+    let _enter = span.enter();
+    tracing::info!("offered to the agent");
+    let mut done = board.offer(AgentJob {
+        job: job.clone(),
+        tag: plan_tag(&plan),
+        plan,
+        agent: agent.to_owned(),
+        path: path.to_owned(),
+        repository,
+    });
+    let mut tick = tokio::time::interval(CHECK_EVERY);
+    loop {
+        tokio::select! {
+            result = &mut done => {
+                return result.unwrap_or_else(|_| {
+                    Err(JobFailure::new(
+                        "internal",
+                        "the agents' job board dropped this job; it is retried",
+                        true,
+                    ))
+                });
+            }
+            _ = tick.tick() => {
+                if msg.cancel.is_cancelled() {
+                    board.withdraw(&job);
+                    return Err(JobFailure::new("cancelled", "cancelled by request", false));
+                }
+                // An expired lease sends its failure on `done`.
+                board.expire_job(&job);
+            }
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! The repository protocol (`/repo/v1/`) end to end: a real `vouch serve`
+//! on 127.0.0.1, the real CLI backing up, verifying and restoring through
+//! it, and raw requests that try what the server must refuse.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::served::{get, start, vouch_token, Service};
+use common::{describe, random_files};
+use serde_json::Value;
+
+/// One HTTP/1.1 exchange with a raw body and extra headers.
+fn raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String) {
+    let (status, body) = raw_bytes(addr, method, path, token, headers, body);
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// [`raw`], with the answer's body as bytes.
+fn raw_bytes(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\nAuthorization: Bearer {token}\r\n",
+        body.len()
+    );
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).expect("send");
+    s.write_all(body).expect("send body");
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).expect("read");
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a complete head");
+    let head = String::from_utf8_lossy(&answer[..split]).into_owned();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status line");
+    (status, answer[split + 4..].to_vec())
+}
+
+fn serve(dir: &Path) -> Service {
+    let config = dir.join("vouch.toml");
+    std::fs::write(&config, common::served::sources_allow(dir)).expect("config");
+    start(&dir.join("data"), &config, None)
+}
+
+/// `vouch` against the served default repository with `token`.
+fn cli(svc: &Service, dir: &Path, token: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .env_remove("VOUCH_PASSWORD")
+        .env_remove("VOUCH_TOKEN_FILE")
+        .env(
+            "VOUCH_REPOSITORY",
+            format!("http://{}/repo/v1/default", svc.addr),
+        )
+        .env("VOUCH_TOKEN", token)
+        .env(
+            "VOUCH_PASSWORD_FILE",
+            dir.join("data/repository.passphrase"),
+        )
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("vouch runs")
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "vouch failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn snapshots(svc: &Service, dir: &Path, token: &str) -> usize {
+    let listed = ok(cli(svc, dir, token, &["--json", "snapshots"]));
+    let v: Value = serde_json::from_str(&listed).expect("a JSON list");
+    v.as_array().map_or(0, Vec::len)
+}
+
+fn refusals(svc: &Service) -> Vec<Value> {
+    get(svc, "/api/v1/events?type=audit.refused&limit=1000")["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_cli_backs_up_verifies_and_restores_through_the_protocol() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(dir.path());
+    let data = dir.path().join("data");
+    let token = vouch_token(&data, &["create", "--role", "append", "--name", "laptop"]);
+    let src = dir.path().join("src");
+    random_files(&src, 40, 300_000, 7);
+    std::fs::write(src.join("text.txt"), "hello ".repeat(50_000)).expect("text");
+    ok(cli(
+        &svc,
+        dir.path(),
+        &token,
+        &["backup", src.to_str().unwrap()],
+    ));
+    // A second backup of the same tree sends no new pack.
+    let packs_before = common::served::pack_files(&data).len();
+    ok(cli(
+        &svc,
+        dir.path(),
+        &token,
+        &["backup", src.to_str().unwrap()],
+    ));
+    assert_eq!(
+        common::served::pack_files(&data).len(),
+        packs_before,
+        "an unchanged tree adds no pack"
+    );
+    assert_eq!(snapshots(&svc, dir.path(), &token), 2);
+    ok(cli(&svc, dir.path(), &token, &["verify", "--read-data"]));
+    let target = dir.path().join("restored");
+    ok(cli(
+        &svc,
+        dir.path(),
+        &token,
+        &["restore", "latest", "--target", target.to_str().unwrap()],
+    ));
+    let restored = target.join(src.strip_prefix("/").expect("absolute"));
+    assert_eq!(
+        describe(&restored),
+        describe(&src),
+        "byte-identical restore"
+    );
+    // The append-only token cannot forget (a delete of a snapshot).
+    let out = cli(
+        &svc,
+        dir.path(),
+        &token,
+        &["forget", "--keep-last", "1", "--outside-service"],
+    );
+    assert!(
+        !out.status.success(),
+        "forget through an append-only token must fail"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("append-only") || stderr.contains("never deletes"),
+        "{stderr}"
+    );
+    assert_eq!(
+        snapshots(&svc, dir.path(), &token),
+        2,
+        "nothing was forgotten"
+    );
+}
+
+#[test]
+fn forged_incomplete_and_destructive_uploads_are_refused_and_recorded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(dir.path());
+    let data = dir.path().join("data");
+    let append = vouch_token(&data, &["create", "--role", "append", "--name", "script"]);
+    let agent = vouch_token(&data, &["create", "--role", "agent", "--name", "web-2"]);
+    let viewer = vouch_token(&data, &["create", "--role", "viewer", "--name", "eve"]);
+    let src = dir.path().join("src");
+    random_files(&src, 5, 100_000, 3);
+    ok(cli(
+        &svc,
+        dir.path(),
+        &append,
+        &["backup", src.to_str().unwrap()],
+    ));
+    let repo = data.join("repository");
+    let snapshot_name = std::fs::read_dir(repo.join("snapshots"))
+        .expect("snapshots")
+        .next()
+        .expect("one snapshot")
+        .expect("entry")
+        .file_name()
+        .into_string()
+        .expect("utf-8");
+    let snapshot = std::fs::read(repo.join("snapshots").join(&snapshot_name)).expect("read");
+    let base = "/repo/v1/default";
+    std::thread::sleep(Duration::from_millis(1200)); // tokens reload
+
+    // A pack whose bytes do not hash to its name.
+    let body = b"these bytes are not what the name says";
+    let wrong = blake3::hash(b"something else").to_hex().to_string();
+    let (status, text) = raw(
+        svc.addr,
+        "PUT",
+        &format!("{base}/data/{wrong}"),
+        &append,
+        &[],
+        body,
+    );
+    assert_eq!(status, 409, "{text}");
+    assert!(text.contains("do not hash to its name"), "{text}");
+    // A snapshot that does not decrypt with the repository's key.
+    let junk = b"not a sealed manifest";
+    let name = blake3::hash(junk).to_hex().to_string();
+    let (status, text) = raw(
+        svc.addr,
+        "PUT",
+        &format!("{base}/snapshots/{name}"),
+        &append,
+        &[],
+        junk,
+    );
+    assert_eq!(status, 409, "{text}");
+    // Deletes of data by an append-only token.
+    for (kind, name) in [
+        ("snapshots", snapshot_name.as_str()),
+        ("data", wrong.as_str()),
+    ] {
+        let (status, text) = raw(
+            svc.addr,
+            "DELETE",
+            &format!("{base}/{kind}/{name}"),
+            &append,
+            &[],
+            b"",
+        );
+        assert_eq!(status, 403, "DELETE {kind}: {text}");
+    }
+    assert!(repo.join("snapshots").join(&snapshot_name).exists());
+    // Another agent's (or any agent's) use of a repository not its own,
+    // and a role that has no business here.
+    let (status, _) = raw(
+        svc.addr,
+        "GET",
+        &format!("{base}/snapshots"),
+        &agent,
+        &[],
+        b"",
+    );
+    assert_eq!(status, 403);
+    let (status, _) = raw(
+        svc.addr,
+        "GET",
+        &format!("{base}/snapshots"),
+        &viewer,
+        &[],
+        b"",
+    );
+    assert_eq!(status, 403);
+    // An append-only token reaches nothing of the API.
+    let (status, _) = raw(svc.addr, "GET", "/api/v1/plans", &append, &[], b"");
+    assert_eq!(status, 403);
+
+    // Referential integrity: with one of its packs gone (an admin deleted
+    // it), the same snapshot may not be committed again.
+    let admin = svc.token.clone();
+    let (status, _) = raw(
+        svc.addr,
+        "DELETE",
+        &format!("{base}/snapshots/{snapshot_name}"),
+        &admin,
+        &[],
+        b"",
+    );
+    assert_eq!(status, 204);
+    let pack = common::served::pack_files(&data)
+        .into_iter()
+        .next()
+        .expect("a pack");
+    let pack_name = pack.file_name().unwrap().to_str().unwrap().to_owned();
+    let (status, _) = raw(
+        svc.addr,
+        "DELETE",
+        &format!("{base}/data/{pack_name}"),
+        &admin,
+        &[],
+        b"",
+    );
+    assert_eq!(status, 204);
+    let (status, text) = raw(
+        svc.addr,
+        "PUT",
+        &format!("{base}/snapshots/{snapshot_name}"),
+        &append,
+        &[],
+        &snapshot,
+    );
+    assert_eq!(status, 409, "{text}");
+    assert!(text.contains("not stored"), "{text}");
+    assert!(!repo.join("snapshots").join(&snapshot_name).exists());
+
+    // Each kind of refusal is in the log, naming who.
+    let recorded = refusals(&svc);
+    let seen = |who: &str, action: &str| {
+        recorded
+            .iter()
+            .any(|e| e["data"]["principal"] == who && e["data"]["action"] == action)
+    };
+    assert!(seen("script", "repo.put"), "{recorded:#?}");
+    assert!(seen("script", "repo.delete"), "{recorded:#?}");
+    assert!(seen("web-2", "repo.read"), "{recorded:#?}");
+    assert!(seen("eve", "repo.read"), "{recorded:#?}");
+}
+
+#[test]
+fn ranges_heads_and_missing_answer_what_a_client_needs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(dir.path());
+    let data = dir.path().join("data");
+    let append = vouch_token(&data, &["create", "--role", "append", "--name", "script"]);
+    let src = dir.path().join("src");
+    random_files(&src, 3, 50_000, 5);
+    ok(cli(
+        &svc,
+        dir.path(),
+        &append,
+        &["backup", src.to_str().unwrap()],
+    ));
+    std::thread::sleep(Duration::from_millis(1200));
+    let pack = common::served::pack_files(&data)
+        .into_iter()
+        .next()
+        .expect("a pack");
+    let name = pack.file_name().unwrap().to_str().unwrap().to_owned();
+    let bytes = std::fs::read(&pack).expect("pack");
+    let base = "/repo/v1/default";
+    let (status, body) = raw_bytes(
+        svc.addr,
+        "GET",
+        &format!("{base}/data/{name}"),
+        &append,
+        &[("Range", "bytes=10-19")],
+        b"",
+    );
+    assert_eq!(status, 206);
+    assert_eq!(body, &bytes[10..20]);
+    let absent = "0".repeat(64);
+    let (status, _) = raw(
+        svc.addr,
+        "HEAD",
+        &format!("{base}/data/{absent}"),
+        &append,
+        &[],
+        b"",
+    );
+    assert_eq!(status, 404);
+    let ask = serde_json::json!({"kind": "data", "names": [name, absent]}).to_string();
+    let (status, body) = raw(
+        svc.addr,
+        "POST",
+        &format!("{base}/missing"),
+        &append,
+        &[("Content-Type", "application/json")],
+        ask.as_bytes(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(answer["missing"], serde_json::json!([absent]));
+}
