@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod backend;
 pub mod backup;
 pub mod bench;

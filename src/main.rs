@@ -30,8 +30,9 @@ fn main() {
     default_sigpipe();
     let cli = vouch::cli::Cli::parse();
     let serving = matches!(cli.command, vouch::cli::Command::Serve(_));
+    let agent = matches!(cli.command, vouch::cli::Command::Agent(_));
     let json_logs = matches!(&cli.command, vouch::cli::Command::Serve(a) if a.log_format == "json");
-    let filter = match (cli.verbose, serving) {
+    let filter = match (cli.verbose, serving || agent) {
         (0, false) => "warn",
         (0, true) | (1, _) => "info",
         _ => "debug",
@@ -66,6 +67,7 @@ fn main() {
         vouch::cli::Command::Serve(_)
             | vouch::cli::Command::Token(_)
             | vouch::cli::Command::Events(_)
+            | vouch::cli::Command::Agent(_)
     ) {
         let json = cli.json;
         let code = match vouch::cli::run_service(cli.command, json) {

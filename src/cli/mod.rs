@@ -1,6 +1,7 @@
 //! The `vouch` command line: argument definitions and dispatch. Each group
 //! of subcommands lives in its own module; all of them only call the engine.
 
+mod agent_cmd;
 mod backup_cmd;
 mod bench_cmd;
 pub mod events_cmd;
@@ -91,6 +92,9 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Manage the service's API tokens.
     Token(serve::TokenArgs),
+    /// Run an agent: protect this host for a service (pulls its jobs; no
+    /// open port).
+    Agent(agent_cmd::AgentArgs),
     /// Check the service's event log (`verify`) and make a chain key
     /// (`keygen`).
     Events(events_cmd::EventsArgs),
@@ -211,9 +215,11 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Repair(a) => repo_cmds::repair(&ctx, a),
         Command::Unlock(a) => maintain::unlock(&ctx, a),
         Command::Bench(a) => bench_cmd::run(&ctx, a),
-        Command::Serve(_) | Command::Token(_) | Command::Events(_) => Err(Error::InvalidArgument(
-            "serve, token and events run through cli::run_service".into(),
-        )),
+        Command::Serve(_) | Command::Token(_) | Command::Events(_) | Command::Agent(_) => {
+            Err(Error::InvalidArgument(
+                "serve, token, events and agent run through cli::run_service".into(),
+            ))
+        }
     }
 }
 
@@ -224,6 +230,7 @@ pub fn run_service(command: Command, json: bool) -> Option<anyhow::Result<i32>> 
         Command::Serve(a) => Some(serve::serve(a)),
         Command::Token(a) => Some(serve::token(a)),
         Command::Events(a) => Some(events_cmd::run(a, json)),
+        Command::Agent(a) => Some(agent_cmd::run(a)),
         _ => None,
     }
 }

@@ -11,6 +11,7 @@
 //! | `repository.passphrase` | its generated passphrase (mode 0600) |
 //! | `tokens.json` | API tokens, hashed (mode 0600) |
 //! | `sandbox/` | restore tests (each deleted when done) |
+//! | `agents/NAME/` | each registered agent's own repository and its passphrase |
 
 use std::net::TcpListener;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -169,6 +170,19 @@ pub struct Config {
     /// `[api]`.
     #[serde(default)]
     pub api: ApiSection,
+    /// `[agents]`.
+    #[serde(default)]
+    pub agents: AgentsSection,
+}
+
+/// `[agents]`: how the service deals with its agents (docs/agents.md).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsSection {
+    /// How long a job's lease lasts unless the agent renews it (default
+    /// 60s): an agent that stops renewing has its job given to another
+    /// attempt this long after its last renewal.
+    pub lease_ttl: Option<String>,
 }
 
 /// `[api]`: limits of the HTTP API.
@@ -838,6 +852,13 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         Some(g) => dur(g, "jobs.shutdown_grace")?,
         None => Duration::from_secs(60),
     };
+    let lease_ttl = match &s.config.agents.lease_ttl {
+        Some(t) => dur(t, "agents.lease_ttl")?,
+        None => vouch_web::LEASE_TTL,
+    };
+    if lease_ttl < Duration::from_secs(1) {
+        bail!("agents.lease_ttl must be at least 1s");
+    }
     let min_every = match &s.config.jobs.min_every {
         Some(m) => dur(m, "jobs.min_every")?,
         None => vouch_web::MIN_EVERY,
@@ -975,7 +996,8 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             .with_agents(agents)
             .with_log_dir(log_dir)
             .with_source_policy(sources)
-            .with_min_every(min_every);
+            .with_min_every(min_every)
+            .with_lease_ttl(lease_ttl);
         let server = vouch_web::serve(listener, state, tls)?;
         let server_handle = server.handle();
         let running = actix_web::rt::spawn(server);

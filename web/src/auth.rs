@@ -677,6 +677,28 @@ impl LiveTokens {
         self.current().authenticate(presented).cloned()
     }
 
+    /// Changes the tokens: `change` gets the newest store (the file's, read
+    /// again, when the tokens follow one) and what it leaves is saved and
+    /// in force at once. One change at a time in this process; the file is
+    /// replaced atomically, as `vouch token` does.
+    pub fn update<T>(
+        &self,
+        change: impl FnOnce(&mut TokenStore) -> Result<T, TokenError>,
+    ) -> Result<T, TokenError> {
+        let mut seen = self.stamp.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut store = match &self.file {
+            Some(path) => TokenStore::load(path)?,
+            None => (**self.current.read().unwrap_or_else(PoisonError::into_inner)).clone(),
+        };
+        let out = change(&mut store)?;
+        if let Some(path) = &self.file {
+            store.save(path)?;
+            *seen = FileStamp::of(path);
+        }
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(store);
+        Ok(out)
+    }
+
     /// Whether the token hashing to `hash` is still accepted as `who`
     /// (not revoked, not re-created with another role).
     fn still_accepts(&self, hash: &TokenHash, who: &Principal) -> bool {

@@ -46,6 +46,7 @@ use actix_web::{web, App, HttpServer};
 use vouch_actors::service::{AgentBoard, ServiceHandle};
 use vouch_events::sources::SourcePolicy;
 
+pub use api::agent::{LEASE_TTL, MAX_WAIT};
 pub use api::misc::VERSION;
 pub use auth::{
     require_token, FailedAuth, LiveTokens, Principal, Role, TokenEntry, TokenError, TokenHash,
@@ -67,7 +68,7 @@ pub use repo_store::{
     SnapshotFacts,
 };
 
-use api::{events, jobs, log_head, misc, plans, points, repo, verify_reports, Ctx};
+use api::{agent, events, jobs, log_head, misc, plans, points, repo, verify_reports, Ctx};
 
 /// What every worker of the HTTP server shares.
 #[derive(Clone)]
@@ -83,6 +84,7 @@ pub struct AppState {
     min_every: std::time::Duration,
     repo_store: Option<Arc<dyn RepoStore>>,
     agents: Option<Arc<AgentBoard>>,
+    lease_ttl: std::time::Duration,
 }
 
 /// The shortest `verification.every`, `restore_test.every` and
@@ -112,6 +114,7 @@ impl AppState {
             min_every: MIN_EVERY,
             repo_store: None,
             agents: None,
+            lease_ttl: api::agent::LEASE_TTL,
         })
     }
 
@@ -140,6 +143,14 @@ impl AppState {
     /// the backup worker offers their jobs on.
     pub fn with_agents(mut self, board: Arc<AgentBoard>) -> Self {
         self.agents = Some(board);
+        self.ctx = None;
+        self
+    }
+
+    /// How long an agent's lease lasts unless renewed (default
+    /// [`LEASE_TTL`]).
+    pub fn with_lease_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.lease_ttl = ttl;
         self.ctx = None;
         self
     }
@@ -192,6 +203,8 @@ impl AppState {
                 repo_store: self.repo_store.clone(),
                 agents: self.agents.clone(),
                 refusals: api::repo::RefusalLimiter::default(),
+                agent_seen: api::agent::SeenLimiter::default(),
+                lease_ttl: self.lease_ttl,
             })
         })
     }
@@ -232,6 +245,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         web::scope("/api/v1")
             .wrap(from_fn(require_token))
             .service(resource!("/whoami", get => misc::whoami))
+            .service(resource!("/agent/register", post => agent::register))
+            .service(resource!("/agent/jobs", get => agent::next_job))
+            .service(resource!("/agent/leases/{lease}/renew", post => agent::renew))
+            .service(resource!("/agent/leases/{lease}/result", post => agent::result))
+            .service(resource!("/agents", get => agent::list))
             .service(resource!("/overview", get => misc::overview))
             .service(resource!("/plans", get => plans::list, post => plans::create))
             .service(resource!("/plans/defaults", get => plans::defaults))

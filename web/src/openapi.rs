@@ -6,7 +6,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi, ToResponse};
 
-use crate::api::{events, jobs, log_head, misc, plans, points, repo, verify_reports};
+use crate::api::{agent, events, jobs, log_head, misc, plans, points, repo, verify_reports};
 use crate::error::doc as errors;
 
 struct BearerAuth;
@@ -73,6 +73,7 @@ impl Modify for BearerAuth {
         points::list, points::get, points::lock, points::unlock, points::files, points::file, points::archive,
         repo::get_kind, repo::head_kind, repo::get_file, repo::head_file, repo::put_file, repo::delete_file,
         repo::missing, repo::sync,
+        agent::register, agent::next_job, agent::renew, agent::result, agent::list,
         events::list, events::stream, log_head::head,
         misc::alerts, misc::repositories, verify_reports::create,
     ),

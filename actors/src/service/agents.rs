@@ -55,8 +55,23 @@ struct Offer {
 struct Lease {
     offer: Offer,
     expires: Instant,
-    /// Snapshots committed under this lease (ids, hex).
-    committed: Vec<String>,
+    /// Snapshots committed under this lease.
+    committed: Vec<Committed>,
+}
+
+/// A snapshot the server accepted under a lease, as it read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// Its id, 64 hex digits.
+    pub id: String,
+    /// Its time, as the manifest records it.
+    pub time_unix_ns: i64,
+    /// Files in it.
+    pub files: u64,
+    /// Bytes of file content in it.
+    pub bytes: u64,
+    /// Bytes the backup found new.
+    pub added_bytes: u64,
 }
 
 #[derive(Default)]
@@ -247,12 +262,37 @@ impl AgentBoard {
     }
 
     /// Notes that a snapshot was committed under a current lease.
-    pub fn committed(&self, agent: &str, fence: u64, snapshot: &str) -> Result<(), LeaseError> {
+    pub fn committed(
+        &self,
+        agent: &str,
+        fence: u64,
+        snapshot: Committed,
+    ) -> Result<(), LeaseError> {
         let now = Instant::now();
         let mut b = self.board();
         let l = Self::current(&mut b, agent, fence, now)?;
-        l.committed.push(snapshot.to_owned());
+        l.committed.push(snapshot);
         Ok(())
+    }
+
+    /// What was committed as `snapshot` under the current lease `fence`,
+    /// and the lease's job.
+    pub fn committed_snapshot(
+        &self,
+        agent: &str,
+        fence: u64,
+        snapshot: &str,
+    ) -> Result<(AgentJob, Committed), LeaseError> {
+        let now = Instant::now();
+        let mut b = self.board();
+        let l = Self::current(&mut b, agent, fence, now)?;
+        let c = l
+            .committed
+            .iter()
+            .find(|c| c.id == snapshot)
+            .cloned()
+            .ok_or_else(|| LeaseError::ForeignSnapshot(snapshot.to_owned()))?;
+        Ok((l.offer.job.clone(), c))
     }
 
     /// Ends a current lease with its job's result. A success must name a
@@ -269,7 +309,7 @@ impl AgentBoard {
         let mut b = self.board();
         let l = Self::current(&mut b, agent, fence, now)?;
         if let Some(s) = snapshot {
-            if !l.committed.iter().any(|c| c == s) {
+            if !l.committed.iter().any(|c| c.id == s) {
                 return Err(LeaseError::ForeignSnapshot(s.to_owned()));
             }
         }
@@ -397,7 +437,19 @@ mod tests {
             board.finish("web-1", 42, Some("abc"), Ok(JobOutput::default())),
             Err(LeaseError::ForeignSnapshot(_))
         ));
-        board.committed("web-1", 42, "abc").unwrap();
+        board
+            .committed(
+                "web-1",
+                42,
+                Committed {
+                    id: "abc".into(),
+                    time_unix_ns: 1,
+                    files: 1,
+                    bytes: 1,
+                    added_bytes: 1,
+                },
+            )
+            .unwrap();
         board
             .finish("web-1", 42, Some("abc"), Ok(JobOutput::default()))
             .unwrap();

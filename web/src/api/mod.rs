@@ -1,5 +1,6 @@
 //! The `/api/v1` handlers. Thin: parse, authorise, ask the service, render.
 
+pub(crate) mod agent;
 pub(crate) mod download;
 pub(crate) mod events;
 pub(crate) mod grammar;
@@ -41,6 +42,10 @@ pub(crate) struct Ctx {
     pub(crate) agents: Option<Arc<vouch_actors::service::AgentBoard>>,
     /// Rate of recorded refusals.
     pub(crate) refusals: repo::RefusalLimiter,
+    /// Rate of recorded `agent.seen`.
+    pub(crate) agent_seen: agent::SeenLimiter,
+    /// How long an agent's lease lasts unless renewed.
+    pub(crate) lease_ttl: std::time::Duration,
 }
 
 impl Ctx {

@@ -532,7 +532,14 @@ pub(crate) async fn put_file(
     };
     if let (Some(facts), Some((agent, fence))) = (&facts, &granted.lease) {
         if let Some(board) = &ctx.agents {
-            if let Err(e) = board.committed(agent, *fence, &facts.id) {
+            let committed = vouch_actors::service::Committed {
+                id: facts.id.clone(),
+                time_unix_ns: facts.time_unix_ns,
+                files: facts.files,
+                bytes: facts.bytes,
+                added_bytes: facts.added_bytes,
+            };
+            if let Err(e) = board.committed(agent, *fence, committed) {
                 // The lease ended while the snapshot was checked: it stays
                 // (it is complete), but no result may claim it.
                 return Err(refuse(

@@ -1,0 +1,595 @@
+//! The agents' side of the API (docs/agents.md): registration with a
+//! one-time enrollment token, the long-poll for jobs, lease renewal and
+//! results; and the list of agents for everyone else.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use actix_web::{web, HttpResponse};
+use serde::{Deserialize, Serialize};
+use utoipa::IntoParams;
+use vouch_actors::service::{AgentBoard, JobFailure, JobOutput, LeaseError};
+use vouch_events::sources::agent_repository;
+use vouch_events::{
+    AgentId, AgentRegistered, AgentSeen, BackupCommitted, BackupSummary, LeaseGranted, SnapshotId,
+};
+
+use super::{audited, repo::refuse, Ctx};
+use crate::auth::{LiveTokens, Principal, Role, TokenError};
+use crate::error::{doc as errors, WebError};
+
+/// How long a lease lasts unless renewed (`[agents] lease_ttl`).
+pub const LEASE_TTL: Duration = Duration::from_secs(60);
+/// Longest long-poll.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+/// An agent's calls are recorded as `agent.seen` at most this often.
+pub const SEEN_EVERY: Duration = Duration::from_secs(30);
+
+/// When each agent's call was last recorded.
+#[derive(Debug, Default)]
+pub(crate) struct SeenLimiter(Mutex<HashMap<String, Instant>>);
+
+impl SeenLimiter {
+    fn due(&self, agent: &str) -> bool {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        match m.get(agent) {
+            Some(at) if now.duration_since(*at) < SEEN_EVERY => false,
+            _ => {
+                m.insert(agent.to_owned(), now);
+                true
+            }
+        }
+    }
+}
+
+fn board(ctx: &Ctx) -> Result<&std::sync::Arc<AgentBoard>, WebError> {
+    ctx.agents
+        .as_ref()
+        .ok_or_else(|| WebError::Unavailable("this service takes no agents".into()))
+}
+
+fn require_agent(who: &Principal) -> Result<(), WebError> {
+    if who.role == Role::Agent {
+        Ok(())
+    } else {
+        Err(WebError::Forbidden(format!(
+            "only an agent's own token calls this, not a token with role {}",
+            who.role
+        )))
+    }
+}
+
+/// Records that `who` called in (at most every [`SEEN_EVERY`]).
+async fn seen(ctx: &Ctx, who: &Principal) {
+    if !ctx.agent_seen.due(&who.name) {
+        return;
+    }
+    if let Ok(service) = ctx.service() {
+        let event = AgentSeen {
+            agent: AgentId::new(&who.name),
+        };
+        if let Err(e) = service.append(vec![event.into()]).await {
+            tracing::warn!(error = %e, agent = %who.name, "agent.seen could not be recorded");
+        }
+    }
+}
+
+/// The body of `POST /api/v1/agent/register`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterInput {
+    /// The agent's name: `[a-z0-9][a-z0-9._-]{0,62}`; its plans' sources
+    /// are `agent:NAME:/path`.
+    pub name: String,
+    /// Its host name.
+    pub hostname: String,
+    /// Its operating system (`linux`, `windows`).
+    pub os: String,
+    /// Its version.
+    pub version: String,
+}
+
+/// What a registered agent keeps (in files of mode 0600): shown once.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Registration {
+    /// Its name.
+    pub agent: String,
+    /// Its own token (role `agent`).
+    pub token: String,
+    /// Its own repository's id (`agent-NAME`).
+    pub repository: String,
+    /// That repository's passphrase.
+    pub repository_passphrase: String,
+}
+
+fn agent_name_ok(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"._-".contains(c))
+}
+
+fn text_ok(s: &str, max: usize) -> bool {
+    !s.is_empty() && s.chars().count() <= max && !s.chars().any(char::is_control)
+}
+
+/// Registers an agent with a one-time enrollment token (which this uses
+/// up): makes its own token and its own repository, and records
+/// `agent.registered`.
+#[utoipa::path(post, path = "/api/v1/agent/register", tag = "agents",
+    request_body = RegisterInput,
+    responses((status = 200, body = Registration),
+        (status = 400, response = errors::BadRequest), (status = 403, response = errors::Forbidden),
+        (status = 409, response = errors::Conflict), (status = 413, response = errors::PayloadTooLarge),
+        (status = 415, response = errors::UnsupportedMediaType), (status = 422, response = errors::Invalid),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
+    security(("bearer" = [])))]
+pub(crate) async fn register(
+    ctx: web::Data<Ctx>,
+    tokens: web::Data<LiveTokens>,
+    who: Principal,
+    body: web::Json<RegisterInput>,
+) -> Result<HttpResponse, WebError> {
+    if who.role != Role::Enroll {
+        return Err(WebError::Forbidden(format!(
+            "registering an agent needs an enrollment token (`vouch token create --role enroll`), not {}",
+            who.role
+        )));
+    }
+    let input = body.into_inner();
+    let mut fields = std::collections::BTreeMap::new();
+    if !agent_name_ok(&input.name) {
+        fields.insert(
+            "name".to_owned(),
+            "must match [a-z0-9][a-z0-9._-]{0,62}".to_owned(),
+        );
+    }
+    for (field, value) in [
+        ("hostname", &input.hostname),
+        ("os", &input.os),
+        ("version", &input.version),
+    ] {
+        if !text_ok(value, 255) {
+            fields.insert(
+                field.to_owned(),
+                "1 to 255 characters, no control characters".to_owned(),
+            );
+        }
+    }
+    if !fields.is_empty() {
+        return Err(WebError::Invalid {
+            message: "the registration does not validate".into(),
+            fields,
+        });
+    }
+    let service = ctx.service()?.clone();
+    let store = ctx
+        .repo_store
+        .clone()
+        .ok_or_else(|| WebError::Unavailable("this service serves no repositories".into()))?;
+    let name = input.name.clone();
+    if store.has(&agent_repository(&name)) {
+        return Err(WebError::Conflict(format!(
+            "an agent named {name:?} registered before; pick another name, or revoke and remove the old one"
+        )));
+    }
+    // The enrollment token is used up and the agent's token made in one
+    // change of the token file: two registrations with one token cannot
+    // both pass.
+    let enroll = who.name.clone();
+    let t = tokens.clone();
+    let n = name.clone();
+    let token = web::block(move || {
+        t.update(|store| {
+            if store.list().iter().any(|e| e.name == n) {
+                return Err(TokenError::NameTaken(n.clone()));
+            }
+            if !store.revoke(&enroll) {
+                return Err(TokenError::Format {
+                    path: "tokens".into(),
+                    message: "the enrollment token was used up meanwhile".into(),
+                });
+            }
+            store.create(&n, Role::Agent)
+        })
+    })
+    .await
+    .map_err(|e| WebError::Internal(e.to_string()))?
+    .map_err(|e| match e {
+        TokenError::NameTaken(_) | TokenError::Format { .. } => WebError::Conflict(e.to_string()),
+        TokenError::BadName(_) => WebError::BadRequest(e.to_string()),
+        e => WebError::Internal(e.to_string()),
+    })?;
+    let n = name.clone();
+    let made = web::block(move || store.create_agent_repository(&n))
+        .await
+        .map_err(|e| WebError::Internal(e.to_string()))?;
+    let repository = match made {
+        Ok(r) => r,
+        Err(e) => {
+            // Without its repository the agent's token is of no use.
+            let n = name.clone();
+            let _ = web::block(move || tokens.update(|s| Ok(s.revoke(&n)))).await;
+            return Err(WebError::Unavailable(format!(
+                "the agent's repository could not be made ({e}); its token was revoked again: make a new enrollment token and retry"
+            )));
+        }
+    };
+    service
+        .append(vec![
+            AgentRegistered {
+                agent: AgentId::new(&name),
+                hostname: input.hostname,
+                os: input.os,
+                version: input.version,
+            }
+            .into(),
+            audited(&who, "agent.register", &name),
+        ])
+        .await?;
+    tracing::info!(agent = %name, repository = %repository.id, "agent registered");
+    Ok(HttpResponse::Ok().json(Registration {
+        agent: name,
+        token,
+        repository: repository.id,
+        repository_passphrase: repository.passphrase.to_string(),
+    }))
+}
+
+/// The query of `GET /api/v1/agent/jobs`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct JobsQuery {
+    /// How long to wait for a job (a duration such as `30s`; at most 60 s;
+    /// default 30 s).
+    #[param(value_type = String, required = false)]
+    wait: Option<String>,
+}
+
+/// A job leased to the calling agent.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LeasedJob {
+    /// The job.
+    pub job: String,
+    /// Its plan.
+    pub plan: String,
+    /// What to do (`backup`).
+    pub kind: String,
+    /// The path to back up on the agent's host.
+    pub path: String,
+    /// The repository to back up into (the agent's own).
+    pub repository: String,
+    /// The tag the snapshot must carry.
+    pub tag: String,
+    /// The lease's fencing token: send it in `X-Vouch-Lease` with every
+    /// upload, and to renew and report.
+    pub lease: u64,
+    /// Seconds the lease lasts unless renewed (renew well before: a third
+    /// of it is a good interval). The server's clock decides.
+    pub lease_seconds: u64,
+}
+
+/// The calling agent's next job, waiting up to `wait` for one: 200 with
+/// the job under a new lease (`agent.lease_granted`), or 204 when none
+/// came.
+#[utoipa::path(get, path = "/api/v1/agent/jobs", tag = "agents", params(JobsQuery),
+    responses((status = 200, body = LeasedJob), (status = 204, description = "no job came in time"),
+        (status = 400, response = errors::BadRequest), (status = 403, response = errors::Forbidden),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
+    security(("bearer" = [])))]
+pub(crate) async fn next_job(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    q: web::Query<JobsQuery>,
+) -> Result<HttpResponse, WebError> {
+    require_agent(&who)?;
+    let wait = match &q.wait {
+        None => Duration::from_secs(30),
+        Some(w) => humantime::parse_duration(w)
+            .map_err(|e| WebError::BadRequest(format!("wait={w:?}: {e}")))?,
+    }
+    .min(MAX_WAIT);
+    let board = board(&ctx)?.clone();
+    let service = ctx.service()?.clone();
+    seen(&ctx, &who).await;
+    let Some(claim) = board.next(&who.name, wait).await else {
+        seen(&ctx, &who).await;
+        return Ok(HttpResponse::NoContent().finish());
+    };
+    let ttl = ctx.lease_ttl;
+    let job = claim.job().clone();
+    let expires = service
+        .now_unix_ns()
+        .saturating_add(i64::try_from(ttl.as_nanos()).unwrap_or(i64::MAX));
+    let granted = service
+        .append(vec![LeaseGranted {
+            agent: AgentId::new(&who.name),
+            job: job.job.clone(),
+            expires_unix_ns: expires,
+        }
+        .into()])
+        .await;
+    let receipt = match granted {
+        Ok(r) => r,
+        Err(e) => {
+            board.release(claim);
+            return Err(e.into());
+        }
+    };
+    let fence = receipt.last_seq;
+    board.grant(claim, fence, ttl);
+    tracing::info!(agent = %who.name, job = %job.job, fence, "lease granted");
+    Ok(HttpResponse::Ok().json(LeasedJob {
+        job: job.job.to_string(),
+        plan: job.plan.to_string(),
+        kind: "backup".into(),
+        path: job.path,
+        repository: job.repository.to_string(),
+        tag: job.tag,
+        lease: fence,
+        lease_seconds: ttl.as_secs(),
+    }))
+}
+
+/// The answer of a renewal.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Renewed {
+    /// Seconds the lease lasts from now unless renewed again.
+    pub lease_seconds: u64,
+}
+
+fn lease_refusal(e: LeaseError) -> WebError {
+    match e {
+        LeaseError::NotYours(_) => WebError::Forbidden(e.to_string()),
+        _ => WebError::Conflict(e.to_string()),
+    }
+}
+
+/// Extends the calling agent's lease; 409 when it is no longer current
+/// (stop the job: its results will be refused).
+#[utoipa::path(post, path = "/api/v1/agent/leases/{lease}/renew", tag = "agents",
+    params(("lease" = u64, Path, description = "the lease's fencing token")),
+    responses((status = 200, body = Renewed),
+        (status = 400, response = errors::BadRequest), (status = 403, response = errors::Forbidden),
+        (status = 409, response = errors::Conflict),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
+    security(("bearer" = [])))]
+pub(crate) async fn renew(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    lease: web::Path<u64>,
+) -> Result<HttpResponse, WebError> {
+    require_agent(&who)?;
+    let fence = lease.into_inner();
+    seen(&ctx, &who).await;
+    match board(&ctx)?.renew(&who.name, fence, ctx.lease_ttl) {
+        Ok(_) => Ok(HttpResponse::Ok().json(Renewed {
+            lease_seconds: ctx.lease_ttl.as_secs(),
+        })),
+        Err(e) => Err(refuse(
+            &ctx,
+            &who,
+            "lease.renew",
+            &fence.to_string(),
+            lease_refusal(e),
+        )
+        .await),
+    }
+}
+
+/// What an agent reports at the end of a job.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResultInput {
+    /// The snapshot committed, when the backup succeeded (64 hex digits;
+    /// it must have been committed under this lease).
+    #[serde(default)]
+    pub snapshot: Option<String>,
+    /// Bytes the agent stored (after compression and deduplication).
+    #[serde(default)]
+    pub stored_bytes: u64,
+    /// How long the backup ran on the agent, in milliseconds.
+    #[serde(default)]
+    pub duration_ms: u64,
+    /// When it failed: a stable kind (`source_missing`, ...).
+    #[serde(default)]
+    pub error_kind: Option<String>,
+    /// When it failed: what happened and what to do.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// When it failed: whether trying again may help.
+    #[serde(default)]
+    pub retryable: bool,
+}
+
+/// Ends the calling agent's lease with its job's result: a snapshot
+/// committed under it, or a failure. 409 when the lease is no longer
+/// current (the result is not applied).
+#[utoipa::path(post, path = "/api/v1/agent/leases/{lease}/result", tag = "agents",
+    params(("lease" = u64, Path, description = "the lease's fencing token")),
+    request_body = ResultInput,
+    responses((status = 204, description = "applied"),
+        (status = 400, response = errors::BadRequest), (status = 403, response = errors::Forbidden),
+        (status = 409, response = errors::Conflict), (status = 413, response = errors::PayloadTooLarge),
+        (status = 415, response = errors::UnsupportedMediaType), (status = 422, response = errors::Invalid),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
+    security(("bearer" = [])))]
+pub(crate) async fn result(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    lease: web::Path<u64>,
+    body: web::Json<ResultInput>,
+) -> Result<HttpResponse, WebError> {
+    require_agent(&who)?;
+    let fence = lease.into_inner();
+    let input = body.into_inner();
+    let board = board(&ctx)?.clone();
+    seen(&ctx, &who).await;
+    let target = fence.to_string();
+    let outcome = match (&input.snapshot, &input.error) {
+        (Some(snapshot), None) => {
+            let point: SnapshotId = snapshot.parse().map_err(|_| WebError::Invalid {
+                message: "the result does not validate".into(),
+                fields: [("snapshot".to_owned(), "64 hex digits".to_owned())].into(),
+            })?;
+            let (job, c) = match board.committed_snapshot(&who.name, fence, snapshot) {
+                Ok(v) => v,
+                Err(e) => {
+                    return Err(refuse(&ctx, &who, "lease.result", &target, lease_refusal(e)).await)
+                }
+            };
+            Ok(JobOutput {
+                events: vec![BackupCommitted {
+                    job: Some(job.job.clone()),
+                    plan: Some(job.plan.clone()),
+                    repository: job.repository.clone(),
+                    snapshot: point,
+                    snapshot_time_unix_ns: c.time_unix_ns,
+                    summary: BackupSummary {
+                        files: c.files,
+                        bytes: c.bytes,
+                        added_bytes: c.added_bytes,
+                        stored_bytes: input.stored_bytes,
+                        duration_ms: input.duration_ms,
+                    },
+                }
+                .into()],
+            })
+        }
+        (None, Some(error)) => {
+            let kind = input.error_kind.clone().unwrap_or_else(|| "agent".into());
+            if !text_ok(&kind, 64) || !text_ok(error, 2000) {
+                return Err(WebError::Invalid {
+                    message: "the result does not validate".into(),
+                    fields: [(
+                        "error".to_owned(),
+                        "error_kind 1-64 and error 1-2000 characters, no control characters"
+                            .to_owned(),
+                    )]
+                    .into(),
+                });
+            }
+            Err(JobFailure::new(kind, error.clone(), input.retryable))
+        }
+        _ => {
+            return Err(WebError::Invalid {
+                message: "a result names a snapshot or an error, not both or neither".into(),
+                fields: [(
+                    "snapshot".to_owned(),
+                    "give either snapshot or error".to_owned(),
+                )]
+                .into(),
+            })
+        }
+    };
+    match board.finish(&who.name, fence, input.snapshot.as_deref(), outcome) {
+        Ok(job) => {
+            tracing::info!(agent = %who.name, job = %job.job, fence, "agent result applied");
+            Ok(HttpResponse::NoContent().finish())
+        }
+        Err(e) => Err(refuse(&ctx, &who, "lease.result", &target, lease_refusal(e)).await),
+    }
+}
+
+/// One agent as listed.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AgentView {
+    /// Its name.
+    pub name: String,
+    /// Its host name.
+    pub hostname: Option<String>,
+    /// Its operating system.
+    pub os: Option<String>,
+    /// Its version.
+    pub version: Option<String>,
+    /// When it last called in (RFC 3339), if ever.
+    pub last_seen: Option<String>,
+    /// Its current leases.
+    pub leases: Vec<LeaseView>,
+    /// Jobs waiting for it.
+    pub queued: usize,
+}
+
+/// A current lease.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LeaseView {
+    /// Its fencing token.
+    pub lease: u64,
+    /// The job.
+    pub job: String,
+    /// Its plan.
+    pub plan: String,
+    /// Seconds until it expires unless renewed.
+    pub remaining_seconds: u64,
+}
+
+/// The agents list.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AgentList {
+    /// The agents, by name.
+    pub agents: Vec<AgentView>,
+}
+
+/// Every registered agent (an agent sees only itself): name, host,
+/// version, last call, current leases and queued jobs.
+#[utoipa::path(get, path = "/api/v1/agents", tag = "agents",
+    responses((status = 200, body = AgentList), (status = 403, response = errors::Forbidden),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
+    security(("bearer" = [])))]
+pub(crate) async fn list(ctx: web::Data<Ctx>, who: Principal) -> Result<HttpResponse, WebError> {
+    let service = ctx.service()?;
+    let only = (who.role == Role::Agent).then(|| who.name.clone());
+    let agents = service
+        .query(0, move |p| {
+            p.agents
+                .agents
+                .values()
+                .filter(|a| only.as_ref().is_none_or(|o| a.id.as_str() == o))
+                .map(|a| {
+                    (
+                        a.id.to_string(),
+                        a.hostname.clone(),
+                        a.os.clone(),
+                        a.version.clone(),
+                        a.last_seen_unix_ns,
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .await?;
+    let board = ctx.agents.clone();
+    let views = agents
+        .into_iter()
+        .map(|(name, hostname, os, version, seen)| {
+            let (leases, queued) = match &board {
+                Some(b) => (
+                    b.leases(Some(&name))
+                        .into_iter()
+                        .map(|l| LeaseView {
+                            lease: l.fence,
+                            job: l.job.job.to_string(),
+                            plan: l.job.plan.to_string(),
+                            remaining_seconds: l.remaining.as_secs(),
+                        })
+                        .collect(),
+                    b.queued(&name),
+                ),
+                None => (Vec::new(), 0),
+            };
+            AgentView {
+                last_seen: seen.map(crate::views::rfc3339),
+                name,
+                hostname,
+                os,
+                version,
+                leases,
+                queued,
+            }
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(AgentList { agents: views }))
+}
