@@ -1,0 +1,501 @@
+//! Agents end to end (docs/agents.md): a real `vouch serve` on 127.0.0.1
+//! and real `vouch agent` processes, or an agent's calls made by hand to
+//! play the parts a real agent never would (a lease left to expire, a
+//! late result, another agent's commit).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::served::{get, post, start, vouch_token, Service, WAIT};
+use common::{describe, random_files};
+use serde_json::{json, Value};
+
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let until = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One HTTP/1.1 exchange with a raw body and extra headers.
+fn raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(90)))
+        .expect("timeout");
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\nAuthorization: Bearer {token}\r\n",
+        body.len()
+    );
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).expect("send");
+    s.write_all(body).expect("send body");
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).expect("read");
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status line");
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        common::served::dechunk(rest)
+    } else {
+        rest.to_owned()
+    };
+    (status, body)
+}
+
+fn json_call(
+    svc: &Service,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let text = body.map(|b| b.to_string()).unwrap_or_default();
+    let headers: &[(&str, &str)] = if body.is_some() {
+        &[("Content-Type", "application/json")]
+    } else {
+        &[]
+    };
+    let (status, answer) = raw(svc.addr, method, path, token, headers, text.as_bytes());
+    (status, serde_json::from_str(&answer).unwrap_or(Value::Null))
+}
+
+fn serve(dir: &Path, extra: &str) -> Service {
+    let config = dir.join("vouch.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}{extra}\n[jobs]\nretry_initial = \"1s\"\n",
+            common::served::sources_allow(dir)
+        ),
+    )
+    .expect("config");
+    start(&dir.join("data"), &config, None)
+}
+
+fn agent_cmd(svc: &Service, dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_vouch"));
+    c.arg("agent")
+        .arg("--server")
+        .arg(format!("http://{}", svc.addr))
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .env_remove("VOUCH_ENROLL_TOKEN")
+        .env("VOUCH_LOG", "info")
+        .stdin(Stdio::null());
+    c
+}
+
+fn enroll(svc: &Service, data: &Path, agent_dir: &Path, name: &str) {
+    let token = vouch_token(data, &["create", "--role", "enroll", "--expires", "1h"]);
+    std::thread::sleep(Duration::from_millis(1200)); // the service reloads its tokens
+    let out = agent_cmd(svc, agent_dir, &["--name", name, "--enroll-only"])
+        .env("VOUCH_ENROLL_TOKEN", &token)
+        .output()
+        .expect("vouch agent runs");
+    assert!(
+        out.status.success(),
+        "enrollment failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Used up: a second registration with it is refused.
+    let again = agent_cmd(
+        svc,
+        &agent_dir.with_extension("again"),
+        &["--name", "other", "--enroll-only"],
+    )
+    .env("VOUCH_ENROLL_TOKEN", &token)
+    .output()
+    .expect("vouch agent runs");
+    assert!(!again.status.success(), "an enrollment token works once");
+}
+
+fn create_plan(svc: &Service, id: &str, source: &str) {
+    let (status, body) = post(
+        svc,
+        "/api/v1/plans",
+        &json!({"id": id, "source": source, "schedule": "0 0 1 1 *"}),
+    );
+    assert_eq!(status, 201, "{body}");
+}
+
+fn run_plan(svc: &Service, plan: &str) -> String {
+    let (status, body) = post(svc, &format!("/api/v1/plans/{plan}/run"), &json!({}));
+    assert!(status == 202 || status == 200, "{status} {body}");
+    body["id"].as_str().expect("a job id").to_owned()
+}
+
+/// The point a succeeded backup job committed.
+fn committed_by(svc: &Service, job_id: &str) -> Option<String> {
+    let j = job(svc, job_id);
+    if j["state"] != "succeeded" {
+        return None;
+    }
+    events(svc, "backup.committed")
+        .into_iter()
+        .find(|e| e["data"]["job"] == job_id)
+        .and_then(|e| e["data"]["snapshot"].as_str().map(str::to_owned))
+}
+
+fn job(svc: &Service, id: &str) -> Value {
+    get(svc, &format!("/api/v1/jobs/{id}"))
+}
+
+fn events(svc: &Service, kind: &str) -> Vec<Value> {
+    get(svc, &format!("/api/v1/events?type={kind}&limit=1000"))["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The CLI on an agent's repository, read on the server's disk.
+fn on_server_repo(data: &Path, agent: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .env_remove("VOUCH_PASSWORD")
+        .env(
+            "VOUCH_REPOSITORY",
+            data.join(format!("agents/{agent}/repository")),
+        )
+        .env(
+            "VOUCH_PASSWORD_FILE",
+            data.join(format!("agents/{agent}/repository.passphrase")),
+        )
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("vouch runs")
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "vouch failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).expect("stat").permissions().mode() & 0o777
+}
+
+#[test]
+fn an_agent_backs_up_its_host_and_the_point_is_proven_on_the_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(dir.path(), "");
+    let data = dir.path().join("data");
+    let agent_dir = dir.path().join("agent");
+    enroll(&svc, &data, &agent_dir, "web-1");
+    assert_eq!(mode(&agent_dir), 0o700);
+    for f in ["credential", "repository.passphrase", "agent.json"] {
+        assert_eq!(mode(&agent_dir.join(f)), 0o600, "{f}");
+    }
+    let src = dir.path().join("host-files");
+    random_files(&src, 30, 200_000, 11);
+    std::fs::write(src.join("notes.txt"), "the agent's own file\n".repeat(1000)).expect("write");
+    create_plan(&svc, "web", &format!("agent:web-1:{}", src.display()));
+    let plan = get(&svc, "/api/v1/plans/web");
+    assert_eq!(plan["repository"], "agent-web-1", "{plan}");
+    let job_id = run_plan(&svc, "web");
+    let out = agent_cmd(&svc, &agent_dir, &["--jobs", "1", "--poll-wait", "5s"])
+        .output()
+        .expect("agent runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let point = eventually("the backup to finish", || committed_by(&svc, &job_id));
+    // The service proves it like any point: verified and restore-tested.
+    eventually("the point to be recoverable", || {
+        let p = get(&svc, &format!("/api/v1/points/{point}"));
+        (p["state"] == "recoverable").then_some(())
+    });
+    // Its lease was recorded, and the agent is listed, seen and idle.
+    assert!(!events(&svc, "agent.lease_granted").is_empty());
+    let agents = get(&svc, "/api/v1/agents");
+    assert_eq!(agents["agents"][0]["name"], "web-1", "{agents}");
+    assert!(agents["agents"][0]["last_seen"].is_string(), "{agents}");
+    assert_eq!(agents["agents"][0]["leases"], json!([]), "{agents}");
+    // Byte-identical, read back from the server's own disk.
+    ok(on_server_repo(&data, "web-1", &["verify", "--read-data"]));
+    let target = dir.path().join("restored");
+    ok(on_server_repo(
+        &data,
+        "web-1",
+        &["restore", &point, "--target", target.to_str().unwrap()],
+    ));
+    let restored = target.join(src.strip_prefix("/").expect("absolute"));
+    assert_eq!(describe(&restored), describe(&src));
+}
+
+/// A job leased by hand (as an agent would) and then left alone: its lease
+/// expires on the server's clock, the job fails as retryable with
+/// `agent.lease_expired` and gets another attempt, and anything sent under
+/// the old lease is refused and recorded.
+#[test]
+fn an_expired_lease_loses_its_job_and_its_late_calls_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(dir.path(), "[agents]\nlease_ttl = \"2s\"\n");
+    let data = dir.path().join("data");
+    let agent_dir = dir.path().join("agent");
+    enroll(&svc, &data, &agent_dir, "web-1");
+    let token = std::fs::read_to_string(agent_dir.join("credential")).expect("credential");
+    let src = dir.path().join("host-files");
+    random_files(&src, 3, 10_000, 1);
+    create_plan(&svc, "web", &format!("agent:web-1:{}", src.display()));
+    let job_id = run_plan(&svc, "web");
+    let (status, leased) = json_call(&svc, "GET", "/api/v1/agent/jobs?wait=10s", &token, None);
+    assert_eq!(status, 200, "{leased}");
+    assert_eq!(leased["job"], job_id.as_str());
+    assert_eq!(leased["lease_seconds"], 2);
+    let fence = leased["lease"].as_u64().expect("a fencing token");
+    // Renewed once, then left to expire.
+    let (status, _) = json_call(
+        &svc,
+        "POST",
+        &format!("/api/v1/agent/leases/{fence}/renew"),
+        &token,
+        None,
+    );
+    assert_eq!(status, 200);
+    eventually("the lease to expire", || {
+        let expired = events(&svc, "agent.lease_expired");
+        (!expired.is_empty()).then_some(())
+    });
+    let failed = events(&svc, "job.failed");
+    assert!(
+        failed
+            .iter()
+            .any(|e| e["data"]["job"] == job_id.as_str()
+                && e["data"]["error_kind"] == "lease_expired"),
+        "{failed:#?}"
+    );
+    // A late renewal, upload and result under the old lease: all refused.
+    let (status, _) = json_call(
+        &svc,
+        "POST",
+        &format!("/api/v1/agent/leases/{fence}/renew"),
+        &token,
+        None,
+    );
+    assert_eq!(status, 409);
+    let pack = b"late bytes";
+    let name = blake3::hash(pack).to_hex().to_string();
+    let (status, _) = raw(
+        svc.addr,
+        "PUT",
+        &format!("/repo/v1/agent-web-1/data/{name}"),
+        &token,
+        &[("x-vouch-lease", &fence.to_string())],
+        pack,
+    );
+    assert_eq!(status, 409);
+    let (status, _) = json_call(
+        &svc,
+        "POST",
+        &format!("/api/v1/agent/leases/{fence}/result"),
+        &token,
+        Some(&json!({"error": "too late", "error_kind": "test"})),
+    );
+    assert_eq!(status, 409);
+    let refused = events(&svc, "audit.refused");
+    for action in ["lease.renew", "repo.put", "lease.result"] {
+        assert!(
+            refused
+                .iter()
+                .any(|e| e["data"]["action"] == action && e["data"]["principal"] == "web-1"),
+            "{action}: {refused:#?}"
+        );
+    }
+    // The job got another attempt, which a real agent now completes.
+    let out = agent_cmd(&svc, &agent_dir, &["--jobs", "1", "--poll-wait", "5s"])
+        .output()
+        .expect("agent runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually("the retried backup to succeed", || {
+        let j = job(&svc, &job_id);
+        (j["state"] == "succeeded" && j["attempt"].as_u64() >= Some(2)).then_some(())
+    });
+}
+
+/// A second agent cannot use the first's repository, lease or plan.
+#[test]
+fn another_agent_can_neither_write_nor_finish_the_first_agents_job() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(dir.path(), "");
+    let data = dir.path().join("data");
+    let (a_dir, b_dir) = (dir.path().join("a"), dir.path().join("b"));
+    enroll(&svc, &data, &a_dir, "web-1");
+    enroll(&svc, &data, &b_dir, "web-2");
+    let a = std::fs::read_to_string(a_dir.join("credential")).expect("credential");
+    let b = std::fs::read_to_string(b_dir.join("credential")).expect("credential");
+    let src = dir.path().join("host-files");
+    random_files(&src, 3, 10_000, 2);
+    create_plan(&svc, "web", &format!("agent:web-1:{}", src.display()));
+    let job_id = run_plan(&svc, "web");
+    // web-2 polls and gets nothing: the job is web-1's.
+    let (status, _) = json_call(&svc, "GET", "/api/v1/agent/jobs?wait=1s", &b, None);
+    assert_eq!(status, 204);
+    let (status, leased) = json_call(&svc, "GET", "/api/v1/agent/jobs?wait=10s", &a, None);
+    assert_eq!(status, 200, "{leased}");
+    let fence = leased["lease"].as_u64().expect("fence").to_string();
+    // web-2, with web-1's fencing token: renew, upload, result, delete.
+    let (status, _) = json_call(
+        &svc,
+        "POST",
+        &format!("/api/v1/agent/leases/{fence}/renew"),
+        &b,
+        None,
+    );
+    assert_eq!(status, 403);
+    let (status, _) = json_call(
+        &svc,
+        "POST",
+        &format!("/api/v1/agent/leases/{fence}/result"),
+        &b,
+        Some(&json!({"error": "not mine", "error_kind": "test"})),
+    );
+    assert_eq!(status, 403);
+    let pack = b"web-2's bytes";
+    let name = blake3::hash(pack).to_hex().to_string();
+    for repo in ["agent-web-1", "default"] {
+        let (status, _) = raw(
+            svc.addr,
+            "PUT",
+            &format!("/repo/v1/{repo}/data/{name}"),
+            &b,
+            &[("x-vouch-lease", &fence)],
+            pack,
+        );
+        assert_eq!(status, 403, "{repo}");
+    }
+    // web-1 itself may not delete data, even under its lease.
+    let (status, _) = raw(
+        svc.addr,
+        "DELETE",
+        &format!("/repo/v1/agent-web-1/keys/{}", "0".repeat(64)),
+        &a,
+        &[("x-vouch-lease", &fence)],
+        b"",
+    );
+    assert_eq!(status, 403);
+    let refused = events(&svc, "audit.refused");
+    assert!(refused
+        .iter()
+        .any(|e| e["data"]["principal"] == "web-2" && e["data"]["action"] == "lease.renew"));
+    assert!(refused
+        .iter()
+        .any(|e| e["data"]["principal"] == "web-2" && e["data"]["action"] == "repo.put"));
+    assert!(refused
+        .iter()
+        .any(|e| e["data"]["principal"] == "web-1" && e["data"]["action"] == "repo.delete"));
+    // The job is still web-1's to finish.
+    let (status, _) = json_call(
+        &svc,
+        "POST",
+        &format!("/api/v1/agent/leases/{fence}/result"),
+        &a,
+        Some(&json!({"error": "source gone", "error_kind": "source_missing", "retryable": false})),
+    );
+    assert_eq!(status, 204);
+    eventually("the job to fail as reported", || {
+        let j = job(&svc, &job_id);
+        (j["state"] == "failed").then_some(())
+    });
+}
+
+/// kill -9 of the agent in the middle of a backup: its lease expires, the
+/// job is retried, and a restarted agent commits a point that verifies and
+/// restores byte-identically.
+#[test]
+fn a_killed_agent_s_job_is_retried_and_completes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(dir.path(), "[agents]\nlease_ttl = \"2s\"\n");
+    let data = dir.path().join("data");
+    let agent_dir = dir.path().join("agent");
+    enroll(&svc, &data, &agent_dir, "web-1");
+    let src = dir.path().join("host-files");
+    random_files(&src, 200, 250_000, 21);
+    create_plan(&svc, "web", &format!("agent:web-1:{}", src.display()));
+    let job_id = run_plan(&svc, "web");
+    let mut child: Child = agent_cmd(&svc, &agent_dir, &["--poll-wait", "5s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("agent starts");
+    // Killed once the job is leased and its first pack is on the server.
+    let packs = data.join("agents/web-1/repository/data");
+    eventually("the agent's first pack", || {
+        let n = std::fs::read_dir(&packs)
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| std::fs::read_dir(e.path()).ok())
+                    .map(|sub| sub.count())
+                    .sum::<usize>()
+            })
+            .unwrap_or(0);
+        (n > 0).then_some(())
+    });
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    let out = agent_cmd(&svc, &agent_dir, &["--jobs", "1", "--poll-wait", "10s"])
+        .output()
+        .expect("agent runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let point = eventually("the retried backup to succeed", || {
+        committed_by(&svc, &job_id)
+    });
+    assert!(
+        job(&svc, &job_id)["attempt"].as_u64() >= Some(2),
+        "the killed attempt never committed; another one did"
+    );
+    assert_eq!(events(&svc, "backup.committed").len(), 1);
+    ok(on_server_repo(&data, "web-1", &["verify", "--read-data"]));
+    let target: PathBuf = dir.path().join("restored");
+    ok(on_server_repo(
+        &data,
+        "web-1",
+        &["restore", &point, "--target", target.to_str().unwrap()],
+    ));
+    assert_eq!(
+        describe(&target.join(src.strip_prefix("/").expect("absolute"))),
+        describe(&src)
+    );
+}
