@@ -202,6 +202,43 @@ fn ok(out: Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `text` without terminal colour codes.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for e in chars.by_ref() {
+                if e.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Bytes and number of the pack files below `dir`.
+fn stored_bytes(dir: &Path) -> (u64, usize) {
+    let mut bytes = 0;
+    let mut n = 0;
+    for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(sub.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if let Ok(m) = f.metadata() {
+                bytes += m.len();
+                n += 1;
+            }
+        }
+    }
+    (bytes, n)
+}
+
 fn mode(p: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).expect("stat").permissions().mode() & 0o777
@@ -456,20 +493,21 @@ fn a_killed_agent_s_job_is_retried_and_completes() {
         .stderr(Stdio::null())
         .spawn()
         .expect("agent starts");
-    // Killed once the job is leased and its first pack is on the server.
+    // Killed once two stored packs are in its session journal.
     let packs = data.join("agents/web-1/repository/data");
-    eventually("the agent's first pack", || {
-        let n = std::fs::read_dir(&packs)
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|e| std::fs::read_dir(e.path()).ok())
-                    .map(|sub| sub.count())
-                    .sum::<usize>()
-            })
-            .unwrap_or(0);
-        (n > 0).then_some(())
-    });
+    let journal = agent_dir.join("sessions");
+    let records = || {
+        std::fs::read_dir(&journal)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
+            .filter(|f| !f.file_name().to_string_lossy().starts_with('.'))
+            .count()
+    };
+    eventually("the agent's first packs", || (records() >= 2).then_some(()));
     child.kill().expect("kill -9");
+    let journaled = records();
     let _ = child.wait();
     let out = agent_cmd(&svc, &agent_dir, &["--jobs", "1", "--poll-wait", "10s"])
         .output()
@@ -487,6 +525,23 @@ fn a_killed_agent_s_job_is_retried_and_completes() {
         "the killed attempt never committed; another one did"
     );
     assert_eq!(events(&svc, "backup.committed").len(), 1);
+    // Resumed, not sent again: every pack the killed run journaled is
+    // reused by the retry (it sends again at most what was in flight).
+    let log = strip_ansi(&String::from_utf8_lossy(&out.stderr));
+    let resumed: usize = log
+        .lines()
+        .find(|l| l.contains("resuming an interrupted backup"))
+        .and_then(|l| l.split("resumed=").nth(1))
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        resumed >= journaled && resumed >= 2,
+        "{journaled} packs were journaled by the killed run, {resumed} resumed: {log}"
+    );
+    let (total, _) = stored_bytes(&packs);
+    assert_eq!(records(), 0, "the journal outlived its commit");
+    assert!(total > 0);
     ok(on_server_repo(&data, "web-1", &["verify", "--read-data"]));
     let target: PathBuf = dir.path().join("restored");
     ok(on_server_repo(

@@ -11,6 +11,7 @@
 //! | `agent.json` | server URL, name, repository, pinned fingerprint |
 //! | `credential` | its token (role `agent`), 0600 |
 //! | `repository.passphrase` | its repository's passphrase, 0600 |
+//! | `sessions/` | the journals of backups not yet committed (resume) |
 
 pub mod platform;
 
@@ -235,6 +236,7 @@ pub fn enroll(
 
 /// A registered agent, ready to poll.
 pub struct Agent {
+    dir: PathBuf,
     state: AgentState,
     client: Arc<HttpClient>,
     passphrase: Zeroizing<String>,
@@ -276,6 +278,7 @@ impl Agent {
             &options.client,
         )?;
         Ok(Agent {
+            dir: dir.to_path_buf(),
             state,
             client: Arc::new(client),
             passphrase,
@@ -452,6 +455,12 @@ impl Agent {
             tags: vec![job.tag.clone()],
             host: Some(self.state.name.clone()),
             cancel: Some(lost),
+            // One journal per plan: a killed agent's next attempt resumes.
+            session_dir: Some(
+                self.dir
+                    .join("sessions")
+                    .join(&blake3::hash(job.plan.as_bytes()).to_hex()[..32]),
+            ),
             ..BackupOptions::default()
         };
         let outcome = backup(&repo, &opts, progress.clone())?;

@@ -9,6 +9,7 @@ mod exclude;
 mod pseudo_fs;
 mod read;
 mod save;
+pub mod session;
 mod walk;
 
 use std::path::{Path, PathBuf};
@@ -92,6 +93,10 @@ pub struct BackupOptions {
     /// Set from outside to stop the backup (like SIGINT, for this backup
     /// only): it ends with [`Error::Interrupted`] and commits nothing.
     pub cancel: Option<Arc<AtomicBool>>,
+    /// The session journal's directory (see [`session`]): an interrupted
+    /// backup with the same one resumes instead of sending its stored
+    /// packs again. None: no journal.
+    pub session_dir: Option<PathBuf>,
 }
 
 /// What a backup made.
@@ -225,6 +230,14 @@ pub fn backup(
     let guard = repo.lock(false, "backup")?;
     let mut index = repo.load_index()?;
     commit::drop_missing_packs(repo, &mut index)?;
+    let session = match &opts.session_dir {
+        Some(dir) => Some(Arc::new(session::Session::open(dir, repo)?)),
+        None => None,
+    };
+    let resumed = match &session {
+        Some(s) => s.resume(repo, &mut index)?,
+        None => Vec::new(),
+    };
     let index = Arc::new(index);
 
     let path_strs = path_strings(&paths);
@@ -273,6 +286,7 @@ pub fn backup(
         write_sync,
         progress.clone(),
         abort.clone(),
+        session.clone(),
     );
 
     let (job_tx, job_rx) = bounded(read_threads * 4);
@@ -361,7 +375,10 @@ pub fn backup(
         joined("reader", r.join());
     }
     let packs = match saver.finish() {
-        Ok(packs) => packs,
+        Ok(mut packs) => {
+            packs.extend(resumed);
+            packs
+        }
         Err(e) => {
             abort.set(Error::Internal(e.to_string()));
             panicked.get_or_insert(e);
@@ -405,6 +422,9 @@ pub fn backup(
     };
     let snapshot = commit::commit(repo, &guard, packs, &manifest, opts.sync)?;
     drop(guard);
+    if let Some(s) = &session {
+        s.clear();
+    }
     tracing::info!(snapshot = %snapshot.short(), "backup committed");
     Ok(BackupOutcome { snapshot, manifest })
 }

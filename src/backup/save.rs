@@ -146,6 +146,7 @@ impl Saver {
         sync: WriteSync,
         progress: Arc<Progress>,
         abort: Arc<Abort>,
+        session: Option<Arc<super::session::Session>>,
     ) -> Self {
         let (tx, rx) = bounded::<BlobJob>(threads * 2);
         let (pack_tx, pack_rx) = bounded::<FinishedPack>(1);
@@ -181,6 +182,11 @@ impl Saver {
                     match backend.write(FileKind::Pack, &pack.id.to_hex(), &pack.bytes, sync) {
                         Ok(()) => {
                             Progress::add(&progress.bytes_stored, pack.bytes.len() as u64);
+                            if let Some(s) = &session {
+                                if let Err(e) = s.record(&pack.index) {
+                                    tracing::warn!("the session journal could not be written ({e}); an interrupted backup will send this pack again");
+                                }
+                            }
                             written.push(pack.index);
                         }
                         Err(e) => abort.set(e),

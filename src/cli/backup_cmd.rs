@@ -48,6 +48,40 @@ pub struct BackupArgs {
     /// Reader threads (0 = automatic).
     #[arg(long, default_value_t = 0)]
     pub read_threads: usize,
+    /// Keep no session journal: an interrupted backup then sends again
+    /// what it had stored (by default the journal lives in
+    /// `$VOUCH_CACHE_DIR`, `$XDG_CACHE_HOME/vouch` or `~/.cache/vouch`).
+    #[arg(long)]
+    pub no_session: bool,
+}
+
+/// The session journal of a backup of `paths` from `host` into `repo`:
+/// one per repository and source set, in the user's cache directory.
+fn session_dir(
+    repo: &crate::repo::Repository,
+    host: &str,
+    paths: &[std::path::PathBuf],
+) -> Option<std::path::PathBuf> {
+    let cache = std::env::var_os("VOUCH_CACHE_DIR")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME").map(|d| std::path::PathBuf::from(d).join("vouch"))
+        })
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/vouch"))
+        })?;
+    let mut h = blake3::Hasher::new();
+    h.update(host.as_bytes());
+    for p in paths {
+        h.update(b"\0");
+        h.update(p.as_os_str().as_encoded_bytes());
+    }
+    Some(
+        cache
+            .join("sessions")
+            .join(repo.config().id.to_hex())
+            .join(&h.finalize().to_hex()[..32]),
+    )
 }
 
 /// Runs a backup.
@@ -59,7 +93,14 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
     let repo_dir = std::fs::canonicalize(&repo_path)
         .or_else(|_| std::path::absolute(&repo_path))
         .ok();
+    let session_dir = if a.no_session {
+        None
+    } else {
+        let host = a.host.clone().unwrap_or_else(crate::util::host_name);
+        session_dir(&repo, &host, &a.paths)
+    };
     let opts = BackupOptions {
+        session_dir,
         paths: a.paths,
         excludes: a.exclude,
         exclude_files: a.exclude_file,

@@ -91,6 +91,12 @@ pub struct KeyInfo {
     pub user: String,
 }
 
+/// An index file sealed with `key`, as stored, and its id.
+pub fn seal_index_file(key: &MasterKey, file: &IndexFile) -> (IndexId, Vec<u8>) {
+    let bytes = sealed::seal(key, SealedKind::Index, &encode(file));
+    (IndexId::hash_of(&bytes), bytes)
+}
+
 /// Largest pack a repository may use: the format stores blob offsets and
 /// lengths in a pack as u32, and a pack grows by at most one blob (16 MiB)
 /// past its target, so 1 GiB keeps every offset far inside u32.
@@ -535,8 +541,7 @@ impl Repository {
 
     /// Writes an index file.
     pub fn save_index(&self, file: &IndexFile, sync: WriteSync) -> Result<IndexId> {
-        let bytes = sealed::seal(&self.key, SealedKind::Index, &encode(file));
-        let id = IndexId::hash_of(&bytes);
+        let (id, bytes) = seal_index_file(&self.key, file);
         self.backend
             .write(FileKind::Index, &id.to_hex(), &bytes, sync)?;
         Ok(id)

@@ -35,6 +35,8 @@ impl Env {
         c.env_remove("VOUCH_PASSWORD_FILE")
             .env_remove("VOUCH_PASSWORD_COMMAND")
             .env("VOUCH_REPOSITORY", &self.repo)
+            // Session journals stay in the test's directory.
+            .env("VOUCH_CACHE_DIR", self.dir.path().join("cache"))
             .env("VOUCH_PASSWORD", PASSWORD)
             .stdin(std::process::Stdio::null());
         c
