@@ -554,3 +554,50 @@ fn a_killed_agent_s_job_is_retried_and_completes() {
         describe(&src)
     );
 }
+
+/// `AgentLost` fires when an agent stops calling in for longer than
+/// `agent_lost_after`, never while it polls, and resolves once it is back.
+#[test]
+fn agent_lost_fires_when_an_agent_stops_polling_and_resolves_when_it_returns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(
+        dir.path(),
+        "[alerting]\nevaluate_every = \"200ms\"\nagent_lost_after = \"3s\"\n",
+    );
+    let data = dir.path().join("data");
+    let agent_dir = dir.path().join("agent");
+    enroll(&svc, &data, &agent_dir, "web-1");
+    let open_lost = || -> bool {
+        get(&svc, "/api/v1/alerts?state=open")
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|a| a["subject"] == "agent web-1: lost")
+    };
+    let spawn = || {
+        agent_cmd(&svc, &agent_dir, &["--poll-wait", "1s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("agent starts")
+    };
+    let mut agent = spawn();
+    // Polling for twice the threshold: never lost.
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        assert!(!open_lost(), "a polling agent was taken for lost");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    agent.kill().expect("kill");
+    let _ = agent.wait();
+    eventually("AgentLost to fire", || open_lost().then_some(()));
+    let mut agent = spawn();
+    eventually("AgentLost to resolve", || (!open_lost()).then_some(()));
+    agent.kill().expect("kill");
+    let _ = agent.wait();
+    let gauge = common::served::http(svc.addr, "GET", "/metrics", Some(&svc.token), None).1;
+    assert!(
+        gauge.contains("vouch_agent_last_seen_timestamp_seconds{agent=\"web-1\"}"),
+        "{gauge}"
+    );
+}

@@ -841,6 +841,8 @@ fn read_back(v: &VerificationSection) -> anyhow::Result<Option<ReadBackWindow>> 
 pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     let s = settings(&a)?;
     let mut service_config = service_config(&s.config)?;
+    // A polling agent is recorded often enough never to be taken for lost.
+    let seen_every = vouch_web::SEEN_EVERY.min(service_config.alerting.agent_lost_after / 4);
     // A bad certificate or key stops the start before anything is created.
     let mut tls = match &s.tls {
         Some((cert, key)) => Some(super::tls::server_config(cert, key)?),
@@ -997,7 +999,8 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             .with_log_dir(log_dir)
             .with_source_policy(sources)
             .with_min_every(min_every)
-            .with_lease_ttl(lease_ttl);
+            .with_lease_ttl(lease_ttl)
+            .with_agent_seen_every(seen_every);
         let server = vouch_web::serve(listener, state, tls)?;
         let server_handle = server.handle();
         let running = actix_web::rt::spawn(server);

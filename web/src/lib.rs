@@ -46,7 +46,7 @@ use actix_web::{web, App, HttpServer};
 use vouch_actors::service::{AgentBoard, ServiceHandle};
 use vouch_events::sources::SourcePolicy;
 
-pub use api::agent::{LEASE_TTL, MAX_WAIT};
+pub use api::agent::{LEASE_TTL, MAX_WAIT, SEEN_EVERY};
 pub use api::misc::VERSION;
 pub use auth::{
     require_token, FailedAuth, LiveTokens, Principal, Role, TokenEntry, TokenError, TokenHash,
@@ -85,6 +85,7 @@ pub struct AppState {
     repo_store: Option<Arc<dyn RepoStore>>,
     agents: Option<Arc<AgentBoard>>,
     lease_ttl: std::time::Duration,
+    seen_every: std::time::Duration,
 }
 
 /// The shortest `verification.every`, `restore_test.every` and
@@ -115,6 +116,7 @@ impl AppState {
             repo_store: None,
             agents: None,
             lease_ttl: api::agent::LEASE_TTL,
+            seen_every: api::agent::SEEN_EVERY,
         })
     }
 
@@ -151,6 +153,15 @@ impl AppState {
     /// [`LEASE_TTL`]).
     pub fn with_lease_ttl(mut self, ttl: std::time::Duration) -> Self {
         self.lease_ttl = ttl;
+        self.ctx = None;
+        self
+    }
+
+    /// How often an agent's calls are recorded as `agent.seen` at most
+    /// (default [`SEEN_EVERY`]); keep it well below the `AgentLost`
+    /// threshold.
+    pub fn with_agent_seen_every(mut self, every: std::time::Duration) -> Self {
+        self.seen_every = every;
         self.ctx = None;
         self
     }
@@ -203,7 +214,7 @@ impl AppState {
                 repo_store: self.repo_store.clone(),
                 agents: self.agents.clone(),
                 refusals: api::repo::RefusalLimiter::default(),
-                agent_seen: api::agent::SeenLimiter::default(),
+                agent_seen: api::agent::SeenLimiter::new(self.seen_every),
                 lease_ttl: self.lease_ttl,
             })
         })

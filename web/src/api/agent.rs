@@ -23,19 +23,31 @@ use crate::error::{doc as errors, WebError};
 pub const LEASE_TTL: Duration = Duration::from_secs(60);
 /// Longest long-poll.
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
-/// An agent's calls are recorded as `agent.seen` at most this often.
+/// An agent's calls are recorded as `agent.seen` at most this often by
+/// default (`vouch serve` makes it a quarter of `agent_lost_after` when
+/// that is shorter, so a polling agent is never taken for lost).
 pub const SEEN_EVERY: Duration = Duration::from_secs(30);
 
 /// When each agent's call was last recorded.
-#[derive(Debug, Default)]
-pub(crate) struct SeenLimiter(Mutex<HashMap<String, Instant>>);
+#[derive(Debug)]
+pub(crate) struct SeenLimiter {
+    every: Duration,
+    last: Mutex<HashMap<String, Instant>>,
+}
 
 impl SeenLimiter {
+    pub(crate) fn new(every: Duration) -> Self {
+        SeenLimiter {
+            every,
+            last: Mutex::new(HashMap::new()),
+        }
+    }
+
     fn due(&self, agent: &str) -> bool {
-        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = self.last.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         match m.get(agent) {
-            Some(at) if now.duration_since(*at) < SEEN_EVERY => false,
+            Some(at) if now.duration_since(*at) < self.every => false,
             _ => {
                 m.insert(agent.to_owned(), now);
                 true
