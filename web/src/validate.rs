@@ -71,6 +71,12 @@ fn whole<'de, D: Deserializer<'de>>(d: D, min: u64, max: u64) -> Result<Option<u
     }
 }
 
+/// A whole number (an integral float too, as JSON Schema allows) up to
+/// 2^53 - 1; null or absent is 0.
+pub(crate) fn whole_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    Ok(whole(d, 0, (1 << 53) - 1)?.unwrap_or(0))
+}
+
 /// The largest count of a retention rule.
 const MAX_COUNT: u64 = u32::MAX as u64;
 /// The largest `sample_files`.
@@ -566,19 +572,11 @@ pub(crate) fn definition(
         def.repository = RepositoryId::new(r);
     }
     // An agent writes only into its own repository (docs/agents.md): its
-    // plans default to it, and may name no other.
+    // plans default to it. One naming another is accepted (the document
+    // cannot express the rule) and fails at its first run, saying why.
     if let Some((agent, _)) = vouch_events::sources::agent_source(&def.source) {
-        let own = vouch_events::sources::agent_repository(agent);
         if !repository_given {
-            def.repository = RepositoryId::new(own);
-        } else if def.repository.as_str() != own {
-            errors.insert(
-                "repository".into(),
-                format!(
-                    "a plan of agent {agent} backs up into that agent's own repository {own:?}, not {:?} (leave repository out to get it)",
-                    def.repository.as_str()
-                ),
-            );
+            def.repository = RepositoryId::new(vouch_events::sources::agent_repository(agent));
         }
     }
     if let Some(p) = input.paused {

@@ -94,12 +94,28 @@ async fn seen(ctx: &Ctx, who: &Principal) {
 pub struct RegisterInput {
     /// The agent's name: `[a-z0-9][a-z0-9._-]{0,62}`; its plans' sources
     /// are `agent:NAME:/path`.
+    #[schema(pattern = "^[a-z0-9][a-z0-9._-]{0,62}$")]
     pub name: String,
     /// Its host name.
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]+$"
+    )]
     pub hostname: String,
     /// Its operating system (`linux`, `windows`).
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]+$"
+    )]
     pub os: String,
     /// Its version.
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]+$"
+    )]
     pub version: String,
 }
 
@@ -400,18 +416,31 @@ pub struct ResultInput {
     /// The snapshot committed, when the backup succeeded (64 hex digits;
     /// it must have been committed under this lease).
     #[serde(default)]
+    #[schema(pattern = "^[0-9a-fA-F]{64}$")]
     pub snapshot: Option<String>,
     /// Bytes the agent stored (after compression and deduplication).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::validate::whole_u64")]
+    #[schema(minimum = 0, maximum = 9007199254740991_u64)]
     pub stored_bytes: u64,
     /// How long the backup ran on the agent, in milliseconds.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::validate::whole_u64")]
+    #[schema(minimum = 0, maximum = 9007199254740991_u64)]
     pub duration_ms: u64,
     /// When it failed: a stable kind (`source_missing`, ...).
     #[serde(default)]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]+$"
+    )]
     pub error_kind: Option<String>,
     /// When it failed: what happened and what to do.
     #[serde(default)]
+    #[schema(
+        min_length = 1,
+        max_length = 2000,
+        pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]+$"
+    )]
     pub error: Option<String>,
     /// When it failed: whether trying again may help.
     #[serde(default)]

@@ -255,14 +255,48 @@ pub struct FileEntry {
     pub size: u64,
 }
 
+/// A kind of named repository file.
+#[derive(Debug, Clone, Copy, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NamedKind {
+    /// `keys/`.
+    Keys,
+    /// `data/`: packs.
+    Data,
+    /// `index/`.
+    Index,
+    /// `snapshots/`.
+    Snapshots,
+    /// `locks/`.
+    Locks,
+}
+
+impl NamedKind {
+    fn file(self) -> RepoFile {
+        match self {
+            NamedKind::Keys => RepoFile::Key,
+            NamedKind::Data => RepoFile::Pack,
+            NamedKind::Index => RepoFile::Index,
+            NamedKind::Snapshots => RepoFile::Snapshot,
+            NamedKind::Locks => RepoFile::Lock,
+        }
+    }
+}
+
+/// A repository file's name.
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
+#[schema(value_type = String, pattern = "^[0-9a-f]{64}$")]
+pub struct FileName(pub String);
+
 /// The body of `POST /repo/v1/{repo}/missing`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MissingInput {
-    /// The kind of the files (`data`, `index`, `snapshots`, `keys`, `locks`).
-    pub kind: String,
+    /// The kind of the files.
+    pub kind: NamedKind,
     /// Their names, at most 10,000.
-    pub names: Vec<String>,
+    #[schema(max_items = 10000)]
+    pub names: Vec<FileName>,
 }
 
 /// The answer of `POST /repo/v1/{repo}/missing`.
@@ -278,7 +312,7 @@ pub struct MissingAnswer {
 pub struct SyncInput {
     /// Also make the deletions of files of this kind durable.
     #[serde(default)]
-    pub deletes: Option<String>,
+    pub deletes: Option<NamedKind>,
 }
 
 /// The answer of an upload.
@@ -640,8 +674,9 @@ pub(crate) async fn missing(
 ) -> Result<HttpResponse, WebError> {
     let repo = repo.into_inner();
     let input = body.into_inner();
-    let kind = named_kind(&input.kind).map_err(|e| WebError::BadRequest(e.to_string()))?;
-    if input.names.len() > MAX_MISSING {
+    let kind = input.kind.file();
+    let names: Vec<String> = input.names.into_iter().map(|n| n.0).collect();
+    if names.len() > MAX_MISSING {
         return Err(WebError::BadRequest(format!(
             "at most {MAX_MISSING} names per request"
         )));
@@ -656,7 +691,7 @@ pub(crate) async fn missing(
     )
     .await?;
     let store = store(&ctx)?;
-    let missing = blocking(move || store.missing(&repo, kind, &input.names)).await?;
+    let missing = blocking(move || store.missing(&repo, kind, &names)).await?;
     Ok(HttpResponse::Ok().json(MissingAnswer { missing }))
 }
 
@@ -679,10 +714,7 @@ pub(crate) async fn sync(
     body: web::Json<SyncInput>,
 ) -> Result<HttpResponse, WebError> {
     let repo = repo.into_inner();
-    let deletes = match &body.deletes {
-        Some(k) => Some(named_kind(k).map_err(|e| WebError::BadRequest(e.to_string()))?),
-        None => None,
-    };
+    let deletes = body.deletes.map(NamedKind::file);
     authorize(&ctx, &who, &req, &repo, Op::Sync, &format!("{repo}/sync")).await?;
     let store = store(&ctx)?;
     blocking(move || store.sync(&repo, deletes)).await?;
