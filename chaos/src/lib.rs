@@ -1,12 +1,14 @@
 //! The adversary: primitives that break things on purpose, used by the
 //! crash, corruption and resource-exhaustion tests of the `vouch` package.
 //!
-//! Everything here acts on real processes and real files: signals to a
-//! child, bit flips and truncation in files, a size-limited tmpfs.
+//! Everything here acts on real processes, files and sockets: signals to a
+//! child, bit flips and truncation in files, a size-limited tmpfs, and a
+//! TCP proxy that injects network faults ([`proxy`]).
 //! Randomness comes from a seeded generator so that every failure can be
 //! replayed with the seed it prints.
 
 pub mod powercut;
+pub mod proxy;
 
 use std::fs::OpenOptions;
 use std::io;
