@@ -601,3 +601,93 @@ fn agent_lost_fires_when_an_agent_stops_polling_and_resolves_when_it_returns() {
         "{gauge}"
     );
 }
+
+/// Through the fault proxy: 50 ms of latency, a stall (blackhole) and a
+/// network cut (every connection reset) in the middle of the uploads. The
+/// agent's client retries, the lease survives, and the committed point
+/// verifies and restores byte-identically.
+#[test]
+fn a_backup_survives_latency_a_stall_and_a_network_cut() {
+    use vouch_chaos::proxy::{FaultProxy, Faults};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(dir.path(), "[agents]\nlease_ttl = \"10s\"\n");
+    let data = dir.path().join("data");
+    let proxy = FaultProxy::start(svc.addr).expect("proxy");
+    let agent_dir = dir.path().join("agent");
+    // Registered through the proxy: it is the agent's server from now on.
+    let token = vouch_token(&data, &["create", "--role", "enroll"]);
+    std::thread::sleep(Duration::from_millis(1200));
+    let out = Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .args([
+            "agent",
+            "--server",
+            &format!("http://{}", proxy.addr()),
+            "--name",
+            "web-1",
+            "--enroll-only",
+            "--data-dir",
+        ])
+        .arg(&agent_dir)
+        .env("VOUCH_ENROLL_TOKEN", &token)
+        .output()
+        .expect("agent runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let src = dir.path().join("host-files");
+    random_files(&src, 100, 400_000, 31);
+    create_plan(&svc, "web", &format!("agent:web-1:{}", src.display()));
+    let job_id = run_plan(&svc, "web");
+    proxy.set(Faults {
+        latency: Duration::from_millis(50),
+        ..Faults::default()
+    });
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .args(["agent", "--jobs", "1", "--poll-wait", "5s", "--data-dir"])
+        .arg(&agent_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("agent starts");
+    eventually("uploads to be under way", || {
+        (proxy.stats().bytes_to_upstream > 8 << 20).then_some(())
+    });
+    // A stall of 2 s, then a cut of every connection.
+    proxy.set(Faults {
+        latency: Duration::from_millis(50),
+        blackhole: true,
+        ..Faults::default()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    proxy.set(Faults {
+        latency: Duration::from_millis(50),
+        ..Faults::default()
+    });
+    proxy.reset_all();
+    let status = child.wait().expect("agent ends");
+    let mut log = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut log);
+    }
+    assert!(status.success(), "{log}");
+    assert!(proxy.stats().connections_reset > 0, "the cut happened");
+    let point = eventually("the backup to succeed", || committed_by(&svc, &job_id));
+    assert_eq!(
+        job(&svc, &job_id)["attempt"],
+        1,
+        "no retry of the job was needed"
+    );
+    ok(on_server_repo(&data, "web-1", &["verify", "--read-data"]));
+    let target = dir.path().join("restored");
+    ok(on_server_repo(
+        &data,
+        "web-1",
+        &["restore", &point, "--target", target.to_str().unwrap()],
+    ));
+    assert_eq!(
+        describe(&target.join(src.strip_prefix("/").expect("absolute"))),
+        describe(&src)
+    );
+}
