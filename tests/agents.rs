@@ -691,3 +691,73 @@ fn a_backup_survives_latency_a_stall_and_a_network_cut() {
         describe(&src)
     );
 }
+
+/// An agent whose clock is two days ahead, then one two days behind (run
+/// under `faketime`): leases, renewals and results work the same, and the
+/// point is timed by the server's clock, not the agent's.
+#[test]
+fn a_skewed_agent_clock_changes_nothing() {
+    if Command::new("faketime").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: faketime is not installed (apt-get install faketime; .ci/run does)");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install faketime for this test"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(dir.path(), "[agents]\nlease_ttl = \"3s\"\n");
+    let data = dir.path().join("data");
+    let agent_dir = dir.path().join("agent");
+    enroll(&svc, &data, &agent_dir, "web-1");
+    let src = dir.path().join("host-files");
+    random_files(&src, 200, 100_000, 41);
+    create_plan(&svc, "web", &format!("agent:web-1:{}", src.display()));
+    for skew in ["+2d", "-2d"] {
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs();
+        let job_id = run_plan(&svc, "web");
+        // A 3 s lease, renewed every second by the skewed agent.
+        let out = Command::new("faketime")
+            .arg("-f")
+            .arg(skew)
+            .arg(env!("CARGO_BIN_EXE_vouch"))
+            .args(["agent", "--jobs", "1", "--poll-wait", "5s", "--data-dir"])
+            .arg(&agent_dir)
+            .env("VOUCH_LOG", "info")
+            .output()
+            .expect("faketime runs the agent");
+        assert!(
+            out.status.success(),
+            "{skew}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let point = eventually("the backup to succeed", || committed_by(&svc, &job_id));
+        assert_eq!(
+            job(&svc, &job_id)["attempt"],
+            1,
+            "{skew}: no lease was lost"
+        );
+        let p = get(&svc, &format!("/api/v1/points/{point}"));
+        let at = p["snapshot_at"].as_str().expect("snapshot_at").to_owned();
+        let year_day = |s: &str| s.get(..10).map(str::to_owned);
+        let today = {
+            let out = Command::new("date")
+                .args(["-u", "-d", &format!("@{before}"), "+%Y-%m-%d"])
+                .output()
+                .expect("date runs");
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        };
+        assert_eq!(
+            year_day(&at).as_deref(),
+            Some(today.as_str()),
+            "{skew}: the point is timed by the server's clock ({at})"
+        );
+        eventually("the point to be recoverable", || {
+            let p = get(&svc, &format!("/api/v1/points/{point}"));
+            (p["state"] == "recoverable").then_some(())
+        });
+    }
+}

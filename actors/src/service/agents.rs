@@ -64,7 +64,8 @@ struct Lease {
 pub struct Committed {
     /// Its id, 64 hex digits.
     pub id: String,
-    /// Its time, as the manifest records it.
+    /// When the server accepted it, by the server's clock (the manifest's
+    /// own time is the agent's clock, which may be skewed).
     pub time_unix_ns: i64,
     /// Files in it.
     pub files: u64,

@@ -566,9 +566,14 @@ pub(crate) async fn put_file(
     };
     if let (Some(facts), Some((agent, fence))) = (&facts, &granted.lease) {
         if let Some(board) = &ctx.agents {
+            // Timed by this server's clock: an agent's clock may be skewed,
+            // and retention and freshness must not follow it.
+            let accepted = ctx
+                .service()
+                .map_or(facts.time_unix_ns, |s| s.now_unix_ns());
             let committed = vouch_actors::service::Committed {
                 id: facts.id.clone(),
-                time_unix_ns: facts.time_unix_ns,
+                time_unix_ns: accepted,
                 files: facts.files,
                 bytes: facts.bytes,
                 added_bytes: facts.added_bytes,
