@@ -761,3 +761,96 @@ fn a_skewed_agent_clock_changes_nothing() {
         });
     }
 }
+
+/// A point restores onto the agent that made it (by default) or onto the
+/// server (below the allowed roots only), as a job with `restore.completed`
+/// recorded; only roles that may read contents may ask.
+#[test]
+fn a_point_restores_onto_its_agent_or_onto_the_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(dir.path(), "");
+    let data = dir.path().join("data");
+    let agent_dir = dir.path().join("agent");
+    enroll(&svc, &data, &agent_dir, "web-1");
+    let src = dir.path().join("host-files");
+    random_files(&src, 20, 100_000, 51);
+    std::fs::create_dir_all(src.join("sub")).expect("mkdir");
+    std::fs::write(src.join("sub/inner.txt"), "inner\n").expect("write");
+    create_plan(&svc, "web", &format!("agent:web-1:{}", src.display()));
+    let job_id = run_plan(&svc, "web");
+    let run_agent = || {
+        let out = agent_cmd(&svc, &agent_dir, &["--jobs", "1", "--poll-wait", "5s"])
+            .output()
+            .expect("agent runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run_agent();
+    let point = eventually("the backup", || committed_by(&svc, &job_id));
+    let restore_path = format!("/api/v1/points/{point}/restore");
+    // Roles that may not read contents may not restore either.
+    let viewer = vouch_token(&data, &["create", "--role", "viewer", "--name", "eve"]);
+    let operator = vouch_token(&data, &["create", "--role", "operator", "--name", "op"]);
+    std::thread::sleep(Duration::from_millis(1200));
+    let onto_agent = dir.path().join("onto-agent");
+    let body = json!({"destination": onto_agent.to_str().unwrap()});
+    for token in [&viewer, &operator] {
+        let (status, _) = json_call(&svc, "POST", &restore_path, token, Some(&body));
+        assert_eq!(status, 403);
+    }
+    // Onto the agent (the default for its point).
+    let (status, job) = json_call(&svc, "POST", &restore_path, &svc.token, Some(&body));
+    assert_eq!(status, 202, "{job}");
+    let restore_job = job["id"].as_str().expect("job id").to_owned();
+    assert_eq!(job["kind"], "restore");
+    run_agent();
+    eventually("the restore onto the agent", || {
+        (self::job(&svc, &restore_job)["state"] == "succeeded").then_some(())
+    });
+    let rel = src.strip_prefix("/").expect("absolute");
+    assert_eq!(describe(&onto_agent.join(rel)), describe(&src));
+    let done = events(&svc, "restore.completed");
+    assert_eq!(done.len(), 1, "{done:#?}");
+    assert_eq!(done[0]["data"]["agent"], "web-1");
+    assert_eq!(done[0]["data"]["files"], 21);
+    // Onto the server, one directory of it.
+    let onto_server = dir.path().join("onto-server");
+    let sub = format!("{}/sub", src.display());
+    let (status, job) = json_call(
+        &svc,
+        "POST",
+        &restore_path,
+        &svc.token,
+        Some(&json!({"destination": onto_server.to_str().unwrap(), "host": "server", "path": sub})),
+    );
+    assert_eq!(status, 202, "{job}");
+    let server_job = job["id"].as_str().expect("job id").to_owned();
+    eventually("the restore onto the server", || {
+        (self::job(&svc, &server_job)["state"] == "succeeded").then_some(())
+    });
+    assert_eq!(
+        std::fs::read_to_string(onto_server.join("sub/inner.txt"))
+            .or_else(|_| std::fs::read_to_string(onto_server.join("inner.txt")))
+            .expect("the restored file"),
+        "inner\n"
+    );
+    // Never onto the server outside the allowed roots.
+    let (status, job) = json_call(
+        &svc,
+        "POST",
+        &restore_path,
+        &svc.token,
+        Some(&json!({"destination": "/var/lib/vouch-test-not-allowed", "host": "server"})),
+    );
+    assert_eq!(status, 202, "{job}");
+    let refused_job = job["id"].as_str().expect("job id").to_owned();
+    let failed = eventually("the refused restore to fail", || {
+        let j = self::job(&svc, &refused_job);
+        (j["state"] == "failed").then_some(j)
+    });
+    assert_eq!(failed["error"]["kind"], "source_refused", "{failed}");
+    assert!(!Path::new("/var/lib/vouch-test-not-allowed").exists());
+}

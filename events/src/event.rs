@@ -58,6 +58,20 @@ pub enum JobKind {
     /// Compare a repository's manifests with the log (`point.discovered`,
     /// `point.vanished`, deletions retention decided but did not finish).
     Reconcile,
+    /// Restore a point (or a path in it) into a directory of a host: the
+    /// server, or an agent (`job.scheduled` v3 and later).
+    Restore,
+}
+
+/// Where and what a restore job restores (`JobSpec::restore`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreSpec {
+    /// The path inside the point (`/` for all of it).
+    pub path: String,
+    /// The directory it is restored into, on the host.
+    pub destination: String,
+    /// The agent that restores it onto its host; `None`: the server.
+    pub agent: Option<String>,
 }
 
 /// What a job was asked to do, beyond its kind, plan and point: enough to
@@ -79,6 +93,9 @@ pub struct JobSpec {
     /// Why it was scheduled, for humans (`schedule`, `after backup`,
     /// `retry after io`, `follow-up of read-back damage at seq 42`).
     pub why: String,
+    /// What a restore job restores, and where (none for other kinds;
+    /// absent before `job.scheduled` v3).
+    pub restore: Option<RestoreSpec>,
 }
 
 /// A job was scheduled (again, for a retry: `attempt` counts).
@@ -563,6 +580,25 @@ pub struct AccessRefused {
     pub reason: String,
 }
 
+/// A restore job put a point (or a path in it) into a directory of a host.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreCompleted {
+    /// The job.
+    pub job: JobId,
+    /// The point restored.
+    pub point: SnapshotId,
+    /// The path inside the point.
+    pub path: String,
+    /// The directory it went into.
+    pub destination: String,
+    /// The agent whose host it went to; `None`: the server.
+    pub agent: Option<String>,
+    /// Files restored.
+    pub files: u64,
+    /// Bytes of file content restored.
+    pub bytes: u64,
+}
+
 /// The content of backed-up files was read through the API (a download).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContentRead {
@@ -721,7 +757,7 @@ events! {
     PlanCreated => "plan.created", v 2;
     PlanChanged => "plan.changed", v 2;
     PlanRemoved => "plan.removed", v 1;
-    JobScheduled => "job.scheduled", v 2;
+    JobScheduled => "job.scheduled", v 3;
     JobStarted => "job.started", v 1;
     JobProgress => "job.progress", v 1;
     JobFinished => "job.finished", v 1;
@@ -757,6 +793,7 @@ events! {
     ContentRead => "audit.content_read", v 1;
     PointUnlocked => "point.unlocked", v 1;
     AccessRefused => "audit.refused", v 1;
+    RestoreCompleted => "restore.completed", v 1;
 }
 
 impl Event {
@@ -777,6 +814,7 @@ impl Event {
             Event::PointVanished(e) => Some(e.point),
             Event::ContentRead(e) => Some(e.point),
             Event::PointUnlocked(e) => Some(e.point),
+            Event::RestoreCompleted(e) => Some(e.point),
             _ => None,
         }
     }

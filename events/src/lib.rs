@@ -49,9 +49,10 @@ pub use event::{
     ClockStepped, ConfigurationChanged, ContentRead, Event, JobAbandoned, JobFailed, JobFinished,
     JobKind, JobProgress, JobScheduled, JobSpec, JobStarted, LeaseExpired, LeaseGranted,
     LogRepaired, LogScrubbed, PacksReadBack, PlanChanged, PlanCreated, PlanRemoved,
-    PointDiscovered, PointForgotten, PointLocked, PointUnlocked, PointVanished, RestoreEvidence,
-    RestoreTestFailed, RestoreTestPassed, RestoreTestStarted, ServiceStarted, Severity,
-    UnknownEvent, VerificationFailed, VerificationPassed, VerificationStarted, EVENT_TYPES,
+    PointDiscovered, PointForgotten, PointLocked, PointUnlocked, PointVanished, RestoreCompleted,
+    RestoreEvidence, RestoreSpec, RestoreTestFailed, RestoreTestPassed, RestoreTestStarted,
+    ServiceStarted, Severity, UnknownEvent, VerificationFailed, VerificationPassed,
+    VerificationStarted, EVENT_TYPES,
 };
 pub use format::{ChainCheckpoint, EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};

@@ -86,6 +86,11 @@ pub(crate) fn sample_events() -> Vec<Event> {
                 slices: Vec::new(),
                 of: 0,
                 why: "schedule".into(),
+                restore: Some(RestoreSpec {
+                    path: "/etc".into(),
+                    destination: "/srv/restore".into(),
+                    agent: Some("web-1".into()),
+                }),
             },
         }
         .into(),
@@ -316,6 +321,16 @@ pub(crate) fn sample_events() -> Vec<Event> {
             action: "repo.put".into(),
             target: "agent-web-1/snapshots".into(),
             reason: "an agent writes only into its own repository".into(),
+        }
+        .into(),
+        RestoreCompleted {
+            job: JobId::new("restore-1"),
+            point: sid(1),
+            path: "/etc".into(),
+            destination: "/srv/restore".into(),
+            agent: Some("web-1".into()),
+            files: 12,
+            bytes: 3456,
         }
         .into(),
     ]

@@ -22,6 +22,7 @@ pub const UPCASTERS: &[(&str, u16, Upcaster)] = &[
     ("plan.created", 1, plan_v1_to_v2),
     ("plan.changed", 1, plan_v1_to_v2),
     ("job.scheduled", 1, job_scheduled_v1_to_v2),
+    ("job.scheduled", 2, job_scheduled_v2_to_v3),
     ("restore_test.passed", 1, restore_test_passed_v1_to_v2),
     ("restore_test.failed", 1, restore_test_failed_v1_to_v2),
     ("alert.raised", 1, alert_raised_v1_to_v2),
@@ -100,6 +101,18 @@ fn job_scheduled_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
         Value::from(0u32),
         Value::from(""),
     ]));
+    encode(fields)
+}
+
+/// `job.scheduled` v2 → v3: the spec gains `restore` (no restore: nil).
+fn job_scheduled_v2_to_v3(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 7..=7, "job.scheduled")?;
+    let Value::Array(spec) = &mut fields[6] else {
+        return Err("job.scheduled: the spec is not an array".into());
+    };
+    expect_len(spec, 6..=6, "job.scheduled spec")?;
+    spec.push(Value::Nil);
     encode(fields)
 }
 

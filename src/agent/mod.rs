@@ -256,6 +256,10 @@ struct LeasedJob {
     tag: String,
     lease: u64,
     lease_seconds: u64,
+    #[serde(default)]
+    point: Option<String>,
+    #[serde(default)]
+    destination: Option<String>,
 }
 
 impl Agent {
@@ -387,18 +391,25 @@ impl Agent {
         let lost = Arc::new(AtomicBool::new(false));
         let renewer = self.start_renewing(&job, stop.clone(), lost.clone());
         let started = Instant::now();
-        let outcome = self.back_up(&job, lost.clone());
+        let outcome = if job.kind == "restore" {
+            self.restore(&job, lost.clone())
+                .map(|(files, bytes)| json!({"restored_files": files, "restored_bytes": bytes}))
+        } else {
+            self.back_up(&job, lost.clone()).map(|(snapshot, stored)| {
+                json!({
+                    "snapshot": snapshot,
+                    "stored_bytes": stored,
+                    "duration_ms": started.elapsed().as_millis() as u64,
+                })
+            })
+        };
         stop.store(true, Ordering::SeqCst);
         let _ = renewer.join();
         if let Some(b) = &self.backend {
             b.set_lease(None);
         }
         let body = match &outcome {
-            Ok((snapshot, stored)) => json!({
-                "snapshot": snapshot,
-                "stored_bytes": stored,
-                "duration_ms": started.elapsed().as_millis() as u64,
-            }),
+            Ok(body) => body.clone(),
             Err(e) => {
                 let f = crate::workers::failure_of(e, false);
                 json!({"error_kind": f.kind, "error": f.message, "retryable": f.retryable})
@@ -419,12 +430,12 @@ impl Agent {
             .map_err(AgentError::Server)?;
         self.check_credential(&a)?;
         match (a.status, &outcome) {
-            (204, Ok((snapshot, _))) => {
-                tracing::info!(%snapshot, "backup reported");
+            (204, Ok(body)) => {
+                tracing::info!(kind = %job.kind, result = %body, "job done; reported");
                 Ok(())
             }
             (204, Err(e)) => {
-                tracing::warn!(error = %e, "backup failed; reported");
+                tracing::warn!(kind = %job.kind, error = %e, "job failed; reported");
                 Ok(())
             }
             (409, _) => {
@@ -468,6 +479,35 @@ impl Agent {
             outcome.snapshot.to_hex(),
             Progress::get(&progress.bytes_stored),
         ))
+    }
+
+    /// Restores the leased point (or a path in it) into its destination on
+    /// this host, resumably (an interrupted restore of the same point into
+    /// the same directory continues where it stopped); files and bytes.
+    fn restore(&mut self, job: &LeasedJob, lost: Arc<AtomicBool>) -> Result<(u64, u64), Error> {
+        let (Some(point), Some(destination)) = (&job.point, &job.destination) else {
+            return Err(Error::InvalidArgument(
+                "a restore job without a point or a destination".into(),
+            ));
+        };
+        let (repo, backend) = self
+            .repository(&job.repository)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        // Its lock file is written under the lease.
+        backend.set_lease(Some(job.lease));
+        let id = crate::id::SnapshotId::from_hex(point)
+            .map_err(|e| Error::InvalidArgument(format!("point {point:?}: {e}")))?;
+        let progress = Arc::new(Progress::default());
+        let opts = crate::restore::RestoreOptions {
+            target: PathBuf::from(destination),
+            subpath: (job.path != "/").then(|| job.path.clone()),
+            ..Default::default()
+        };
+        // The restore engine takes no cancel flag: a lease lost meanwhile
+        // only means its result is refused (the files are still right).
+        let _ = lost;
+        let summary = crate::restore::restore(&repo, &id, &opts, progress)?;
+        Ok((summary.files, summary.total_bytes))
     }
 
     /// Renews the lease every third of its time until `stop`; sets `lost`

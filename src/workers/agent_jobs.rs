@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use vouch_actors::service::{AgentBoard, AgentJob, JobFailure, JobOutput, RunJob};
+use vouch_actors::service::{AgentBoard, AgentJob, AgentRestore, JobFailure, JobOutput, RunJob};
 use vouch_events::sources::agent_repository;
 use vouch_events::PlanId;
 
@@ -15,6 +15,45 @@ use super::plan_tag;
 
 /// How often a waiting job looks at its cancel flag and its lease.
 const CHECK_EVERY: Duration = Duration::from_millis(250);
+
+/// Offers one restore to its agent and waits for its end.
+pub(crate) async fn restore_on_agent(
+    board: Arc<AgentBoard>,
+    msg: RunJob,
+    agent: &str,
+    point: &vouch_events::SnapshotId,
+    spec: &vouch_events::RestoreSpec,
+) -> Result<JobOutput, JobFailure> {
+    let repository = msg.command.repository().clone();
+    let own = agent_repository(agent);
+    if repository.as_str() != own {
+        return Err(JobFailure::new(
+            "agent_repository",
+            format!(
+                "agent {agent} reads only its own repository {own:?}; this point is in {:?}: restore it on the server instead",
+                repository.as_str()
+            ),
+            false,
+        ));
+    }
+    let job = AgentJob {
+        job: msg.job.clone(),
+        plan: msg
+            .command
+            .plan()
+            .cloned()
+            .unwrap_or_else(|| PlanId::new("")),
+        agent: agent.to_owned(),
+        path: spec.path.clone(),
+        repository,
+        tag: String::new(),
+        restore: Some(AgentRestore {
+            point: point.to_hex(),
+            destination: spec.destination.clone(),
+        }),
+    };
+    wait_for_agent(board, msg, job).await
+}
 
 /// Offers one backup to its agent and waits for its end.
 pub(crate) async fn run_on_agent(
@@ -36,18 +75,30 @@ pub(crate) async fn run_on_agent(
             false,
         ));
     }
-    let job = msg.job.clone();
-    let span = tracing::info_span!("agent_job", job = %job, agent = %agent);
-    let _enter = span.enter();
-    tracing::info!("offered to the agent");
-    let mut done = board.offer(AgentJob {
-        job: job.clone(),
+    let job = AgentJob {
+        job: msg.job.clone(),
         tag: plan_tag(&plan),
         plan,
         agent: agent.to_owned(),
         path: path.to_owned(),
         repository,
-    });
+        restore: None,
+    };
+    wait_for_agent(board, msg, job).await
+}
+
+/// Offers `offered` on the board and waits for the agent's result, the
+/// lease's expiry, or a cancellation.
+async fn wait_for_agent(
+    board: Arc<AgentBoard>,
+    msg: RunJob,
+    offered: AgentJob,
+) -> Result<JobOutput, JobFailure> {
+    let job = msg.job.clone();
+    let span = tracing::info_span!("agent_job", job = %job, agent = %offered.agent);
+    let _enter = span.enter();
+    tracing::info!("offered to the agent");
+    let mut done = board.offer(offered);
     let mut tick = tokio::time::interval(CHECK_EVERY);
     loop {
         tokio::select! {

@@ -145,6 +145,24 @@ impl Handler<RunJob> for EngineWorker {
     type Result = ResponseFuture<Result<JobOutput, JobFailure>>;
 
     fn handle(&mut self, msg: RunJob, _ctx: &mut Self::Context) -> Self::Result {
+        if let JobCommand::Restore { point, spec, .. } = &msg.command {
+            if let Some(agent) = spec.agent.clone() {
+                let (point, spec) = (*point, spec.clone());
+                let board = self.agents.clone();
+                return Box::pin(async move {
+                    match board {
+                        Some(board) => {
+                            agent_jobs::restore_on_agent(board, msg, &agent, &point, &spec).await
+                        }
+                        None => Err(JobFailure::new(
+                            "no_agents",
+                            "this service takes no agents, so nobody can restore onto one",
+                            false,
+                        )),
+                    }
+                });
+            }
+        }
         if let JobCommand::Backup { plan, definition } = &msg.command {
             if let Some((agent, path)) = agent_source(&definition.source) {
                 let (plan, agent, path) = (plan.clone(), agent.to_owned(), path.to_owned());
@@ -407,6 +425,46 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
             reconcile::reconcile(&repo, &repository, &expired, &live)
                 .map_err(fail)?
                 .into_outcome()
+        }
+        JobCommand::Restore {
+            point,
+            repository,
+            spec,
+            ..
+        } => {
+            // Onto the server: only below the roots plan sources may use,
+            // never over the service's own files (the same rules).
+            let destination = match repos.source_policy().check_local(&spec.destination) {
+                Ok(d) => d,
+                Err(refusal) => {
+                    return Err(JobFailure::new(
+                        SOURCE_REFUSED,
+                        format!("{refusal} (a restore onto the server goes where plan sources may lie: [sources] allow)"),
+                        false,
+                    ))
+                }
+            };
+            let repo = repos.open(&repository).map_err(fail)?;
+            let opts = crate::restore::RestoreOptions {
+                target: destination,
+                subpath: (spec.path != "/").then(|| spec.path.clone()),
+                ..Default::default()
+            };
+            let summary =
+                crate::restore::restore(&repo, &snapshot_of(&point), &opts, progress.clone())
+                    .map_err(fail)?;
+            Ok(JobOutput {
+                events: vec![vouch_events::RestoreCompleted {
+                    job,
+                    point,
+                    path: spec.path.clone(),
+                    destination: spec.destination.clone(),
+                    agent: None,
+                    files: summary.files,
+                    bytes: summary.total_bytes,
+                }
+                .into()],
+            })
         }
     }
 }

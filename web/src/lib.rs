@@ -276,6 +276,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(resource!("/points/{id}", get => points::get))
             .service(resource!("/points/{id}/lock", post => points::lock))
             .service(resource!("/points/{id}/unlock", post => points::unlock))
+            .service(resource!("/points/{id}/restore", post => points::restore))
             .service(resource!("/points/{id}/files", get => points::files))
             .service(resource!("/points/{id}/file", get => points::file))
             .service(resource!("/points/{id}/archive", get => points::archive))

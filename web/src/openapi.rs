@@ -70,7 +70,7 @@ impl Modify for BearerAuth {
         plans::list, plans::defaults, plans::create, plans::get, plans::put, plans::delete,
         plans::run, plans::pause, plans::resume,
         jobs::list, jobs::get, jobs::cancel,
-        points::list, points::get, points::lock, points::unlock, points::files, points::file, points::archive,
+        points::list, points::get, points::lock, points::unlock, points::restore, points::files, points::file, points::archive,
         repo::get_kind, repo::head_kind, repo::get_file, repo::head_file, repo::put_file, repo::delete_file,
         repo::missing, repo::sync,
         agent::register, agent::next_job, agent::renew, agent::result, agent::list,

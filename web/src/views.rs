@@ -654,6 +654,7 @@ pub(crate) fn event_data(e: &Event) -> Value {
         ContentRead,
         PointUnlocked,
         AccessRefused,
+        RestoreCompleted,
     )
     .unwrap_or(Value::Null)
 }

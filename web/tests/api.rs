@@ -85,7 +85,8 @@ impl Handler<RunJob> for FakeEngineWorker {
             .into()],
             JobCommand::Retention { .. }
             | JobCommand::ReadBack { .. }
-            | JobCommand::Reconcile { .. } => Vec::new(),
+            | JobCommand::Reconcile { .. }
+            | JobCommand::Restore { .. } => Vec::new(),
         };
         let _ = VerifyDepth::Structure;
         Ok(JobOutput { events })

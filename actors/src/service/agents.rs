@@ -42,6 +42,18 @@ pub struct AgentJob {
     pub repository: RepositoryId,
     /// The tag the snapshot must carry (ties it to its plan).
     pub tag: String,
+    /// Set for a restore job (then `path` is the path inside the point
+    /// and `tag` is empty).
+    pub restore: Option<AgentRestore>,
+}
+
+/// What a restore job asks of an agent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentRestore {
+    /// The point (64 hex digits).
+    pub point: String,
+    /// The directory on the agent's host to restore into.
+    pub destination: String,
 }
 
 /// How a job ended, as the worker waiting on it learns.
@@ -395,6 +407,7 @@ mod tests {
             path: "/etc".into(),
             repository: RepositoryId::new(format!("agent-{agent}")),
             tag: "vouch-plan:p".into(),
+            restore: None,
         }
     }
 

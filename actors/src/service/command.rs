@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use actix::{Message, Recipient};
 use vouch_events::{
-    Event, JobId, JobKind, JobSpec, KeepPolicy, PlanDefinition, PlanId, RepositoryId, SnapshotId,
-    VerifyDepth,
+    Event, JobId, JobKind, JobSpec, KeepPolicy, PlanDefinition, PlanId, RepositoryId, RestoreSpec,
+    SnapshotId, VerifyDepth,
 };
 
 /// What a job does, with everything the worker needs to do it.
@@ -67,6 +67,18 @@ pub enum JobCommand {
         /// How many slices the pack-name space is cut into.
         of: u32,
     },
+    /// Restore a point, or a path in it, into a directory of a host (the
+    /// server, or an agent, which the backup worker offers it to).
+    Restore {
+        /// The point.
+        point: SnapshotId,
+        /// Its plan, if any.
+        plan: Option<PlanId>,
+        /// Its repository.
+        repository: RepositoryId,
+        /// What to restore and where.
+        spec: RestoreSpec,
+    },
     /// Make a repository's manifests agree with the log's decisions: delete
     /// the manifests of points the log forgot (retention only decides),
     /// record `point.vanished` for live points whose manifest is gone and
@@ -94,6 +106,7 @@ impl JobCommand {
             JobCommand::RestoreTest { .. } => JobKind::RestoreTest,
             JobCommand::Retention { .. } => JobKind::Forget,
             JobCommand::Reconcile { .. } => JobKind::Reconcile,
+            JobCommand::Restore { .. } => JobKind::Restore,
         }
     }
 
@@ -112,6 +125,7 @@ impl JobCommand {
                 spec.slices = slices.clone();
                 spec.of = *of;
             }
+            JobCommand::Restore { spec: r, .. } => spec.restore = Some(r.clone()),
             JobCommand::Backup { .. }
             | JobCommand::Retention { .. }
             | JobCommand::Reconcile { .. } => {}
@@ -123,7 +137,9 @@ impl JobCommand {
     pub fn plan(&self) -> Option<&PlanId> {
         match self {
             JobCommand::Backup { plan, .. } | JobCommand::Retention { plan, .. } => Some(plan),
-            JobCommand::Verify { plan, .. } | JobCommand::RestoreTest { plan, .. } => plan.as_ref(),
+            JobCommand::Verify { plan, .. }
+            | JobCommand::RestoreTest { plan, .. }
+            | JobCommand::Restore { plan, .. } => plan.as_ref(),
             JobCommand::ReadBack { .. } | JobCommand::Reconcile { .. } => None,
         }
     }
@@ -136,16 +152,17 @@ impl JobCommand {
             | JobCommand::RestoreTest { repository, .. }
             | JobCommand::Retention { repository, .. }
             | JobCommand::ReadBack { repository, .. }
-            | JobCommand::Reconcile { repository, .. } => repository,
+            | JobCommand::Reconcile { repository, .. }
+            | JobCommand::Restore { repository, .. } => repository,
         }
     }
 
     /// The point it works on.
     pub fn point(&self) -> Option<SnapshotId> {
         match self {
-            JobCommand::Verify { point, .. } | JobCommand::RestoreTest { point, .. } => {
-                Some(*point)
-            }
+            JobCommand::Verify { point, .. }
+            | JobCommand::RestoreTest { point, .. }
+            | JobCommand::Restore { point, .. } => Some(*point),
             _ => None,
         }
     }
@@ -280,7 +297,7 @@ impl Workers {
         match command {
             JobCommand::Backup { .. } => &self.backup,
             JobCommand::Verify { .. } | JobCommand::ReadBack { .. } => &self.verify,
-            JobCommand::RestoreTest { .. } => &self.restore_test,
+            JobCommand::RestoreTest { .. } | JobCommand::Restore { .. } => &self.restore_test,
             JobCommand::Retention { .. } | JobCommand::Reconcile { .. } => &self.retention,
         }
     }

@@ -82,7 +82,7 @@ impl JobTimeouts {
         match kind {
             JobKind::Backup => self.backup,
             JobKind::Verify => self.verify,
-            JobKind::RestoreTest => self.restore_test,
+            JobKind::RestoreTest | JobKind::Restore => self.restore_test,
             JobKind::Forget | JobKind::Prune => self.retention,
             JobKind::ReadBack => self.read_back,
             JobKind::Reconcile => self.reconcile,
@@ -165,6 +165,7 @@ pub fn kind_name(kind: JobKind) -> &'static str {
         JobKind::Prune => "prune",
         JobKind::ReadBack => "read-back",
         JobKind::Reconcile => "reconcile",
+        JobKind::Restore => "restore",
     }
 }
 
@@ -286,9 +287,9 @@ impl Dispatcher {
             JobCommand::Backup { plan, .. } | JobCommand::Retention { plan, .. } => {
                 plan.to_string()
             }
-            JobCommand::Verify { point, .. } | JobCommand::RestoreTest { point, .. } => {
-                point.short()
-            }
+            JobCommand::Verify { point, .. }
+            | JobCommand::RestoreTest { point, .. }
+            | JobCommand::Restore { point, .. } => point.short(),
             JobCommand::ReadBack { repository, .. } | JobCommand::Reconcile { repository, .. } => {
                 repository.to_string()
             }
@@ -365,6 +366,10 @@ impl Dispatcher {
                     // No point, no plan: one per repository.
                     JobKind::ReadBack | JobKind::Reconcile => {
                         c.repository() == command.repository()
+                    }
+                    // The same restore asked twice.
+                    JobKind::Restore => {
+                        c.point() == point && c.spec("").restore == command.spec("").restore
                     }
                     _ => c.plan().cloned() == plan,
                 }
@@ -1109,6 +1114,15 @@ pub fn rebuild_command(
                     live: Vec::new(),
                 })
         }
+        JobKind::Restore => match (j.point, spec.and_then(|s| s.restore.clone())) {
+            (Some(point), Some(r)) => Some(JobCommand::Restore {
+                point,
+                plan: j.plan.clone(),
+                repository: repository(repository_of(p, &point)),
+                spec: r,
+            }),
+            _ => None,
+        },
         JobKind::Prune => None,
     }
 }

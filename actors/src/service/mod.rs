@@ -31,8 +31,8 @@ mod tests;
 mod webhook;
 
 pub use agents::{
-    AgentBoard, AgentJob, Claim, Committed, JobResult, LeaseError, LeaseSummary, LeaseView,
-    LEASE_EXPIRED,
+    AgentBoard, AgentJob, AgentRestore, Claim, Committed, JobResult, LeaseError, LeaseSummary,
+    LeaseView, LEASE_EXPIRED,
 };
 pub use alerting::{
     delivery_name, fact_incidents, health_incidents, incidents, incidents_with,

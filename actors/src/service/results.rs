@@ -57,15 +57,15 @@ fn foreign_point(
 ) -> Option<String> {
     let ty = e.event_type();
     match command {
-        JobCommand::Verify { point: own, .. } | JobCommand::RestoreTest { point: own, .. } => {
-            (point != *own).then(|| {
-                format!(
-                    "{ty} is about point {}, the job's is {}",
-                    point.short(),
-                    own.short()
-                )
-            })
-        }
+        JobCommand::Verify { point: own, .. }
+        | JobCommand::RestoreTest { point: own, .. }
+        | JobCommand::Restore { point: own, .. } => (point != *own).then(|| {
+            format!(
+                "{ty} is about point {}, the job's is {}",
+                point.short(),
+                own.short()
+            )
+        }),
         // A backup speaks only of the points it commits (anomalies too).
         JobCommand::Backup { .. } => (!committed.contains(&point)).then(|| {
             format!(

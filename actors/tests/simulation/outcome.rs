@@ -188,6 +188,8 @@ pub fn ending(
                 .collect();
             ok(events)
         }
+        // The simulation never asks for restores onto a host.
+        JobCommand::Restore { .. } => fail("io", true, Vec::new()),
         JobCommand::Reconcile { .. } => {
             // Manifests are the simulator's to lose (`point.vanished`
             // steps); a reconcile finds nothing new, or fails on I/O.

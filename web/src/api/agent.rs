@@ -12,7 +12,8 @@ use utoipa::IntoParams;
 use vouch_actors::service::{AgentBoard, JobFailure, JobOutput, LeaseError};
 use vouch_events::sources::agent_repository;
 use vouch_events::{
-    AgentId, AgentRegistered, AgentSeen, BackupCommitted, BackupSummary, LeaseGranted, SnapshotId,
+    AgentId, AgentRegistered, AgentSeen, BackupCommitted, BackupSummary, LeaseGranted,
+    RestoreCompleted, SnapshotId,
 };
 
 use super::{audited, repo::refuse, Ctx};
@@ -285,10 +286,17 @@ pub struct LeasedJob {
     pub job: String,
     /// Its plan.
     pub plan: String,
-    /// What to do (`backup`).
+    /// What to do: `backup`, or `restore`.
     pub kind: String,
-    /// The path to back up on the agent's host.
+    /// `backup`: the path to back up on the agent's host; `restore`: the
+    /// path inside the point to restore.
     pub path: String,
+    /// `restore`: the point to restore (64 hex digits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point: Option<String>,
+    /// `restore`: the directory on the agent's host to restore into.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<String>,
     /// The repository to back up into (the agent's own).
     pub repository: String,
     /// The tag the snapshot must carry.
@@ -351,10 +359,20 @@ pub(crate) async fn next_job(
     let fence = receipt.last_seq;
     board.grant(claim, fence, ttl);
     tracing::info!(agent = %who.name, job = %job.job, fence, "lease granted");
+    let (kind, point, destination) = match &job.restore {
+        Some(r) => (
+            "restore",
+            Some(r.point.clone()),
+            Some(r.destination.clone()),
+        ),
+        None => ("backup", None, None),
+    };
     Ok(HttpResponse::Ok().json(LeasedJob {
         job: job.job.to_string(),
         plan: job.plan.to_string(),
-        kind: "backup".into(),
+        kind: kind.into(),
+        point,
+        destination,
         path: job.path,
         repository: job.repository.to_string(),
         tag: job.tag,
@@ -445,6 +463,14 @@ pub struct ResultInput {
     /// When it failed: whether trying again may help.
     #[serde(default)]
     pub retryable: bool,
+    /// A restore that succeeded: files restored.
+    #[serde(default, deserialize_with = "crate::validate::whole_u64")]
+    #[schema(minimum = 0, maximum = 9007199254740991_u64)]
+    pub restored_files: u64,
+    /// A restore that succeeded: bytes of file content restored.
+    #[serde(default, deserialize_with = "crate::validate::whole_u64")]
+    #[schema(minimum = 0, maximum = 9007199254740991_u64)]
+    pub restored_bytes: u64,
 }
 
 /// Ends the calling agent's lease with its job's result: a snapshot
@@ -471,8 +497,35 @@ pub(crate) async fn result(
     let board = board(&ctx)?.clone();
     seen(&ctx, &who).await;
     let target = fence.to_string();
-    let outcome = match (&input.snapshot, &input.error) {
-        (Some(snapshot), None) => {
+    let leased = match board.check(&who.name, fence) {
+        Ok(l) => l.job,
+        Err(e) => return Err(refuse(&ctx, &who, "lease.result", &target, lease_refusal(e)).await),
+    };
+    let outcome = match (&input.snapshot, &input.error, &leased.restore) {
+        (None, None, Some(r)) => {
+            let point: SnapshotId = r.point.parse().map_err(|_| {
+                WebError::Internal(format!("the leased restore names no point: {}", r.point))
+            })?;
+            Ok(JobOutput {
+                events: vec![RestoreCompleted {
+                    job: leased.job.clone(),
+                    point,
+                    path: leased.path.clone(),
+                    destination: r.destination.clone(),
+                    agent: Some(who.name.clone()),
+                    files: input.restored_files,
+                    bytes: input.restored_bytes,
+                }
+                .into()],
+            })
+        }
+        (Some(_), None, Some(_)) => {
+            return Err(WebError::Invalid {
+                message: "a restore's result names no snapshot".into(),
+                fields: [("snapshot".to_owned(), "only for backups".to_owned())].into(),
+            })
+        }
+        (Some(snapshot), None, None) => {
             let point: SnapshotId = snapshot.parse().map_err(|_| WebError::Invalid {
                 message: "the result does not validate".into(),
                 fields: [("snapshot".to_owned(), "64 hex digits".to_owned())].into(),
@@ -501,7 +554,7 @@ pub(crate) async fn result(
                 .into()],
             })
         }
-        (None, Some(error)) => {
+        (None, Some(error), _) => {
             let kind = input.error_kind.clone().unwrap_or_else(|| "agent".into());
             if !text_ok(&kind, 64) || !text_ok(error, 2000) {
                 return Err(WebError::Invalid {

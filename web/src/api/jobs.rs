@@ -19,7 +19,7 @@ pub(crate) const JOB_STATES: [&str; 5] =
     ["scheduled", "running", "succeeded", "failed", "abandoned"];
 /// The job kinds of the API (`vouch_actors::service::kind_name`), one per
 /// `JobKind` (the test below fails when a kind is missing).
-pub(crate) const JOB_KINDS: [&str; 7] = [
+pub(crate) const JOB_KINDS: [&str; 8] = [
     "backup",
     "verify",
     "restore-test",
@@ -27,6 +27,7 @@ pub(crate) const JOB_KINDS: [&str; 7] = [
     "prune",
     "read-back",
     "reconcile",
+    "restore",
 ];
 
 fn job_state_schema() -> utoipa::openapi::Object {
@@ -209,6 +210,7 @@ mod tests {
             JobKind::Prune,
             JobKind::ReadBack,
             JobKind::Reconcile,
+            JobKind::Restore,
         ];
         for k in &all {
             match k {
@@ -218,7 +220,8 @@ mod tests {
                 | JobKind::Forget
                 | JobKind::Prune
                 | JobKind::ReadBack
-                | JobKind::Reconcile => {}
+                | JobKind::Reconcile
+                | JobKind::Restore => {}
             }
         }
         all

@@ -551,3 +551,122 @@ fn attachment(path: &str, suffix: &str) -> actix_web::HttpResponseBuilder {
     ));
     res
 }
+
+/// The body of `POST /api/v1/points/{id}/restore`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreRequest {
+    /// The path inside the point to restore (default `/`: all of it).
+    #[serde(default)]
+    #[schema(pattern = "^/[^\\x00]*$", max_length = 4096)]
+    pub path: Option<String>,
+    /// The directory on the host to restore into: absolute; it must be
+    /// empty or missing (or hold an interrupted restore of the same
+    /// point, which then resumes).
+    #[schema(pattern = "^/[^\\x00]*$", max_length = 4096)]
+    pub destination: String,
+    /// Where: `agent` (the agent whose plan made the point; the default
+    /// for such points) or `server` (the default for the others).
+    #[serde(default)]
+    #[schema(pattern = "^(agent|server)$")]
+    pub host: Option<String>,
+}
+
+/// Restores a point, or a path in it, into a directory of a host: the
+/// agent that backed it up (its own repository, its own host), or the
+/// server (below `[sources] allow`, never over the service's files). A
+/// job: its progress and end are those of `/api/v1/jobs/{id}`, and
+/// `restore.completed` records what went where.
+#[utoipa::path(post, path = "/api/v1/points/{id}/restore", tag = "points",
+    params(PointIdParam), request_body = RestoreRequest,
+    responses((status = 202, body = crate::views::JobView),
+        (status = 400, response = errors::BadRequest), (status = 403, response = errors::Forbidden),
+        (status = 404, response = errors::NotFound), (status = 409, response = errors::Conflict),
+        (status = 413, response = errors::PayloadTooLarge),
+        (status = 415, response = errors::UnsupportedMediaType), (status = 422, response = errors::Invalid),
+        (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
+    security(("bearer" = [])))]
+pub(crate) async fn restore(
+    ctx: web::Data<Ctx>,
+    who: Principal,
+    id: web::Path<String>,
+    body: web::Json<RestoreRequest>,
+) -> Result<HttpResponse, WebError> {
+    // Restoring is reading contents (onto a host).
+    who.require_content()?;
+    let id = parse_id(&id)?;
+    let input = body.into_inner();
+    let path = input.path.unwrap_or_else(|| "/".into());
+    let handle = ctx.service()?.clone();
+    let w = who.clone();
+    let found = handle
+        .query(0, move |p| {
+            p.points
+                .points
+                .get(&id)
+                .filter(|pt| point_visible(p, &w, pt))
+                .map(|pt| {
+                    let agent = pt
+                        .plan
+                        .as_ref()
+                        .and_then(|pl| p.plans.plans.get(pl))
+                        .and_then(|pl| {
+                            vouch_events::sources::agent_source(&pl.definition.source)
+                                .map(|(a, _)| a.to_owned())
+                        });
+                    (pt.repository.clone(), pt.plan.clone(), agent)
+                })
+        })
+        .await?
+        .ok_or_else(|| WebError::not_found("point", id))?;
+    let (repository, plan, agent) = found;
+    let agent =
+        match (input.host.as_deref(), agent) {
+            (Some("server"), _) | (None, None) => None,
+            (Some("agent") | None, Some(a)) => Some(a),
+            (Some("agent"), None) => return Err(WebError::Conflict(
+                "this point was not made by an agent: restore it on the server (host \"server\")"
+                    .into(),
+            )),
+            (Some(other), _) => {
+                return Err(WebError::BadRequest(format!(
+                    "host {other:?}: expected agent or server"
+                )))
+            }
+        };
+    let spec = vouch_events::RestoreSpec {
+        path,
+        destination: input.destination,
+        agent,
+    };
+    let target = format!(
+        "{} {}:{} -> {}:{}",
+        id.to_hex(),
+        repository,
+        spec.path,
+        spec.agent.as_deref().unwrap_or("server"),
+        spec.destination
+    );
+    let job = handle
+        .enqueue(vouch_actors::service::JobCommand::Restore {
+            point: id,
+            plan,
+            repository,
+            spec,
+        })
+        .await?;
+    handle
+        .append(vec![super::audited(&who, "point.restore", &target)])
+        .await?;
+    let min = handle.last_seq();
+    let view = {
+        let job = job.clone();
+        handle
+            .query(min, move |p| {
+                p.jobs.jobs.get(&job).map(crate::views::job_view)
+            })
+            .await?
+    };
+    let view = view.ok_or_else(|| WebError::Internal(format!("job {job} is not in the log")))?;
+    Ok(HttpResponse::Accepted().json(view))
+}
