@@ -154,6 +154,64 @@ async fn shot(s: &Session, name: &str) {
     println!("screenshot: {}", path.display());
 }
 
+/// Signs in with `token` and waits for the overview and the live stream.
+async fn sign_in(s: &Session, base: &str, token: &str) {
+    go(s, base, "").await;
+    set_field(s, "#token", token).await;
+    click(s, "#signin-submit").await;
+    s.wait_for("the overview after sign-in", SHORT, "return location.hash === '#/overview' && !document.getElementById('nav').hidden && document.querySelector('main h1') && document.querySelector('main h1').textContent.startsWith('Overview')").await;
+    s.wait_for(
+        "the live event stream",
+        SHORT,
+        "return document.getElementById('live').dataset.state === 'live'",
+    )
+    .await;
+}
+
+/// Registers a real agent named `name` against `serve`: a one-time
+/// enrollment token from `vouch token`, then `vouch agent --enroll-only`
+/// (retried until the service has reloaded its tokens, at most LONG).
+fn register_agent(serve: &Serve, data_dir: &Path, agent_dir: &Path, name: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .arg("token")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["create", "--role", "enroll", "--expires", "1h"])
+        .output()
+        .unwrap_or_else(|e| panic!("run vouch token create: {e}"));
+    assert!(
+        out.status.success(),
+        "vouch token create --role enroll: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(!token.is_empty(), "vouch token create printed no token");
+    let deadline = Instant::now() + LONG;
+    loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_vouch"))
+            .arg("agent")
+            .arg("--server")
+            .arg(format!("http://{}", serve.addr))
+            .arg("--data-dir")
+            .arg(agent_dir)
+            .args(["--name", name, "--enroll-only"])
+            .env("VOUCH_ENROLL_TOKEN", &token)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("run vouch agent --enroll-only: {e}"));
+        if out.status.success() {
+            return;
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            Instant::now() < deadline,
+            "vouch agent --enroll-only kept failing: {err}"
+        );
+        // The service picks a new token up within about a second.
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 /// The console's assets alone, served by `configure_console` on a test
 /// server: the page loads in chromium, the sign-in form is accessible, and
 /// a sign-in that the server cannot confirm keeps no token.
@@ -518,6 +576,216 @@ async fn console_end_to_end_against_vouch_serve() {
         .await
         .unwrap();
     assert_eq!(gone, Value::Null, "sign-out forgets the token");
+
+    s.quit().await.expect("quit");
+    drop(driver);
+    drop(serve);
+}
+
+/// Issue 14: the Agents page against the real `vouch serve`. Before any
+/// agent it says how to add one; a real `vouch agent --enroll-only`
+/// registers, and the page (following the live stream) lists it with its
+/// name, this machine's host name, OS, version, a relative last-seen time
+/// with the exact time as its title, and the status badge `idle`; a run of
+/// a plan `agent:NAME:/path` while the agent does not poll shows as queued;
+/// once the agent takes it under a lease, the agent is `working` on it.
+#[actix_web::test]
+async fn console_agents_page_lists_a_registered_agent() {
+    if !browser_available("console_agents_page_lists_a_registered_agent") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let agent_dir = tmp.path().join("agent");
+    let downloads = tmp.path().join("downloads");
+    fs::create_dir_all(&downloads).unwrap();
+    let serve = Serve::start(&data);
+    let base = format!("http://{}", serve.addr);
+    let driver = Driver::start().await;
+    let s = driver.session(&downloads).await;
+    sign_in(&s, &base, &serve.token).await;
+
+    // The navigation links the page; with no agent it says how to add one.
+    click(&s, "#nav a[href='#/agents']").await;
+    let empty = s
+        .wait_for(
+            "the agents page's empty state",
+            SHORT,
+            "const e = document.getElementById('agents-empty'); return location.hash === '#/agents' && e ? e.innerText : null",
+        )
+        .await;
+    let empty = empty.as_str().unwrap_or_default();
+    for needle in [
+        "vouch token",
+        "--role enroll",
+        "VOUCH_ENROLL_TOKEN",
+        "vouch agent",
+        "--enroll-only",
+        &base,
+    ] {
+        assert!(
+            empty.contains(needle),
+            "the empty state shows {needle:?}: {empty}"
+        );
+    }
+    let h1 = s.find("main h1").await.expect("h1");
+    assert!(s.text(&h1).await.unwrap().starts_with("Agents"));
+    let current = s
+        .execute(
+            "return document.querySelector('#nav a[aria-current=page]').getAttribute('href')",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(current, json!("#/agents"), "the nav marks the agents page");
+    shot(&s, "agents-empty.png").await;
+
+    // A real agent registers; the open page shows it without a reload.
+    let name = "web-1";
+    register_agent(&serve, &data, &agent_dir, name);
+    let row = format!("#main table.agents tr[data-agent={name}]");
+    s.wait_css(&row, SHORT).await;
+    let cells = s
+        .execute(
+            "const r = document.querySelector(arguments[0]);\
+             const t = (c) => r.querySelector(c).textContent.trim();\
+             const time = r.querySelector('td.seen time');\
+             return { name: t('th[scope=row]'), host: t('td.host'), os: t('td.os'), version: t('td.version'),\
+                      badge: t('td.status .badge'), status: r.querySelector('td.status .badge').dataset.status,\
+                      seen: t('td.seen'), seen_title: time ? time.getAttribute('title') : null,\
+                      jobs: t('td.jobs'), queued: t('td.queued'),\
+                      headers: [...document.querySelectorAll('table.agents thead th[scope=col]')].map(h => h.textContent) };",
+            vec![json!(row)],
+        )
+        .await
+        .unwrap();
+    println!("agents page row: {cells}");
+    let host = fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("this machine's host name")
+        .trim()
+        .to_owned();
+    assert_eq!(cells["name"], json!(name), "the agent's name");
+    assert_eq!(cells["host"], json!(host), "the agent's host name");
+    assert_eq!(cells["os"], json!("linux"));
+    assert_eq!(cells["version"], json!(env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        cells["badge"],
+        json!("idle"),
+        "a registered agent without a lease is idle"
+    );
+    assert_eq!(cells["status"], json!("idle"));
+    assert!(
+        cells["seen"].as_str().is_some_and(|t| t.ends_with("ago")),
+        "last seen is relative: {}",
+        cells["seen"]
+    );
+    assert!(
+        cells["seen_title"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("UTC")),
+        "the exact last-seen time is its title: {}",
+        cells["seen_title"]
+    );
+    assert_eq!(cells["jobs"], json!("none"));
+    assert_eq!(cells["queued"], json!("0"));
+    assert_eq!(
+        cells["headers"],
+        json!([
+            "Agent",
+            "Host",
+            "OS",
+            "Version",
+            "Last seen",
+            "Status",
+            "Running jobs",
+            "Queued jobs"
+        ]),
+        "every column has a header"
+    );
+    shot(&s, "agents.png").await;
+
+    // A run of the agent's plan waits for it (it is not polling): queued.
+    let created = s
+        .execute(
+            "const h = { Authorization: 'Bearer ' + sessionStorage.getItem('vouch.token'), 'Content-Type': 'application/json' };\
+             return fetch('/api/v1/plans', { method: 'POST', headers: h,\
+                 body: JSON.stringify({ id: 'web', source: 'agent:' + arguments[0] + ':/etc', schedule: '0 0 1 1 *' }) })\
+               .then(r => r.status === 201 ? fetch('/api/v1/plans/web/run', { method: 'POST', headers: h, body: '{}' }) : r)\
+               .then(r => r.status);",
+            vec![json!(name)],
+        )
+        .await
+        .unwrap();
+    assert!(
+        created == json!(200) || created == json!(202),
+        "create and run plan web: {created}"
+    );
+    let queued = s
+        .wait_for(
+            "the queued job on the agents page",
+            SHORT,
+            &format!(
+                "const r = document.querySelector({});\
+                 return r && r.querySelector('td.queued').textContent.trim() === '1' ? r.querySelector('td.status .badge').textContent : null;",
+                json!(row)
+            ),
+        )
+        .await;
+    assert_eq!(
+        queued,
+        json!("idle"),
+        "a queued job alone does not make it working"
+    );
+
+    // The agent takes the job (its own credential, as `vouch agent` would
+    // call): the lease makes it working, the job is listed with its plan
+    // and lease time, linked to the jobs page, and nothing is queued.
+    let credential = fs::read_to_string(agent_dir.join("credential"))
+        .expect("the agent keeps its credential")
+        .trim()
+        .to_owned();
+    let leased = s
+        .execute(
+            "return fetch('/api/v1/agent/jobs?wait=5s', { headers: { Authorization: 'Bearer ' + arguments[0] } })\
+               .then(r => r.status === 200 ? r.json() : { status: r.status });",
+            vec![json!(credential)],
+        )
+        .await
+        .unwrap();
+    let job = leased["job"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the agent got its job: {leased}"))
+        .to_owned();
+    let working = s
+        .wait_for(
+            "the agent working on its job",
+            SHORT,
+            &format!(
+                "const r = document.querySelector({});\
+                 const li = r && r.querySelector('td.jobs li[data-job]');\
+                 if (!li || r.dataset.status !== 'working') return null;\
+                 return {{ badge: r.querySelector('td.status .badge').textContent, job: li.dataset.job,\
+                          href: li.querySelector('a').getAttribute('href'), text: li.innerText,\
+                          queued: r.querySelector('td.queued').textContent.trim() }};",
+                json!(row)
+            ),
+        )
+        .await;
+    println!("agents page while working: {working}");
+    assert_eq!(working["badge"], json!("working"));
+    assert_eq!(working["job"], json!(job));
+    assert_eq!(
+        working["href"],
+        json!(format!("#/jobs?job={job}")),
+        "the job links to the jobs page"
+    );
+    let text = working["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("plan web") && text.contains(" left"),
+        "the lease shows its plan and time left: {text}"
+    );
+    assert_eq!(working["queued"], json!("0"));
+    shot(&s, "agents-working.png").await;
 
     s.quit().await.expect("quit");
     drop(driver);

@@ -10,6 +10,7 @@ const PAGES = {
   points: () => import('./points.js'),
   point: () => import('./point.js'),
   jobs: () => import('./jobs.js'),
+  agents: () => import('./agents.js'),
   alerts: () => import('./alerts.js'),
   events: () => import('./events.js'),
   charts: () => import('./charts.js'),

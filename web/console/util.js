@@ -136,6 +136,14 @@ export function severityBadge(sev) {
   return `<span class="badge a-${s}">${esc(sev || 'unknown')}</span>`;
 }
 
+const AGENT_LABEL = { lost: 'lost', working: 'working', idle: 'idle', 'never-seen': 'never seen' };
+
+/** An agent's status badge: lost, working, idle or never seen (anything else is unknown). */
+export function agentBadge(status) {
+  const s = AGENT_LABEL[status] ? status : 'unknown';
+  return `<span class="badge g-${s}" data-status="${s}">${esc(AGENT_LABEL[s] || 'unknown')}</span>`;
+}
+
 export function shortId(id) {
   return id ? String(id).slice(0, 12) : '—';
 }

@@ -56,6 +56,7 @@ const ASSETS: &[Asset] = &[
     asset!("points.js", JS),
     asset!("point.js", JS),
     asset!("jobs.js", JS),
+    asset!("agents.js", JS),
     asset!("alerts.js", JS),
     asset!("events.js", JS),
     asset!("charts.js", JS),
