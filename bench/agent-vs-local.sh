@@ -3,6 +3,7 @@
 # machine (docs/agents.md, "Performance"): until `vouch bench` has an
 # agent scenario. Usage: bench/agent-vs-local.sh [SOURCE_DIR]
 # (VOUCH=path/to/vouch, WORKDIR=scratch directory; needs curl and bc).
+set -euo pipefail
 V=${VOUCH:-target/release/vouch}
 SRC=${1:-/var/tmp/vouch-bench/linux-6.1}
 W=${WORKDIR:-/var/tmp/vouch-agent-bench}
