@@ -5,14 +5,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::served::{get, post, start, vouch_token, Service, WAIT};
-use common::{describe, random_files};
+use common::served::{get, post, raw, start, vouch_token, Service, WAIT};
+use common::{describe, random_files, stored_bytes};
 use serde_json::{json, Value};
 
 fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
@@ -24,48 +23,6 @@ fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
         assert!(Instant::now() < until, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// One HTTP/1.1 exchange with a raw body and extra headers.
-fn raw(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    token: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(90)))
-        .expect("timeout");
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\nAuthorization: Bearer {token}\r\n",
-        body.len()
-    );
-    for (n, v) in headers {
-        req.push_str(&format!("{n}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).expect("send");
-    s.write_all(body).expect("send body");
-    let mut answer = Vec::new();
-    s.read_to_end(&mut answer).expect("read");
-    let text = String::from_utf8_lossy(&answer).into_owned();
-    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("a status line");
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        common::served::dechunk(rest)
-    } else {
-        rest.to_owned()
-    };
-    (status, body)
 }
 
 fn json_call(
@@ -218,25 +175,6 @@ fn strip_ansi(text: &str) -> String {
         }
     }
     out
-}
-
-/// Bytes and number of the pack files below `dir`.
-fn stored_bytes(dir: &Path) -> (u64, usize) {
-    let mut bytes = 0;
-    let mut n = 0;
-    for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        for f in std::fs::read_dir(sub.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            if let Ok(m) = f.metadata() {
-                bytes += m.len();
-                n += 1;
-            }
-        }
-    }
-    (bytes, n)
 }
 
 fn mode(p: &Path) -> u32 {

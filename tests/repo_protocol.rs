@@ -4,65 +4,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::served::{get, start, vouch_token, Service};
+use common::served::{get, raw, raw_bytes, start, vouch_token, Service};
 use common::{describe, random_files};
 use serde_json::Value;
-
-/// One HTTP/1.1 exchange with a raw body and extra headers.
-fn raw(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    token: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> (u16, String) {
-    let (status, body) = raw_bytes(addr, method, path, token, headers, body);
-    (status, String::from_utf8_lossy(&body).into_owned())
-}
-
-/// [`raw`], with the answer's body as bytes.
-fn raw_bytes(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    token: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> (u16, Vec<u8>) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\nAuthorization: Bearer {token}\r\n",
-        body.len()
-    );
-    for (n, v) in headers {
-        req.push_str(&format!("{n}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).expect("send");
-    s.write_all(body).expect("send body");
-    let mut answer = Vec::new();
-    s.read_to_end(&mut answer).expect("read");
-    let split = answer
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a complete head");
-    let head = String::from_utf8_lossy(&answer[..split]).into_owned();
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("a status line");
-    (status, answer[split + 4..].to_vec())
-}
 
 fn serve(dir: &Path) -> Service {
     let config = dir.join("vouch.toml");

@@ -4,28 +4,9 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{random_files, Env};
-
-fn stored(dir: &Path) -> (u64, usize) {
-    let mut bytes = 0;
-    let mut n = 0;
-    for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        for f in std::fs::read_dir(sub.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            if let Ok(m) = f.metadata() {
-                bytes += m.len();
-                n += 1;
-            }
-        }
-    }
-    (bytes, n)
-}
+use common::{random_files, stored_bytes, Env};
 
 #[test]
 fn a_killed_local_backup_resumes_instead_of_storing_everything_again() {
@@ -43,13 +24,13 @@ fn a_killed_local_backup_resumes_instead_of_storing_everything_again() {
         .expect("backup starts");
     let packs = env.repo.join("data");
     let until = Instant::now() + Duration::from_secs(60);
-    while stored(&packs).1 < 6 {
+    while stored_bytes(&packs).1 < 6 {
         assert!(Instant::now() < until, "the backup stored no packs");
         std::thread::sleep(Duration::from_millis(5));
     }
     child.kill().expect("kill -9");
     let _ = child.wait();
-    let (killed, _) = stored(&packs);
+    let (killed, _) = stored_bytes(&packs);
     let out = env
         .cmd()
         .args(["backup", "--json", src.to_str().unwrap()])
@@ -60,7 +41,7 @@ fn a_killed_local_backup_resumes_instead_of_storing_everything_again() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (total, _) = stored(&packs);
+    let (total, _) = stored_bytes(&packs);
     let source = 120 * 200_000u64;
     assert!(killed > 0);
     // Leftovers of the killed run are reused; without the journal the

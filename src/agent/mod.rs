@@ -392,7 +392,7 @@ impl Agent {
         let renewer = self.start_renewing(&job, stop.clone(), lost.clone());
         let started = Instant::now();
         let outcome = if job.kind == "restore" {
-            self.restore(&job, lost.clone())
+            self.restore(&job)
                 .map(|(files, bytes)| json!({"restored_files": files, "restored_bytes": bytes}))
         } else {
             self.back_up(&job, lost.clone()).map(|(snapshot, stored)| {
@@ -484,7 +484,9 @@ impl Agent {
     /// Restores the leased point (or a path in it) into its destination on
     /// this host, resumably (an interrupted restore of the same point into
     /// the same directory continues where it stopped); files and bytes.
-    fn restore(&mut self, job: &LeasedJob, lost: Arc<AtomicBool>) -> Result<(u64, u64), Error> {
+    /// The restore engine takes no cancel flag: a lease lost meanwhile
+    /// only means its result is refused (the files are still right).
+    fn restore(&mut self, job: &LeasedJob) -> Result<(u64, u64), Error> {
         let (Some(point), Some(destination)) = (&job.point, &job.destination) else {
             return Err(Error::InvalidArgument(
                 "a restore job without a point or a destination".into(),
@@ -503,9 +505,6 @@ impl Agent {
             subpath: (job.path != "/").then(|| job.path.clone()),
             ..Default::default()
         };
-        // The restore engine takes no cancel flag: a lease lost meanwhile
-        // only means its result is refused (the files are still right).
-        let _ = lost;
         let summary = crate::restore::restore(&repo, &id, &opts, progress)?;
         Ok((summary.files, summary.total_bytes))
     }

@@ -16,6 +16,28 @@ use super::plan_tag;
 /// How often a waiting job looks at its cancel flag and its lease.
 const CHECK_EVERY: Duration = Duration::from_millis(250);
 
+/// The job's repository if it is `agent`'s own (an agent reads and
+/// writes no other); a failure saying what to do otherwise.
+fn own_repository(
+    msg: &RunJob,
+    agent: &str,
+    what_to_do: &str,
+) -> Result<vouch_events::RepositoryId, JobFailure> {
+    let repository = msg.command.repository().clone();
+    let own = agent_repository(agent);
+    if repository.as_str() == own {
+        return Ok(repository);
+    }
+    Err(JobFailure::new(
+        "agent_repository",
+        format!(
+            "agent {agent} uses only its own repository {own:?}, and this job's is {:?}: {what_to_do}",
+            repository.as_str()
+        ),
+        false,
+    ))
+}
+
 /// Offers one restore to its agent and waits for its end.
 pub(crate) async fn restore_on_agent(
     board: Arc<AgentBoard>,
@@ -24,18 +46,11 @@ pub(crate) async fn restore_on_agent(
     point: &vouch_events::SnapshotId,
     spec: &vouch_events::RestoreSpec,
 ) -> Result<JobOutput, JobFailure> {
-    let repository = msg.command.repository().clone();
-    let own = agent_repository(agent);
-    if repository.as_str() != own {
-        return Err(JobFailure::new(
-            "agent_repository",
-            format!(
-                "agent {agent} reads only its own repository {own:?}; this point is in {:?}: restore it on the server instead",
-                repository.as_str()
-            ),
-            false,
-        ));
-    }
+    let repository = own_repository(
+        &msg,
+        agent,
+        "this point is in another: restore it on the server instead",
+    )?;
     let job = AgentJob {
         job: msg.job.clone(),
         plan: msg
@@ -63,18 +78,7 @@ pub(crate) async fn run_on_agent(
     agent: &str,
     path: &str,
 ) -> Result<JobOutput, JobFailure> {
-    let repository = msg.command.repository().clone();
-    let own = agent_repository(agent);
-    if repository.as_str() != own {
-        return Err(JobFailure::new(
-            "agent_repository",
-            format!(
-                "agent {agent} backs up only into its own repository {own:?}, and this plan names {:?}: change the plan's repository",
-                repository.as_str()
-            ),
-            false,
-        ));
-    }
+    let repository = own_repository(&msg, agent, "change the plan's repository")?;
     let job = AgentJob {
         job: msg.job.clone(),
         tag: plan_tag(&plan),

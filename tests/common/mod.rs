@@ -207,3 +207,19 @@ pub fn describe(root: &Path) -> BTreeMap<String, String> {
 pub fn is_root() -> bool {
     vouch_chaos::is_root()
 }
+
+/// Bytes and number of the files one level of directories below `dir`
+/// (a repository's `data/`: its pack files).
+pub fn stored_bytes(dir: &Path) -> (u64, usize) {
+    let mut bytes = 0;
+    let mut n = 0;
+    for sub in fs::read_dir(dir).into_iter().flatten().flatten() {
+        for f in fs::read_dir(sub.path()).into_iter().flatten().flatten() {
+            if let Ok(m) = f.metadata() {
+                bytes += m.len();
+                n += 1;
+            }
+        }
+    }
+    (bytes, n)
+}

@@ -191,3 +191,71 @@ pub fn pack_files(data_dir: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// One HTTP/1.1 exchange (Connection: close) with a raw body and extra
+/// headers: status and body as bytes (a chunked body dechunked).
+pub fn raw_bytes(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(90)))
+        .expect("timeout");
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\nAuthorization: Bearer {token}\r\n",
+        body.len()
+    );
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).expect("send");
+    s.write_all(body).expect("send body");
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).expect("read");
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a complete head");
+    let head = String::from_utf8_lossy(&answer[..split]).to_ascii_lowercase();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status line");
+    let mut rest = &answer[split + 4..];
+    if !head.contains("transfer-encoding: chunked") {
+        return (status, rest.to_vec());
+    }
+    let mut out = Vec::new();
+    while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
+        let n = std::str::from_utf8(&rest[..eol])
+            .ok()
+            .and_then(|h| usize::from_str_radix(h.trim(), 16).ok())
+            .unwrap_or(0);
+        let chunk = &rest[eol + 2..];
+        if n == 0 || chunk.len() < n {
+            break;
+        }
+        out.extend_from_slice(&chunk[..n]);
+        rest = chunk[n..].strip_prefix(b"\r\n").unwrap_or(&chunk[n..]);
+    }
+    (status, out)
+}
+
+/// [`raw_bytes`] with the body as text.
+pub fn raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String) {
+    let (status, body) = raw_bytes(addr, method, path, token, headers, body);
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
