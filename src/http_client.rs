@@ -138,6 +138,18 @@ pub struct Traffic {
     pub calls: AtomicU64,
 }
 
+impl Traffic {
+    /// The counts so far.
+    pub fn totals(&self) -> crate::backend::Traffic {
+        use std::sync::atomic::Ordering::Relaxed;
+        crate::backend::Traffic {
+            sent: self.sent.load(Relaxed),
+            received: self.received.load(Relaxed),
+            requests: self.calls.load(Relaxed),
+        }
+    }
+}
+
 struct Call {
     request: Request,
     reply: std::sync::mpsc::SyncSender<Result<Answer, String>>,

@@ -32,6 +32,7 @@ fn cli(svc: &Service, dir: &Path, token: &str, args: &[&str]) -> Output {
             "VOUCH_PASSWORD_FILE",
             dir.join("data/repository.passphrase"),
         )
+        .env("VOUCH_CACHE_DIR", dir.join("cache"))
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()
@@ -124,6 +125,109 @@ fn the_cli_backs_up_verifies_and_restores_through_the_protocol() {
         snapshots(&svc, dir.path(), &token),
         2,
         "nothing was forgotten"
+    );
+}
+
+/// The `network` figures of a `vouch --json backup`: (sent, received).
+fn backup_traffic(
+    svc: &Service,
+    dir: &Path,
+    token: &str,
+    extra: &[&str],
+    src: &Path,
+) -> (u64, u64) {
+    let mut args = vec!["--json", "--quiet", "backup"];
+    args.extend_from_slice(extra);
+    args.push(src.to_str().expect("utf-8 path"));
+    let out = ok(cli(svc, dir, token, &args));
+    let summary: Value = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["type"] == "summary")
+        .unwrap_or_else(|| panic!("no summary line in {out}"));
+    let n = &summary["network"];
+    (
+        n["sent"].as_u64().expect("sent"),
+        n["received"].as_u64().expect("received"),
+    )
+}
+
+#[test]
+fn a_warm_cache_makes_an_unchanged_backup_move_almost_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(dir.path());
+    let data = dir.path().join("data");
+    let token = vouch_token(&data, &["create", "--role", "append", "--name", "laptop"]);
+    // Many directories, so the parent's trees are a real part of what an
+    // incremental backup must read.
+    let src = dir.path().join("src");
+    for d in 0..60u64 {
+        random_files(&src.join(format!("dir-{d:02}")), 20, 4_000, d * 100);
+    }
+    let (first_sent, _) = backup_traffic(&svc, dir.path(), &token, &[], &src);
+    assert!(
+        first_sent > 4_000_000,
+        "the first backup sent the data: {first_sent}"
+    );
+
+    // Unchanged, with the cache the first backup filled as it wrote: under
+    // 1 % of the first's bytes, nearly all of it the new snapshot.
+    let (sent, received) = backup_traffic(&svc, dir.path(), &token, &[], &src);
+    assert!(
+        (sent + received) * 100 < first_sent,
+        "an unchanged backup moved {sent} + {received} bytes, the first sent {first_sent}"
+    );
+    // Without the cache the same backup reads the index, the snapshots and
+    // every tree of the parent: what the cache saves.
+    let (_, uncached) = backup_traffic(&svc, dir.path(), &token, &["--no-cache"], &src);
+    eprintln!(
+        "first backup sent {first_sent} B; unchanged: {sent} B sent, {received} B received; \
+         without the cache {uncached} B received"
+    );
+    assert!(
+        uncached > received * 4,
+        "without the cache {uncached} bytes were read, with it {received}"
+    );
+
+    // A damaged cache costs a fetch, never a wrong backup: every cached tree
+    // and index file is overwritten, the next backup still succeeds and the
+    // damaged entries are replaced.
+    let cache = dir.path().join("cache/repos");
+    let mut damaged = 0;
+    let mut stack = vec![cache.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("cache dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p
+                .components()
+                .any(|c| c.as_os_str() == "trees" || c.as_os_str() == "index")
+            {
+                let mut bytes = std::fs::read(&p).expect("entry");
+                let last = bytes.len() - 1;
+                bytes[last] ^= 0x55;
+                std::fs::write(&p, bytes).expect("damage");
+                damaged += 1;
+            }
+        }
+    }
+    assert!(damaged > 60, "trees and index were cached: {damaged}");
+    std::fs::write(src.join("dir-00/new"), b"a new file").expect("new file");
+    let (_, refetched) = backup_traffic(&svc, dir.path(), &token, &[], &src);
+    assert!(refetched > received, "damaged entries were fetched again");
+    ok(cli(&svc, dir.path(), &token, &["verify", "--read-data"]));
+    let target = dir.path().join("restored");
+    ok(cli(
+        &svc,
+        dir.path(),
+        &token,
+        &["restore", "latest", "--target", target.to_str().unwrap()],
+    ));
+    assert_eq!(
+        describe(&target.join(src.strip_prefix("/").expect("absolute"))),
+        describe(&src),
+        "byte-identical restore after a backup over a damaged cache"
     );
 }
 

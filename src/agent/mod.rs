@@ -372,10 +372,14 @@ impl Agent {
             self.client.clone(),
             &format!("/repo/v1/{id}"),
         )?);
-        let repo = Arc::new(Repository::open(
-            backend.clone(),
-            self.passphrase.as_bytes(),
-        )?);
+        let mut repo = Repository::open(backend.clone(), self.passphrase.as_bytes())?;
+        // The repository's index, snapshots and trees, kept here: an
+        // unchanged tree's second backup then fetches nothing but listings.
+        match crate::repo::cache::Cache::open(&self.dir.join("cache"), &repo.config().id) {
+            Ok(cache) => repo = repo.with_cache(Arc::new(cache)),
+            Err(e) => tracing::warn!("working without a cache: {e}"),
+        }
+        let repo = Arc::new(repo);
         self.repo = Some(repo.clone());
         self.backend = Some(backend.clone());
         Ok((repo, backend))
@@ -391,6 +395,7 @@ impl Agent {
         let lost = Arc::new(AtomicBool::new(false));
         let renewer = self.start_renewing(&job, stop.clone(), lost.clone());
         let started = Instant::now();
+        let traffic_before = self.client.traffic().totals();
         let outcome = if job.kind == "restore" {
             self.restore(&job)
                 .map(|(files, bytes)| json!({"restored_files": files, "restored_bytes": bytes}))
@@ -408,6 +413,13 @@ impl Agent {
         if let Some(b) = &self.backend {
             b.set_lease(None);
         }
+        let moved = self.client.traffic().totals().since(traffic_before);
+        tracing::info!(
+            sent = moved.sent,
+            received = moved.received,
+            requests = moved.requests,
+            "network use of the job (bodies, renewals included)"
+        );
         let body = match &outcome {
             Ok(body) => body.clone(),
             Err(e) => {

@@ -246,6 +246,10 @@ impl Backend for HttpBackend {
         // The server's own prune removes its temporary files.
         Ok(0)
     }
+
+    fn traffic(&self) -> Option<super::Traffic> {
+        Some(self.client.traffic().totals())
+    }
 }
 
 impl HttpBackend {

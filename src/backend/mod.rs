@@ -96,6 +96,33 @@ pub trait Backend: Send + Sync {
     fn modified(&self, kind: FileKind, name: &str) -> Result<Option<std::time::SystemTime>>;
     /// Removes temporary files left by interrupted writers; returns how many.
     fn remove_temporary(&self) -> Result<usize>;
+    /// What went over the network so far, for a remote backend (`None` for
+    /// a local directory).
+    fn traffic(&self) -> Option<Traffic> {
+        None
+    }
+}
+
+/// Bytes and requests a remote backend moved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Traffic {
+    /// Request bodies sent, in bytes.
+    pub sent: u64,
+    /// Answer bodies received, in bytes.
+    pub received: u64,
+    /// Requests made, retries included.
+    pub requests: u64,
+}
+
+impl Traffic {
+    /// What moved since `earlier`.
+    pub fn since(self, earlier: Traffic) -> Traffic {
+        Traffic {
+            sent: self.sent.saturating_sub(earlier.sent),
+            received: self.received.saturating_sub(earlier.received),
+            requests: self.requests.saturating_sub(earlier.requests),
+        }
+    }
 }
 
 /// Largest `config`, key or lock file a reader accepts: these are small JSON

@@ -170,6 +170,7 @@ impl Saver {
             })
             .collect();
         let backend = repo.backend().clone();
+        let cache = repo.cache().cloned();
         let writer = std::thread::Builder::new()
             .name("pack-writer".into())
             .spawn(move || {
@@ -182,6 +183,9 @@ impl Saver {
                     match backend.write(FileKind::Pack, &pack.id.to_hex(), &pack.bytes, sync) {
                         Ok(()) => {
                             Progress::add(&progress.bytes_stored, pack.bytes.len() as u64);
+                            if let Some(c) = &cache {
+                                cache_trees(c, &pack);
+                            }
                             if let Some(s) = &session {
                                 if let Err(e) = s.record(&pack.index) {
                                     tracing::warn!("the session journal could not be written ({e}); an interrupted backup will send this pack again");
@@ -220,6 +224,17 @@ impl Saver {
         match panicked {
             Some(e) => Err(e),
             None => written,
+        }
+    }
+}
+
+/// Keeps the trees of a written pack in the local cache, so the next
+/// backup reads its parent's trees without fetching them.
+fn cache_trees(cache: &crate::repo::cache::Cache, pack: &FinishedPack) {
+    for b in pack.index.blobs.iter().filter(|b| b.kind == BlobType::Tree) {
+        let (start, end) = (b.offset as usize, b.offset as usize + b.length as usize);
+        if let Some(sealed) = pack.bytes.get(start..end) {
+            cache.put_tree(&b.id, &pack.id, sealed);
         }
     }
 }

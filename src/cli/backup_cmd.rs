@@ -62,14 +62,7 @@ fn session_dir(
     host: &str,
     paths: &[std::path::PathBuf],
 ) -> Option<std::path::PathBuf> {
-    let cache = std::env::var_os("VOUCH_CACHE_DIR")
-        .map(std::path::PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("XDG_CACHE_HOME").map(|d| std::path::PathBuf::from(d).join("vouch"))
-        })
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/vouch"))
-        })?;
+    let cache = super::cache_base()?;
     let mut h = blake3::Hasher::new();
     h.update(host.as_bytes());
     for p in paths {
@@ -86,7 +79,7 @@ fn session_dir(
 
 /// Runs a backup.
 pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
-    let repo = ctx.open()?;
+    let repo = ctx.open_cached()?;
     // Resolved (symlinks, `..`), so that the walk never enters the
     // repository however it is named; `Excludes` resolves it again.
     let repo_path = ctx.repo_path()?;
@@ -118,9 +111,17 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
     };
     let progress = Arc::new(Progress::default());
     let reporter = ctx.out.progress("backup", progress.clone());
+    let traffic_before = repo.backend().traffic();
     let result = backup(&repo, &opts, progress);
     reporter.finish();
     let outcome = result?;
+    // For a served repository: what this backup moved over the network
+    // (opening the repository before it is not counted).
+    let network = repo
+        .backend()
+        .traffic()
+        .zip(traffic_before)
+        .map(|(now, before)| now.since(before));
     let s = &outcome.manifest.summary;
     let code = if s.warnings > 0 {
         exit_code::PARTIAL
@@ -134,6 +135,7 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
             "parent": outcome.manifest.parent.map(|p| p.to_hex()),
             "summary": s,
             "warnings": outcome.manifest.warnings,
+            "network": network,
             "exit_code": code,
         }));
     } else {
@@ -153,6 +155,14 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
             human_bytes(s.bytes_stored),
             s.duration_ms as f64 / 1000.0
         ));
+        if let Some(n) = network {
+            ctx.out.say(format!(
+                "network: {} sent, {} received in {} requests",
+                human_bytes(n.sent),
+                human_bytes(n.received),
+                n.requests
+            ));
+        }
         if s.warnings > 0 {
             eprintln!(
                 "snapshot made, but {} sources could not be read completely (exit code 3)",

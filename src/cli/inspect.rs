@@ -21,7 +21,7 @@ pub struct SnapshotsArgs {
 
 /// Lists snapshots (from the manifests alone).
 pub fn snapshots(ctx: &Ctx, a: SnapshotsArgs) -> Result<i32> {
-    let repo = ctx.open()?;
+    let repo = ctx.open_cached()?;
     let list: Vec<_> = repo
         .list_snapshots()?
         .into_iter()
@@ -77,7 +77,7 @@ pub struct LsArgs {
 
 /// Lists the files of a snapshot.
 pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
-    let repo = ctx.open()?;
+    let repo = ctx.open_cached()?;
     let (spec, sub) = a.what.split();
     let (_, m) = repo.find_snapshot(&spec)?;
     let index = repo.load_index()?;
@@ -145,7 +145,7 @@ pub struct DiffArgs {
 
 /// Shows added (+), removed (-), changed (M), metadata-only (U) and type (T) changes.
 pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
-    let repo = ctx.open()?;
+    let repo = ctx.open_cached()?;
     let (_, m1) = repo.find_snapshot(&a.first)?;
     let (_, m2) = repo.find_snapshot(&a.second)?;
     let index = repo.load_index()?;

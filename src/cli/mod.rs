@@ -53,6 +53,11 @@ pub struct Cli {
     /// `5m`) instead of failing at once.
     #[arg(long, global = true, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub retry_lock: Option<std::time::Duration>,
+    /// Keep no local cache of a served repository's index, snapshots and
+    /// trees (kept by default in VOUCH_CACHE_DIR, else
+    /// $XDG_CACHE_HOME/vouch or ~/.cache/vouch).
+    #[arg(long, global = true)]
+    pub no_cache: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -106,6 +111,21 @@ pub struct Ctx {
     pub out: Output,
     repo_path: Option<PathBuf>,
     lock_wait: std::time::Duration,
+    no_cache: bool,
+}
+
+/// The user's cache directory for vouch: VOUCH_CACHE_DIR, else
+/// $XDG_CACHE_HOME/vouch, else ~/.cache/vouch.
+pub fn cache_base() -> Option<PathBuf> {
+    std::env::var_os("VOUCH_CACHE_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME")
+                .filter(|d| !d.is_empty())
+                .map(|d| PathBuf::from(d).join("vouch"))
+        })
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/vouch")))
 }
 
 impl Ctx {
@@ -123,6 +143,27 @@ impl Ctx {
         let backend = self.backend()?;
         let pw = password::existing()?;
         Ok(Repository::open(backend, &pw)?.with_lock_wait(self.lock_wait))
+    }
+
+    /// Opens the repository like [`Ctx::open`], with the local cache of its
+    /// metadata when it is a served one (for commands that read or add;
+    /// commands that check or remove read the repository itself).
+    pub fn open_cached(&self) -> Result<Repository> {
+        let repo = self.open()?;
+        let served = self.repo_path()?.to_str().is_some_and(is_url);
+        if !served || self.no_cache {
+            return Ok(repo);
+        }
+        let Some(base) = cache_base() else {
+            return Ok(repo);
+        };
+        match crate::repo::cache::Cache::open(&base, &repo.config().id) {
+            Ok(cache) => Ok(repo.with_cache(Arc::new(cache))),
+            Err(e) => {
+                tracing::warn!(dir = %base.display(), "working without a cache: {e}");
+                Ok(repo)
+            }
+        }
     }
 
     /// The repository's storage, its config checked, without opening it
@@ -200,6 +241,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         },
         repo_path: cli.repo,
         lock_wait: cli.retry_lock.unwrap_or_default(),
+        no_cache: cli.no_cache,
     };
     match cli.command {
         Command::Init(a) => repo_cmds::init(&ctx, a),

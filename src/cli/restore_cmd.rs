@@ -40,7 +40,7 @@ pub struct RestoreArgs {
 
 /// Runs a restore.
 pub fn run(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
-    let repo = ctx.open()?;
+    let repo = ctx.open_cached()?;
     let (spec, subpath) = a.what.split();
     let (id, _) = repo.find_snapshot(&spec)?;
     let opts = RestoreOptions {

@@ -1,6 +1,7 @@
 //! The repository: opening and creating it, its keys, and reading and writing
 //! its metadata (snapshots, index files) and blobs.
 
+pub mod cache;
 mod index;
 pub mod integrity;
 pub mod lock;
@@ -57,6 +58,8 @@ pub struct Repository {
     key_id: KeyId,
     /// How long taking a lock waits for a conflicting one (`--retry-lock`).
     lock_wait: std::time::Duration,
+    /// The local cache of a served repository's metadata, if any.
+    cache: Option<Arc<cache::Cache>>,
 }
 
 impl std::fmt::Debug for Repository {
@@ -251,6 +254,7 @@ impl Repository {
             key: Arc::new(key),
             key_id,
             lock_wait: std::time::Duration::ZERO,
+            cache: None,
         })
     }
 
@@ -320,6 +324,7 @@ impl Repository {
                         key: Arc::new(key),
                         key_id,
                         lock_wait: std::time::Duration::ZERO,
+                        cache: None,
                     });
                 }
                 Ok(None) => {}
@@ -328,6 +333,18 @@ impl Repository {
         }
         // A damaged key file may be the one this passphrase would open.
         Err(corrupt.unwrap_or(Error::WrongPassword))
+    }
+
+    /// Keeps a local copy of the index, the snapshots and the trees in
+    /// `cache` (for a served repository: see [`cache`]).
+    pub fn with_cache(mut self, cache: Arc<cache::Cache>) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// The local cache, if this repository has one.
+    pub fn cache(&self) -> Option<&Arc<cache::Cache>> {
+        self.cache.as_ref()
     }
 
     /// The storage.
@@ -451,13 +468,42 @@ impl Repository {
         let id = SnapshotId::hash_of(&bytes);
         self.backend
             .write(FileKind::Snapshot, &id.to_hex(), &bytes, sync)?;
+        if let Some(c) = &self.cache {
+            c.put_file(FileKind::Snapshot, &id.to_hex(), &bytes);
+        }
         Ok(id)
     }
 
     /// Reads one manifest, checking that its bytes hash to its name.
     pub fn load_snapshot(&self, id: &SnapshotId) -> Result<Manifest> {
-        let bytes = self.backend.read(FileKind::Snapshot, &id.to_hex())?;
+        let bytes = self.read_cached(FileKind::Snapshot, &id.to_hex())?;
         self.decode_snapshot(id, &bytes)
+    }
+
+    /// Reads an index or snapshot file from the cache, or from the backend
+    /// into the cache. A cached entry is one whose bytes hash to its name:
+    /// the very bytes stored.
+    fn read_cached(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
+        let Some(cache) = &self.cache else {
+            return self.backend.read(kind, name);
+        };
+        if let Some(bytes) = cache.file(kind, name) {
+            return Ok(bytes);
+        }
+        let bytes = self.backend.read(kind, name)?;
+        if blake3::hash(&bytes).to_hex().as_str() == name {
+            cache.put_file(kind, name, &bytes);
+        }
+        Ok(bytes)
+    }
+
+    /// Lists `kind` and drops cache entries the listing no longer names.
+    fn list_pruning_cache(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
+        let listed = self.backend.list(kind)?;
+        if let Some(c) = &self.cache {
+            c.retain(kind, &listed.iter().map(|(n, _)| n.clone()).collect());
+        }
+        Ok(listed)
     }
 
     /// Checks that `bytes` hash to `id`, and decrypts and parses them as a
@@ -473,7 +519,7 @@ impl Repository {
     /// do not (with the error), from the manifests alone.
     pub fn scan_snapshots(&self) -> Result<SnapshotScan> {
         let mut scan = SnapshotScan::default();
-        for (name, _) in self.backend.list(FileKind::Snapshot)? {
+        for (name, _) in self.list_pruning_cache(FileKind::Snapshot)? {
             let Ok(id) = SnapshotId::from_hex(&name) else {
                 tracing::warn!(file = %name, "ignoring a file that is not a snapshot");
                 continue;
@@ -544,12 +590,15 @@ impl Repository {
         let (id, bytes) = seal_index_file(&self.key, file);
         self.backend
             .write(FileKind::Index, &id.to_hex(), &bytes, sync)?;
+        if let Some(c) = &self.cache {
+            c.put_file(FileKind::Index, &id.to_hex(), &bytes);
+        }
         Ok(id)
     }
 
     /// Reads one index file, checking that its bytes hash to its name.
     pub fn load_index_file(&self, id: &IndexId) -> Result<IndexFile> {
-        let bytes = self.backend.read(FileKind::Index, &id.to_hex())?;
+        let bytes = self.read_cached(FileKind::Index, &id.to_hex())?;
         self.decode_index_file(id, &bytes)
     }
 
@@ -569,7 +618,7 @@ impl Repository {
     pub fn load_index(&self) -> Result<MasterIndex> {
         let mut files = Vec::new();
         let mut unreadable = Vec::new();
-        for (name, _) in self.backend.list(FileKind::Index)? {
+        for (name, _) in self.list_pruning_cache(FileKind::Index)? {
             let Ok(id) = IndexId::from_hex(&name) else {
                 continue;
             };
@@ -600,6 +649,38 @@ impl Repository {
 
     // ----- blobs -----
 
+    fn read_tree_cached(
+        &self,
+        cache: &cache::Cache,
+        index: &MasterIndex,
+        id: &BlobId,
+    ) -> Result<Vec<u8>> {
+        let (pack, entry) = index
+            .get(id)
+            .ok_or_else(|| Error::Damaged(format!("blob {id} is not in the index")))?;
+        if let Some(sealed) = cache.tree(id, &pack.id) {
+            match pack::open_blob(&self.key, &pack.salt, entry, &sealed) {
+                Ok(plain) => return Ok(plain),
+                Err(e) => {
+                    tracing::warn!(tree = %id.short(), "dropping a cached tree that does not open: {e}");
+                    cache.drop_tree(id);
+                }
+            }
+        }
+        let sealed = self
+            .backend
+            .read_range(
+                FileKind::Pack,
+                &pack.id.to_hex(),
+                u64::from(entry.offset),
+                entry.length as usize,
+            )
+            .map_err(|e| Error::Damaged(format!("pack {} unreadable: {e}", pack.id)))?;
+        let plain = pack::open_blob(&self.key, &pack.salt, entry, &sealed)?;
+        cache.put_tree(id, &pack.id, &sealed);
+        Ok(plain)
+    }
+
     /// Reads, decrypts, decompresses and checks one blob.
     pub fn read_blob(&self, index: &MasterIndex, id: &BlobId) -> Result<Vec<u8>> {
         let (pack, entry) = index
@@ -617,9 +698,12 @@ impl Repository {
         pack::open_blob(&self.key, &pack.salt, entry, &sealed)
     }
 
-    /// Reads a tree blob.
+    /// Reads a tree blob (from the cache when it has it).
     pub fn load_tree(&self, index: &MasterIndex, id: &BlobId) -> Result<Tree> {
-        let plain = self.read_blob(index, id)?;
+        let plain = match &self.cache {
+            None => self.read_blob(index, id)?,
+            Some(cache) => self.read_tree_cached(cache, index, id)?,
+        };
         decode(&plain).map_err(|e| Error::Damaged(format!("tree {id} does not parse: {e}")))
     }
 }
