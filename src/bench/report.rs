@@ -48,6 +48,9 @@ pub struct ToolResult {
     /// Memory group figures (`low-memory`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryOutcome>,
+    /// MiB that crossed the network, both directions (`slow-target`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_mib: Option<f64>,
 }
 
 impl ToolResult {
@@ -84,6 +87,7 @@ impl ToolResult {
             cache,
             load_before,
             memory: None,
+            network_mib: None,
         }
     }
 }
@@ -375,15 +379,15 @@ impl Report {
         let _ = writeln!(
             md,
             "\n<details><summary>All figures per tool and step</summary>\n\n\
-             | scenario | step | tool | wall s | user s | sys s | cores | peak RSS MiB | disk read MiB | read MiB | added MiB | repo MiB | files/s | MiB/s | cache | load |\n\
-             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+             | scenario | step | tool | wall s | user s | sys s | cores | peak RSS MiB | disk read MiB | read MiB | added MiB | repo MiB | files/s | MiB/s | network MiB | cache | load |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for sc in &self.scenarios {
             for st in &sc.steps {
                 for r in &st.results {
                     let _ = writeln!(
                         md,
-                        "| {} | {} | {} | {:.2} | {:.1} | {:.1} | {:.2} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.0} | {:.0} | {} | {:.2} |",
+                        "| {} | {} | {} | {:.2} | {:.1} | {:.1} | {:.2} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {:.0} | {:.0} | {} | {} | {:.2} |",
                         sc.name,
                         st.name,
                         r.tool,
@@ -398,6 +402,7 @@ impl Report {
                         r.repo_size_mib,
                         r.files_per_s,
                         r.mib_per_s,
+                        r.network_mib.map_or_else(String::new, |n| format!("{n:.2}")),
                         match r.cache {
                             CacheState::Cold => "cold",
                             CacheState::Warm => "warm",

@@ -5,6 +5,8 @@
 //! reuses one), `logs/` (each tool's output per step), `cache/` (restic's
 //! and borg's caches, reset per run), `results/<run id>.json`.
 
+mod slow_target;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -98,10 +100,7 @@ pub fn run(o: &RunOptions) -> Result<Report> {
             Scenario::Verify => r.verify(),
             Scenario::Concurrent => r.concurrent(),
             Scenario::LowMemory => r.low_memory(),
-            Scenario::SlowTarget => Ok(ScenarioResult::skipped(
-                "slow-target",
-                "needs the HTTP repository backend, which does not exist yet; nothing was measured",
-            )),
+            Scenario::SlowTarget => r.slow_target(),
             Scenario::MillionFiles => r.million_files(),
         }?;
         if let Some(why) = &res.skipped {
