@@ -7,6 +7,7 @@
 #[path = "common/webdriver.rs"]
 mod webdriver;
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
@@ -210,6 +211,48 @@ fn register_agent(serve: &Serve, data_dir: &Path, agent_dir: &Path, name: &str) 
         // The service picks a new token up within about a second.
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// Every entry below `dir` by its path relative to `dir`: a file with its
+/// bytes, a directory as `None`.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let p = e.expect("a directory entry").path();
+            let rel = p.strip_prefix(dir).expect("below dir").to_path_buf();
+            let meta = fs::symlink_metadata(&p).expect("metadata");
+            if meta.is_dir() {
+                out.insert(rel, None);
+                todo.push(p);
+            } else {
+                let bytes = fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                out.insert(rel, Some(bytes));
+            }
+        }
+    }
+    out
+}
+
+/// A new token of `role` from `vouch token create` (the service picks it
+/// up within about a second).
+fn create_token(data_dir: &Path, name: &str, role: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .arg("token")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["create", "--name", name, "--role", role, "--expires", "1h"])
+        .output()
+        .unwrap_or_else(|e| panic!("run vouch token create: {e}"));
+    assert!(
+        out.status.success(),
+        "vouch token create --role {role}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(!token.is_empty(), "vouch token create printed no token");
+    token
 }
 
 /// The console's assets alone, served by `configure_console` on a test
@@ -576,6 +619,328 @@ async fn console_end_to_end_against_vouch_serve() {
         .await
         .unwrap();
     assert_eq!(gone, Value::Null, "sign-out forgets the token");
+
+    s.quit().await.expect("quit");
+    drop(driver);
+    drop(serve);
+}
+
+/// The point page's "Restore to a host" form against the real `vouch
+/// serve`: a point of a plan backing up a directory under `[sources]
+/// allow`; the file browser's **Restore…** fills the form's path with the
+/// source; a relative destination is refused by the form by its field
+/// (nothing is sent); a non-empty destination starts a job whose failure
+/// (the server's message) shows in the form, and the restore is cancelled
+/// from there with the directory untouched; then a restore into a new
+/// directory under the test's temporary directory runs on the server, the
+/// page follows the job until it succeeds, and the restored tree is
+/// byte-identical to the source. An operator token (no content access) sees
+/// why it cannot restore instead of the form.
+#[actix_web::test]
+async fn console_restore_form_restores_a_point_onto_the_server() {
+    if !browser_available("console_restore_form_restores_a_point_onto_the_server") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let src = tmp.path().join("source");
+    let restored = tmp.path().join("restored");
+    let occupied = tmp.path().join("occupied");
+    let downloads = tmp.path().join("downloads");
+    fs::create_dir_all(src.join("docs/deep")).unwrap();
+    fs::create_dir_all(&occupied).unwrap();
+    fs::create_dir_all(&downloads).unwrap();
+    fs::write(src.join("hello.txt"), b"Restored by the Vouch console.\n").unwrap();
+    fs::write(src.join("empty.txt"), b"").unwrap();
+    fs::write(src.join("random.bin"), noise(2 << 20, 11)).unwrap();
+    for i in 0..20 {
+        fs::write(
+            src.join(format!("docs/note-{i:02}.txt")),
+            format!("note {i}\n").repeat(150),
+        )
+        .unwrap();
+    }
+    fs::write(src.join("docs/deep/chunk.bin"), noise(5 << 20, 12)).unwrap();
+    fs::write(occupied.join("keep.txt"), b"already here\n").unwrap();
+    let occupied_before = tree(&occupied);
+
+    // The server may back up, and restore onto, what lies beside its data
+    // directory: the source and both destinations are there.
+    let serve = Serve::start(&data);
+    let base = format!("http://{}", serve.addr);
+    let driver = Driver::start().await;
+    let s = driver.session(&downloads).await;
+    sign_in(&s, &base, &serve.token).await;
+
+    // A point: plan docs backs up the source once (the end-to-end test
+    // does this through the forms).
+    let src_text = src.to_str().expect("a UTF-8 temporary directory");
+    let ran = s
+        .execute(
+            "const h = { Authorization: 'Bearer ' + sessionStorage.getItem('vouch.token'), 'Content-Type': 'application/json' };\
+             return fetch('/api/v1/plans', { method: 'POST', headers: h,\
+                 body: JSON.stringify({ id: 'docs', source: arguments[0], schedule: '0 0 1 1 *' }) })\
+               .then(r => r.status === 201 ? fetch('/api/v1/plans/docs/run', { method: 'POST', headers: h, body: '{}' }) : r)\
+               .then(r => r.status);",
+            vec![json!(src_text)],
+        )
+        .await
+        .unwrap();
+    assert!(
+        ran == json!(200) || ran == json!(202),
+        "create and run plan docs: {ran}"
+    );
+    go(&s, &base, "#/points?plan=docs").await;
+    let point = s
+        .wait_for(
+            "a point of plan docs",
+            LONG,
+            "const r = document.querySelector('tr[data-point]'); return r ? r.dataset.point : null",
+        )
+        .await;
+    let point = point.as_str().expect("a point id").to_owned();
+
+    // Its page, the file browser at the source's parent: Restore… on the
+    // source fills the form's path and moves the focus there.
+    let parent = tmp.path().to_str().expect("a UTF-8 temporary directory");
+    s.execute(
+        "location.hash = '#/points/' + arguments[0] + '?path=' + encodeURIComponent(arguments[1])",
+        vec![json!(point), json!(parent)],
+    )
+    .await
+    .unwrap();
+    s.wait_css("#restore-form", SHORT).await;
+    let filled = s
+        .execute(
+            "const f = document.getElementById('r-path'); return [f.value, document.querySelector('label[for=r-path]').textContent, document.querySelector('label[for=r-dest]').textContent, document.querySelector('#restore-form [data-host]') ? document.querySelector('#restore-form [data-host]').dataset.host : null, document.querySelectorAll('#restore-form input[name=host]').length]",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        filled,
+        json!([
+            "/",
+            "Path inside the point",
+            "Destination directory on the host",
+            "server",
+            0
+        ]),
+        "the form starts at /, its fields are labelled, and a point of a local plan is restored on the server (no host choice)"
+    );
+    click(
+        &s,
+        "#pt-files tr[data-entry=\"source\"] button[data-restore-path]",
+    )
+    .await;
+    let picked = s
+        .wait_for(
+            "Restore… filling the path",
+            SHORT,
+            "const f = document.getElementById('r-path'); return f.value !== '/' && document.activeElement === f ? f.value : null",
+        )
+        .await;
+    assert_eq!(
+        picked,
+        json!(src_text),
+        "Restore… fills in the source's path"
+    );
+
+    // A relative destination: the form says so by its field and sends nothing.
+    set_field(&s, "#r-dest", "restored-here").await;
+    click(&s, "#restore-submit").await;
+    let refused = s
+        .wait_for(
+            "the form refusing a relative destination",
+            SHORT,
+            "return document.getElementById('r-dest-error').textContent",
+        )
+        .await;
+    println!("relative destination: {refused}");
+    assert!(
+        refused.as_str().unwrap_or_default().contains("relative"),
+        "the field says why: {refused}"
+    );
+    let state = s
+        .execute(
+            "return [document.getElementById('r-dest').getAttribute('aria-invalid'), document.activeElement.id, document.getElementById('restore-job').innerHTML]",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        state,
+        json!(["true", "r-dest", ""]),
+        "the field is marked invalid and focused; no job was started"
+    );
+
+    // A directory that is not empty: the job fails, the server's message
+    // shows in the form (the failure is retryable: it waits to retry), and
+    // the restore is cancelled from the form.
+    set_field(&s, "#r-dest", occupied.to_str().unwrap()).await;
+    click(&s, "#restore-submit").await;
+    let failed = s
+        .wait_for(
+            "the restore into a non-empty directory failing",
+            LONG,
+            "const e = document.querySelector('#restore-job [data-outcome=retrying], #restore-job [data-outcome=failed]'); return e ? e.innerText : null",
+        )
+        .await;
+    let failed = failed.as_str().unwrap_or_default().to_owned();
+    println!("restore into a non-empty directory: {failed}");
+    assert!(
+        failed.contains("not empty") && failed.contains(occupied.to_str().unwrap()),
+        "the server's error shows in the form: {failed}"
+    );
+    assert_eq!(
+        s.execute(
+            "return document.getElementById('r-dest').getAttribute('aria-invalid')",
+            vec![]
+        )
+        .await
+        .unwrap(),
+        Value::Null,
+        "the earlier field error is gone"
+    );
+    let said = s
+        .execute(
+            "return document.getElementById('restore-said').textContent",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        said.as_str().is_some_and(|t| t.contains("not empty")),
+        "the live region says it: {said}"
+    );
+    s.execute(
+        "document.getElementById('restore-job').scrollIntoView({ block: 'center' })",
+        vec![],
+    )
+    .await
+    .unwrap();
+    shot(&s, "point-restore-failed.png").await;
+    click(&s, "#restore-job button[data-restore-cancel]").await;
+    let cancelled = s
+        .wait_for(
+            "the cancelled restore",
+            SHORT,
+            "const e = document.querySelector('#restore-job .restore-status'); return e && ['failed', 'abandoned'].includes(e.dataset.state) ? [e.dataset.job, e.dataset.state] : null",
+        )
+        .await;
+    println!("cancelled restore: {cancelled}");
+    assert_eq!(
+        tree(&occupied),
+        occupied_before,
+        "a refused restore leaves the directory as it was"
+    );
+
+    // Into a new directory: the page follows the job until it succeeds.
+    set_field(&s, "#r-dest", restored.to_str().unwrap()).await;
+    click(&s, "#restore-submit").await;
+    let outcome = s
+        .wait_for(
+            "the restore's outcome",
+            LONG,
+            &format!(
+                "const e = document.querySelector('#restore-job .restore-status');\
+                 return e && e.dataset.job !== {} && ['succeeded', 'failed', 'abandoned'].includes(e.dataset.state)\
+                   ? {{ state: e.dataset.state, text: e.innerText, job: e.dataset.job }} : null",
+                cancelled[0]
+            ),
+        )
+        .await;
+    println!("restore: {outcome}");
+    assert_eq!(
+        outcome["state"],
+        json!("succeeded"),
+        "restore job: {outcome}"
+    );
+    let text = outcome["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("Restored") && text.contains(restored.to_str().unwrap()),
+        "the outcome names where it went: {text}"
+    );
+    let job = outcome["job"].as_str().unwrap_or_default();
+    let kind = s
+        .execute(
+            "return fetch('/api/v1/jobs/' + encodeURIComponent(arguments[0]), { headers: { Authorization: 'Bearer ' + sessionStorage.getItem('vouch.token') } }).then(r => r.json()).then(j => [j.kind, j.point]);",
+            vec![json!(job)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        kind,
+        json!(["restore", point]),
+        "a restore job of this point"
+    );
+    assert!(
+        !restored.join(".vouch-restore-in-progress").exists(),
+        "the restore marker is gone"
+    );
+    let (want, got) = (tree(&src), tree(&restored));
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "the restored tree has the source's entries"
+    );
+    for (path, bytes) in &want {
+        assert!(
+            got[path] == *bytes,
+            "{}: restored bytes differ from the source",
+            path.display()
+        );
+    }
+    // The point's history records it (the page follows the live stream).
+    s.wait_css("ol.timeline li[data-type=\"restore.completed\"]", SHORT)
+        .await;
+    s.execute(
+        "document.getElementById('pt-restore-section').scrollIntoView({ block: 'start' })",
+        vec![],
+    )
+    .await
+    .unwrap();
+    shot(&s, "point-restore.png").await;
+
+    // An operator may run plans but not read contents: no form, a reason.
+    let operator = create_token(&data, "ops", "operator");
+    s.wait_for(
+        "the service accepting the new operator token",
+        SHORT,
+        &format!(
+            "return fetch('/api/v1/whoami', {{ headers: {{ Authorization: 'Bearer ' + {} }} }}).then(r => r.ok)",
+            json!(operator)
+        ),
+    )
+    .await;
+    click(&s, "#signout").await;
+    s.wait_css("#token", SHORT).await;
+    sign_in(&s, &base, &operator).await;
+    go(&s, &base, &format!("#/points/{point}")).await;
+    let why = s
+        .wait_for(
+            "the reason an operator cannot restore",
+            SHORT,
+            "const e = document.querySelector('[data-restore=forbidden]'); return e ? e.textContent : null",
+        )
+        .await;
+    println!("operator: {why}");
+    assert!(
+        why.as_str().is_some_and(|t| t.contains("operator")),
+        "it names the role: {why}"
+    );
+    let offered = s
+        .execute(
+            "return [document.getElementById('restore-form') !== null, document.querySelectorAll('button[data-restore-path]').length]",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        offered,
+        json!([false, 0]),
+        "no restore form nor Restore… buttons"
+    );
 
     s.quit().await.expect("quit");
     drop(driver);

@@ -1,10 +1,12 @@
 // One recovery point: state, lock, anomalies, the latest verification and
-// restore-test evidence, its whole history as a timeline, and a browser for
-// its files (list a directory, download one file).
+// restore-test evidence, its whole history as a timeline, a browser for
+// its files (list a directory, download one file), and a form that restores
+// the point, or a path in it, into a directory of a host (a job, followed
+// until it ends).
 
 import * as api from './api.js';
 import {
-  esc, errText, flash, fmtBytes, fmtCount, fmtSpan, fmtTime, stateBadge, throttle, timeEl,
+  esc, errText, flash, fmtBytes, fmtCount, fmtSpan, fmtTime, jobBadge, progressText, stateBadge, throttle, timeEl,
 } from './util.js';
 
 const LABELS = {
@@ -19,6 +21,7 @@ const LABELS = {
   'point.locked': 'Locked',
   'point.forgotten': 'Forgotten (retention)',
   'anomaly.detected': 'Anomaly detected',
+  'restore.completed': 'Restored to a host',
   'job.scheduled': 'Job scheduled',
   'job.started': 'Job started',
   'job.finished': 'Job finished',
@@ -28,7 +31,7 @@ const LABELS = {
 
 function tone(type) {
   if (/failed|abandoned|anomaly|corrupt|vanished|log_repaired/.test(type)) return 'bad';
-  if (/passed|committed|finished/.test(type)) return 'good';
+  if (/passed|committed|finished|completed/.test(type)) return 'good';
   return 'neutral';
 }
 
@@ -88,6 +91,7 @@ function historyHtml(history) {
       if (d.summary) bits.push(`${fmtCount(d.summary.files)} files, ${fmtBytes(d.summary.bytes)}, ${fmtBytes(d.summary.added_bytes)} added, ${fmtSpan(d.summary.duration_ms)}`);
       if (d.bytes_read !== undefined) bits.push(`${fmtBytes(d.bytes_read)} read back (${esc(d.depth)})`);
       if (d.evidence) bits.push(`${fmtCount(d.evidence.files)} files restored, ${fmtCount(d.evidence.digests_matched)}/${fmtCount(d.evidence.digests_compared)} digests matched`);
+      if (d.destination !== undefined) bits.push(`${fmtCount(d.files)} files, ${fmtBytes(d.bytes)} of <code>${esc(d.path)}</code> into <code>${esc(d.destination)}</code> on ${d.agent ? `agent ${esc(d.agent)}` : 'the server'}`);
       if (d.reason) bits.push(esc(d.reason));
       if (d.message) bits.push(esc(d.message));
       if (d.job) bits.push(`job <a href="#/jobs?job=${esc(encodeURIComponent(d.job))}">${esc(d.job)}</a>`);
@@ -101,6 +105,125 @@ function historyHtml(history) {
 function modeText(m) {
   if (m === null || m === undefined) return '';
   return typeof m === 'number' ? (m & 0o7777).toString(8).padStart(4, '0') : esc(m);
+}
+
+// ---- Restore to a host ----
+
+const ENDED = ['succeeded', 'failed', 'abandoned'];
+
+/**
+ * Where a restore of `point` goes when no host is chosen, as the server
+ * decides it: the agent of a plan `agent:NAME:/path`, else the server.
+ * `{known, agent}`; `known` is false when the plan could not be read (the
+ * form then lets the server decide).
+ */
+async function restoreHost(point) {
+  if (!point.plan) return { known: true, agent: null };
+  try {
+    const plan = await api.get(`/plans/${encodeURIComponent(point.plan)}`);
+    const m = /^agent:([^:]+):\//.exec((plan && plan.source) || '');
+    return { known: true, agent: m ? m[1] : null };
+  } catch (e) {
+    // A deleted plan: the server restores on itself.
+    if (e instanceof api.ApiError && e.status === 404) return { known: true, agent: null };
+    return { known: false, agent: null };
+  }
+}
+
+function restoreField(name, id, label, help, extra) {
+  return `<div class="field" data-field="${name}"><label for="${id}">${esc(label)}</label>
+<input type="text" id="${id}" name="${name}" spellcheck="false" autocomplete="off" aria-describedby="${id}-help ${id}-error" ${extra}>
+<p class="help" id="${id}-help">${help}</p><p class="field-error" id="${id}-error"></p></div>`;
+}
+
+function restoreFormHtml(host) {
+  const where = host.agent
+    ? `<fieldset class="group choice" data-field="host" aria-describedby="r-host-error"><legend>Restore on</legend>
+<div class="field check"><input type="radio" id="r-host-agent" name="host" value="agent" checked><label for="r-host-agent">the agent <strong>${esc(host.agent)}</strong>, whose plan made this point</label></div>
+<div class="field check"><input type="radio" id="r-host-server" name="host" value="server"><label for="r-host-server">the server</label></div>
+<p class="field-error" id="r-host-error"></p></fieldset>`
+    : `<p class="help" data-host="${host.known ? 'server' : 'default'}">${host.known
+      ? 'It is restored on the server: this point was not made by an agent\u2019s plan.'
+      : 'The server picks the host: the agent whose plan made this point, otherwise the server itself.'}</p>`;
+  return `<form id="restore-form" novalidate>
+<div id="restore-errors" class="error-summary" role="alert" tabindex="-1" hidden></div>
+${restoreField('path', 'r-path', 'Path inside the point', '<code>/</code> restores everything; a directory restores what is in it, a file restores alone. <strong>Restore\u2026</strong> in the file browser fills this in.', 'value="/" required')}
+${restoreField('destination', 'r-dest', 'Destination directory on the host', 'An absolute path. It must be empty or not exist yet (an interrupted restore of the same point and path into it resumes). On the server it must lie below the configuration\u2019s <code>[sources] allow</code>, away from the service\u2019s own files.', 'required aria-required="true" placeholder="/srv/restored"')}
+${where}
+<div class="buttons"><button type="submit" id="restore-submit">Restore</button></div>
+</form>
+<div id="restore-job" class="restore-job"></div>
+<p id="restore-said" class="sr" role="status" aria-live="polite"></p>`;
+}
+
+/** The summary and per-field messages of a restore that was not started. */
+function showRestoreErrors(form, fields, message) {
+  for (const p of form.querySelectorAll('.field-error')) p.textContent = '';
+  for (const el of form.querySelectorAll('[aria-invalid]')) el.removeAttribute('aria-invalid');
+  const summary = form.querySelector('#restore-errors');
+  const items = [];
+  let first = null;
+  for (const [key, msg] of Object.entries(fields || {})) {
+    const name = key.replace(/^\//, '');
+    const target = form.querySelector(`[data-field="${CSS.escape(name)}"]`);
+    const p = target && target.querySelector(':scope > .field-error');
+    if (p) {
+      p.textContent = msg;
+      const input = target.querySelector('input[type=text]');
+      if (input) input.setAttribute('aria-invalid', 'true');
+      first = first || input || target.querySelector('input');
+    }
+    items.push(`<li>${esc(name)}: ${esc(msg)}</li>`);
+  }
+  if (!message && !items.length) {
+    summary.hidden = true;
+    summary.innerHTML = '';
+    return;
+  }
+  summary.hidden = false;
+  summary.innerHTML = `<h2>The restore was not started</h2>${message ? `<p>${esc(message)}</p>` : ''}${items.length ? `<ul>${items.join('')}</ul>` : ''}`;
+  if (first) first.focus();
+  else summary.focus();
+}
+
+/** The followed restore job: state, progress, and how it ended. */
+function restoreJobHtml(t, canOperate) {
+  const j = t.job;
+  const link = `<a href="#/jobs?job=${esc(encodeURIComponent(j.id))}"><code>${esc(j.id)}</code></a>`;
+  const where = `<code>${esc(t.req.path)}</code> into <code>${esc(t.req.destination)}</code> on ${esc(t.req.where)}`;
+  const err = j.error;
+  const cancel = canOperate && !ENDED.includes(j.state)
+    ? ` <button type="button" class="small danger" data-restore-cancel="${esc(j.id)}">Cancel this restore</button>` : '';
+  let body;
+  if (j.state === 'succeeded') {
+    const c = t.completed;
+    body = `<p class="outcome ok" data-outcome="succeeded"><strong>Restored</strong> ${where}${c ? `: ${fmtCount(c.files)} files, ${fmtBytes(c.bytes)}` : ''}.</p>`;
+  } else if (j.state === 'failed' || j.state === 'abandoned') {
+    body = `<div class="job-error" data-outcome="${esc(j.state)}"><p><strong class="over">The restore ${j.state === 'failed' ? 'failed' : 'was abandoned'}</strong>${err && err.kind !== j.state ? ` (${esc(err.kind)})` : ''}: ${where}</p>${err ? `<pre>${esc(err.message)}</pre>` : ''}</div>`;
+  } else if (err) {
+    // Failed, and scheduled again by the service (a retryable failure).
+    body = `<div class="job-error" data-outcome="retrying"><p><strong class="over">The last attempt failed</strong> (${esc(err.kind)}); attempt ${esc(j.attempt)} is ${j.state === 'running' ? 'running' : 'waiting'}.</p><pre>${esc(err.message)}</pre></div>`;
+  } else if (j.state === 'running') {
+    const p = t.live;
+    const done = p ? p.bytes : j.progress && j.progress.bytes_done;
+    const total = p ? p.bytes_total : j.progress && j.progress.bytes_total;
+    const value = total ? ` value="${Math.min(1, (done || 0) / total)}"` : '';
+    const text = p ? progressText(p) : done !== undefined && done !== null ? fmtBytes(done) + (total ? ' of ' + fmtBytes(total) : '') : 'starting…';
+    body = `<p data-outcome="running">Restoring ${where}</p><p><progress max="1"${value} aria-label="restore progress"></progress> <span class="prog">${esc(text)}</span></p>`;
+  } else {
+    body = `<p data-outcome="waiting">Waiting to restore ${where}${t.req.agent ? ` (until the agent ${esc(t.req.agent)} takes the job)` : ''}.</p>`;
+  }
+  const lost = t.pollError ? `<p class="muted">Could not read the job just now (${esc(errText(t.pollError))}); trying again.</p>` : '';
+  return `<div class="restore-status" data-job="${esc(j.id)}" data-state="${esc(j.state)}"><p>Restore job ${link} ${jobBadge(j.state)}${cancel}</p>${body}${lost}</div>`;
+}
+
+/** What the live region says about the followed job: only when its state or error changes. */
+function restoreJobSaid(t) {
+  const j = t.job;
+  if (j.state === 'succeeded') return `Restore job ${j.id} succeeded.`;
+  if (j.state === 'failed' || j.state === 'abandoned') return `Restore job ${j.id} ${j.state}${j.error ? ': ' + j.error.message : ''}.`;
+  if (j.error) return `The last attempt of restore job ${j.id} failed: ${j.error.message}. It will be retried.`;
+  return `Restore job ${j.id} is ${j.state}.`;
 }
 
 export async function render(main, route, ctx) {
@@ -117,6 +240,7 @@ export async function render(main, route, ctx) {
   <section class="panel" aria-labelledby="h-verify"><h2 id="h-verify">Verification</h2><div id="pt-verify"></div></section>
 </div>
 <section aria-labelledby="h-files"><h2 id="h-files">Files</h2><div id="pt-files"></div></section>
+<section class="panel" id="pt-restore-section" aria-labelledby="h-restore"><h2 id="h-restore">Restore to a host</h2><div id="pt-restore"></div></section>
 <section aria-labelledby="h-history"><h2 id="h-history">History</h2><div id="pt-history"></div></section>`;
 
   function drawDetail() {
@@ -193,6 +317,8 @@ ${anomalies.length ? `<ul class="anomalies">${anomalies.map((a) => `<li><span cl
     const here = listing.path || path;
     const parts = here.split('/').filter(Boolean);
     let crumbs = `<button type="button" class="link" data-dir="/">/</button>`;
+    const restoreHere = ctx.canReadContent
+      ? ` <button type="button" class="small secondary" data-restore-path="${esc(here)}">Restore this directory…</button>` : '';
     let acc = '';
     for (const p of parts) {
       acc += '/' + p;
@@ -207,17 +333,19 @@ ${anomalies.length ? `<ul class="anomalies">${anomalies.map((a) => `<li><span cl
         ? `<button type="button" class="link" data-dir="${esc(full)}">${esc(e.name)}/</button>`
         : `<span>${esc(e.name)}</span>`;
       rows += `<tr data-entry="${esc(e.name)}" data-kind="${esc(e.kind)}"><th scope="row">${name}</th><td>${esc(e.kind)}</td><td class="num">${e.kind === 'file' ? fmtBytes(e.size) : ''}</td><td><code>${modeText(e.mode)}</code></td><td>${esc(fmtTime(e.mtime))}</td>
-<td>${e.kind === 'file' && ctx.canReadContent ? `<button type="button" class="small secondary" data-download="${esc(full)}" aria-label="Download ${esc(e.name)}">Download</button>` : ''}</td></tr>`;
+<td class="actions">${e.kind === 'file' && ctx.canReadContent ? `<button type="button" class="small secondary" data-download="${esc(full)}" aria-label="Download ${esc(e.name)}">Download</button> ` : ''}${ctx.canReadContent ? `<button type="button" class="small secondary" data-restore-path="${esc(full)}" aria-label="Restore ${esc(e.name)} to a host…">Restore…</button>` : ''}</td></tr>`;
     }
-    files.innerHTML = `<p class="crumbs" aria-label="Directory">${crumbs}</p>
+    files.innerHTML = `<p class="crumbs" aria-label="Directory">${crumbs}${restoreHere}</p>
 ${listing.next ? `<p class="muted" role="note">Only the first ${entries.length} entries are shown (the API pages listings: <code>after=${esc(listing.next)}</code> goes on).</p>` : ''}
-${entries.length ? `<div class="table-wrap"><table class="files"><thead><tr><th scope="col">Name</th><th scope="col">Kind</th><th scope="col" class="num">Size</th><th scope="col">Mode</th><th scope="col">Modified</th><th scope="col"><span class="sr">Download</span></th></tr></thead><tbody>${rows}</tbody></table></div>` : '<p class="muted">This directory is empty.</p>'}`;
+${entries.length ? `<div class="table-wrap"><table class="files"><thead><tr><th scope="col">Name</th><th scope="col">Kind</th><th scope="col" class="num">Size</th><th scope="col">Mode</th><th scope="col">Modified</th><th scope="col"><span class="sr">Actions</span></th></tr></thead><tbody>${rows}</tbody></table></div>` : '<p class="muted">This directory is empty.</p>'}`;
     files.removeAttribute('aria-busy');
   }
 
   async function onFilesClick(ev) {
     const d = ev.target.closest('button[data-dir]');
     if (d) return browse(d.dataset.dir);
+    const r = ev.target.closest('button[data-restore-path]');
+    if (r) return pickRestorePath(r.dataset.restorePath);
     const f = ev.target.closest('button[data-download]');
     if (!f) return;
     f.disabled = true;
@@ -240,11 +368,156 @@ ${entries.length ? `<div class="table-wrap"><table class="files"><thead><tr><th 
   }
   files.addEventListener('click', onFilesClick);
 
+  // Restore to a host: the form, then the job followed until it ends.
+  const restoreBox = main.querySelector('#pt-restore');
+  let host = { known: false, agent: null };
+  let tracked = null;
+
+  function pickRestorePath(path) {
+    const input = restoreBox.querySelector('#r-path');
+    if (!input) return;
+    input.value = path;
+    input.removeAttribute('aria-invalid');
+    restoreBox.querySelector('#r-path-error').textContent = '';
+    main.querySelector('#pt-restore-section').scrollIntoView({ block: 'start' });
+    input.focus();
+  }
+
+  function drawJob() {
+    const t = tracked;
+    if (!t || !route.alive()) return;
+    const html = restoreJobHtml(t, ctx.canOperate);
+    if (html !== t.html) {
+      t.html = html;
+      restoreBox.querySelector('#restore-job').innerHTML = html;
+    }
+    const said = restoreJobSaid(t);
+    if (said !== t.said) {
+      t.said = said;
+      restoreBox.querySelector('#restore-said').textContent = said;
+    }
+  }
+
+  async function poll(t) {
+    if (t.inflight) {
+      t.again = true;
+      return;
+    }
+    clearTimeout(t.timer);
+    t.inflight = true;
+    try {
+      t.job = await api.get(`/jobs/${encodeURIComponent(t.job.id)}`);
+      t.pollError = null;
+      t.delay = 1000;
+    } catch (e) {
+      t.pollError = e;
+      t.delay = Math.min(t.delay * 2, 15000);
+    } finally {
+      t.inflight = false;
+    }
+    if (tracked !== t || !route.alive()) return;
+    drawJob();
+    if (ENDED.includes(t.job.state)) return;
+    if (t.again) {
+      t.again = false;
+      poll(t);
+    } else {
+      t.timer = setTimeout(() => poll(t), t.delay);
+    }
+  }
+
+  function follow(job, req) {
+    if (tracked) clearTimeout(tracked.timer);
+    const t = { job, req, live: null, completed: null, html: '', delay: 1000, timer: null };
+    tracked = t;
+    drawJob();
+    if (!ENDED.includes(job.state)) t.timer = setTimeout(() => poll(t), t.delay);
+  }
+
+  async function onRestore(ev) {
+    ev.preventDefault();
+    const form = ev.target;
+    const path = form.path.value.trim() || '/';
+    const destination = form.destination.value.trim();
+    const local = {};
+    if (!path.startsWith('/')) local.path = 'An absolute path inside the point, starting with "/".';
+    if (!destination) local.destination = 'Where to restore: an absolute directory on the host.';
+    else if (!destination.startsWith('/')) local.destination = `An absolute path, starting with "/": ${JSON.stringify(destination)} is relative.`;
+    if (Object.keys(local).length) return showRestoreErrors(form, local, '');
+    showRestoreErrors(form, {}, '');
+    const body = { path, destination };
+    const chosen = form.querySelector('input[name=host]:checked');
+    if (chosen) body.host = chosen.value;
+    const agent = host.agent && (!chosen || chosen.value === 'agent') ? host.agent : null;
+    const where = agent ? `the agent ${agent}` : host.known || chosen ? 'the server' : 'the host the server picks';
+    const btn = form.querySelector('#restore-submit');
+    btn.disabled = true;
+    try {
+      const job = await api.post(`/points/${enc}/restore`, body);
+      if (!route.alive()) return;
+      follow(job, { path, destination, where, agent });
+    } catch (e) {
+      showRestoreErrors(form, e instanceof api.ApiError ? e.fields : {}, errText(e));
+    } finally {
+      btn.disabled = false;
+    }
+  }
+
+  async function onRestoreClick(ev) {
+    const b = ev.target.closest('button[data-restore-cancel]');
+    if (!b || !ctx.canOperate) return;
+    b.disabled = true;
+    try {
+      await api.post(`/jobs/${encodeURIComponent(b.dataset.restoreCancel)}/cancel`);
+      flash(`Restore job ${b.dataset.restoreCancel} cancelled.`);
+    } catch (e) {
+      flash('Could not cancel: ' + errText(e), 'error');
+      b.disabled = false;
+    }
+    if (tracked && tracked.job.id === b.dataset.restoreCancel) poll(tracked);
+  }
+
+  async function drawRestore(known) {
+    if (!ctx.canReadContent) {
+      restoreBox.innerHTML = `<p class="muted" data-restore="forbidden">Restoring reads the content of backed-up files, so it needs an admin or restore token${ctx.principal ? ` (this one is ${esc(ctx.principal.role)})` : ''}.</p>`;
+      return;
+    }
+    host = await known;
+    if (!route.alive()) return;
+    restoreBox.innerHTML = restoreFormHtml(host);
+    restoreBox.querySelector('#restore-form').addEventListener('submit', onRestore);
+    restoreBox.addEventListener('click', onRestoreClick);
+    ctx.on('progress', (p) => {
+      if (!tracked || !p || p.job !== tracked.job.id) return;
+      tracked.live = p;
+      drawJob();
+    });
+    ctx.on('restore.completed', (ev) => {
+      const d = (ev && ev.data) || {};
+      if (!tracked || d.job !== tracked.job.id) return;
+      tracked.completed = d;
+      drawJob();
+    });
+    ctx.on('job.', (ev) => {
+      const d = (ev && ev.data) || {};
+      if (tracked && d.job === tracked.job.id) poll(tracked);
+    });
+  }
+  // Asked now, awaited after the point and its files are drawn.
+  const knownHost = ctx.canReadContent ? restoreHost(point) : null;
+
   drawDetail();
   await browse(cwd);
+  if (!route.alive()) return;
+  await drawRestore(knownHost);
+  if (!route.alive()) return;
   const again = throttle(refresh, 1000);
   ctx.on('*', (ev) => {
     const d = (ev && ev.data) || {};
     if (d.point === id || d.snapshot === id) again();
   });
+  return () => {
+    if (tracked) clearTimeout(tracked.timer);
+    tracked = null;
+  };
 }
