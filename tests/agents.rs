@@ -791,4 +791,37 @@ fn a_point_restores_onto_its_agent_or_onto_the_server() {
     });
     assert_eq!(failed["error"]["kind"], "source_refused", "{failed}");
     assert!(!Path::new("/var/lib/vouch-test-not-allowed").exists());
+    // A relative destination is refused before any job exists.
+    let (status, answer) = json_call(
+        &svc,
+        "POST",
+        &restore_path,
+        &svc.token,
+        Some(&json!({"destination": "relative/dir", "host": "server"})),
+    );
+    assert_eq!(status, 422, "{answer}");
+    assert!(answer["fields"]["destination"].is_string(), "{answer}");
+    // A directory that holds files fails the job at once, with a hint a
+    // job can follow, and is not retried (it would not empty itself).
+    let (status, job) = json_call(
+        &svc,
+        "POST",
+        &restore_path,
+        &svc.token,
+        Some(&json!({"destination": onto_server.to_str().unwrap(), "host": "server"})),
+    );
+    assert_eq!(status, 202, "{job}");
+    let occupied_job = job["id"].as_str().expect("job id").to_owned();
+    let failed = eventually("the restore into a non-empty directory to fail", || {
+        let j = self::job(&svc, &occupied_job);
+        (j["state"] == "failed").then_some(j)
+    });
+    assert_eq!(failed["error"]["kind"], "target_not_empty", "{failed}");
+    assert_eq!(failed["error"]["retryable"], false, "{failed}");
+    assert_eq!(failed["attempt"], 1, "{failed}");
+    let message = failed["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("never replaces files") && !message.contains("--overwrite"),
+        "{message}"
+    );
 }

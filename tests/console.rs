@@ -774,16 +774,15 @@ async fn console_restore_form_restores_a_point_onto_the_server() {
         "the field is marked invalid and focused; no job was started"
     );
 
-    // A directory that is not empty: the job fails, the server's message
-    // shows in the form (the failure is retryable: it waits to retry), and
-    // the restore is cancelled from the form.
+    // A directory that is not empty: the job fails at once (retrying would
+    // not empty it) and the server's message shows in the form.
     set_field(&s, "#r-dest", occupied.to_str().unwrap()).await;
     click(&s, "#restore-submit").await;
     let failed = s
         .wait_for(
             "the restore into a non-empty directory failing",
             LONG,
-            "const e = document.querySelector('#restore-job [data-outcome=retrying], #restore-job [data-outcome=failed]'); return e ? e.innerText : null",
+            "const e = document.querySelector('#restore-job [data-outcome=failed]'); return e ? e.innerText : null",
         )
         .await;
     let failed = failed.as_str().unwrap_or_default().to_owned();
@@ -820,15 +819,18 @@ async fn console_restore_form_restores_a_point_onto_the_server() {
     .await
     .unwrap();
     shot(&s, "point-restore-failed.png").await;
-    click(&s, "#restore-job button[data-restore-cancel]").await;
+    assert!(
+        failed.contains("never replaces files") && !failed.contains("--overwrite"),
+        "the hint fits a job, not the CLI: {failed}"
+    );
     let cancelled = s
         .wait_for(
-            "the cancelled restore",
+            "the failed restore's job",
             SHORT,
-            "const e = document.querySelector('#restore-job .restore-status'); return e && ['failed', 'abandoned'].includes(e.dataset.state) ? [e.dataset.job, e.dataset.state] : null",
+            "const e = document.querySelector('#restore-job .restore-status'); return e && e.dataset.state === 'failed' ? [e.dataset.job, e.dataset.state] : null",
         )
         .await;
-    println!("cancelled restore: {cancelled}");
+    println!("failed restore: {cancelled}");
     assert_eq!(
         tree(&occupied),
         occupied_before,

@@ -72,15 +72,20 @@ pub fn failure_of(e: &Error, cancelled: bool) -> JobFailure {
         Error::SnapshotUnreadable(_) => ("corrupt_metadata", false),
         Error::NotFound(_) => ("not_found", false),
         Error::InvalidArgument(_) => ("invalid", false),
-        Error::TargetNotEmpty(_) | Error::NotEmpty(_) => ("target_not_empty", true),
+        // A directory holding files does not empty itself: retrying only
+        // delays the answer.
+        Error::TargetNotEmpty(_) | Error::NotEmpty(_) => ("target_not_empty", false),
         Error::Io { .. } => ("io", true),
         // A bug (a panicked engine thread): retrying is safe but likely fails alike.
         Error::Internal(_) => ("internal", false),
     };
-    let message = if cancelled {
-        "cancelled by request".to_owned()
-    } else {
-        format!("{e} ({})", e.hint())
+    let message = match e {
+        _ if cancelled => "cancelled by request".to_owned(),
+        // The CLI's hint names --overwrite, which a job has no way to pass.
+        Error::TargetNotEmpty(_) => {
+            format!("{e} (choose an empty or new directory: a restore job never replaces files)")
+        }
+        _ => format!("{e} ({})", e.hint()),
     };
     JobFailure::new(kind, message, retryable)
 }

@@ -44,7 +44,10 @@ fn main() -> ExitCode {
             _ => None,
         };
         if parsed.is_none() {
-            eprintln!("vouch-fault-proxy: cannot use {a} {}", value.unwrap_or_default());
+            eprintln!(
+                "vouch-fault-proxy: cannot use {a} {}",
+                value.unwrap_or_default()
+            );
             return usage();
         }
     }
@@ -86,7 +89,10 @@ fn main() -> ExitCode {
             }
             other => format!("error: unknown command {other:?} (stats, reset)"),
         };
-        if writeln!(out, "{answer}").and_then(|()| out.flush()).is_err() {
+        if writeln!(out, "{answer}")
+            .and_then(|()| out.flush())
+            .is_err()
+        {
             break;
         }
     }

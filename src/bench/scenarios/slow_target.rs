@@ -56,9 +56,12 @@ impl Proxy {
                 source,
             })?;
         let input = child.stdin.take();
-        let output = BufReader::new(child.stdout.take().ok_or_else(|| {
-            BenchError::Workdir("vouch-fault-proxy has no output".into())
-        })?);
+        let output = BufReader::new(
+            child
+                .stdout
+                .take()
+                .ok_or_else(|| BenchError::Workdir("vouch-fault-proxy has no output".into()))?,
+        );
         let mut p = Proxy {
             child,
             input,
@@ -272,14 +275,14 @@ impl Runner<'_> {
         let mut tools = self.tools.clone();
         tools.retain(|t| matches!(t, Tool::Vouch(_) | Tool::Restic));
         if self.tools.iter().any(|t| matches!(t, Tool::Borg)) {
-            sc.notes
-                .push("borg left out: it has no remote mode that works without borg on the server".into());
+            sc.notes.push(
+                "borg left out: it has no remote mode that works without borg on the server".into(),
+            );
         }
         if tools.contains(&Tool::Restic) && sshd_binary().is_none() {
             tools.retain(|t| !matches!(t, Tool::Restic));
-            sc.notes.push(
-                "restic left out: no sshd (apt-get install openssh-server)".into(),
-            );
+            sc.notes
+                .push("restic left out: no sshd (apt-get install openssh-server)".into());
         }
 
         let mut targets = Vec::new();
@@ -398,8 +401,9 @@ impl Runner<'_> {
     }
 
     fn restic_target(&mut self, tool: &Tool, proxy_bin: &Path, base: &Path) -> Result<Target> {
-        let sshd = sshd_binary()
-            .ok_or_else(|| BenchError::Workdir("no sshd (apt-get install openssh-server)".into()))?;
+        let sshd = sshd_binary().ok_or_else(|| {
+            BenchError::Workdir("no sshd (apt-get install openssh-server)".into())
+        })?;
         let dir = base.join("sshd");
         fs::create_dir_all(&dir).ctx(|| format!("creating {}", dir.display()))?;
         // sshd insists on its privilege separation directory.
@@ -537,7 +541,12 @@ fn edit_files(src: &Path) -> Result<(u64, u64)> {
             .iter()
             .position(|&b| b == b'\n')
             .map_or(middle, |p| middle + p + 1);
-        content.splice(at..at, b"/* edited for vouch bench slow-target */\n".iter().copied());
+        content.splice(
+            at..at,
+            b"/* edited for vouch bench slow-target */\n"
+                .iter()
+                .copied(),
+        );
         fs::write(path, &content).ctx(|| format!("editing {}", path.display()))?;
         n += 1;
         bytes += len;

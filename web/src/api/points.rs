@@ -597,6 +597,23 @@ pub(crate) async fn restore(
     let id = parse_id(&id)?;
     let input = body.into_inner();
     let path = input.path.unwrap_or_else(|| "/".into());
+    // What the schema says (`^/`, no NUL, at most 4096 bytes), checked: a
+    // relative destination would be resolved against the worker's directory.
+    let mut fields = std::collections::BTreeMap::new();
+    for (name, value) in [("path", &path), ("destination", &input.destination)] {
+        if !value.starts_with('/') || value.contains('\0') || value.len() > 4096 {
+            fields.insert(
+                name.to_owned(),
+                "must be an absolute path (starting with /, no NUL, at most 4096 bytes)".to_owned(),
+            );
+        }
+    }
+    if !fields.is_empty() {
+        return Err(WebError::Invalid {
+            message: "the restore request does not validate".into(),
+            fields,
+        });
+    }
     let handle = ctx.service()?.clone();
     let w = who.clone();
     let found = handle
