@@ -825,3 +825,178 @@ fn a_point_restores_onto_its_agent_or_onto_the_server() {
         "{message}"
     );
 }
+
+/// Counts the records of an agent's session journals (packs it stored in an
+/// unfinished backup).
+fn journal_records(agent_dir: &Path) -> usize {
+    std::fs::read_dir(agent_dir.join("sessions"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
+        .filter(|f| !f.file_name().to_string_lossy().starts_with('.'))
+        .count()
+}
+
+/// Every point of the agent's repository verifies with --read-data, and
+/// the latest restores byte-identically to `src`.
+fn assert_repository_sound(dir: &Path, data: &Path, src: &Path, round: u64) {
+    ok(on_server_repo(data, "web-1", &["verify", "--read-data"]));
+    let target = dir.join(format!("restored-{round}"));
+    ok(on_server_repo(
+        data,
+        "web-1",
+        &["restore", "latest", "--target", target.to_str().unwrap()],
+    ));
+    assert_eq!(
+        describe(&target.join(src.strip_prefix("/").expect("absolute"))),
+        describe(src),
+        "round {round}: the latest point restores byte-identically"
+    );
+    std::fs::remove_dir_all(&target).expect("clean up the restore");
+}
+
+/// kill -9 of the agent at a random moment of each of several backups
+/// (before its poll, while it reads, uploads, commits or reports): every
+/// job still ends with one committed point, and after each round every
+/// point verifies with --read-data and the latest restores byte-identically.
+/// Rounds: VOUCH_STRESS_ROUNDS (default 3; the stress run uses 30 or more);
+/// seed: VOUCH_STRESS_SEED (printed, to replay a failure).
+#[test]
+fn agents_killed_at_random_moments_never_leave_a_bad_point() {
+    let rounds: u64 = std::env::var("VOUCH_STRESS_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let seed = std::env::var("VOUCH_STRESS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(vouch_chaos::Rng::seed_from_clock);
+    eprintln!("agent kill rounds: {rounds}, seed {seed} (VOUCH_STRESS_SEED={seed} replays them)");
+    let mut rng = vouch_chaos::Rng::new(seed);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(dir.path(), "[agents]\nlease_ttl = \"2s\"\n");
+    let data = dir.path().join("data");
+    let agent_dir = dir.path().join("agent");
+    enroll(&svc, &data, &agent_dir, "web-1");
+    let src = dir.path().join("host-files");
+    random_files(&src.join("base"), 40, 200_000, seed);
+    create_plan(&svc, "web", &format!("agent:web-1:{}", src.display()));
+    let packs = data.join("agents/web-1/repository/data");
+    let mut moments = std::collections::BTreeMap::<&str, u64>::new();
+    for round in 0..rounds {
+        // New data every round, so every backup uploads.
+        random_files(
+            &src.join(format!("round-{round}")),
+            16,
+            250_000,
+            seed.wrapping_add(1000 * (round + 1)),
+        );
+        let job_id = run_plan(&svc, "web");
+        let packs_before = vouch_chaos::files_below(&packs).len();
+        let mut child = agent_cmd(&svc, &agent_dir, &["--poll-wait", "5s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("agent starts");
+        let delay = Duration::from_millis(rng.below(1800));
+        std::thread::sleep(delay);
+        let _ = child.kill();
+        let _ = child.wait();
+        let j = job(&svc, &job_id);
+        let state = j["state"].as_str().unwrap_or("unknown").to_owned();
+        let leased = !events(&svc, "agent.lease_granted")
+            .iter()
+            .all(|e| e["data"]["job"] != job_id.as_str());
+        let stored = vouch_chaos::files_below(&packs).len() > packs_before;
+        let moment = match (state.as_str(), leased, stored) {
+            ("succeeded", _, _) => "after its report",
+            (_, false, _) => "before it leased the job",
+            (_, true, false) => "while it read or uploaded (no new pack stored yet)",
+            (_, true, true) => "after a pack was stored, before its report",
+        };
+        *moments.entry(moment).or_default() += 1;
+        eprintln!("round {round}: killed after {delay:?}, {moment} (job {state})");
+        if state != "succeeded" {
+            let out = agent_cmd(&svc, &agent_dir, &["--jobs", "1", "--poll-wait", "10s"])
+                .output()
+                .expect("agent runs");
+            assert!(
+                out.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        eventually("the round's point", || committed_by(&svc, &job_id));
+        assert_eq!(
+            events(&svc, "backup.committed").len() as u64,
+            round + 1,
+            "round {round}: one point per job, never two"
+        );
+        assert_repository_sound(dir.path(), &data, &src, round);
+    }
+    eprintln!("agent kill moments over {rounds} rounds: {moments:?}");
+}
+
+/// kill -9 of the server while an agent uploads: once it is back (same
+/// address), the lease it forgot is refused, the job is retried, the agent
+/// resumes from its journal, and the point verifies and restores.
+#[test]
+fn a_server_killed_mid_upload_loses_nothing_and_the_job_completes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut svc = serve(dir.path(), "[agents]\nlease_ttl = \"3s\"\n");
+    let data = dir.path().join("data");
+    let agent_dir = dir.path().join("agent");
+    enroll(&svc, &data, &agent_dir, "web-1");
+    let src = dir.path().join("host-files");
+    random_files(&src, 200, 250_000, 77);
+    create_plan(&svc, "web", &format!("agent:web-1:{}", src.display()));
+    let job_id = run_plan(&svc, "web");
+    let mut agent = agent_cmd(&svc, &agent_dir, &["--poll-wait", "5s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("agent starts");
+    eventually("the agent's first packs", || {
+        (journal_records(&agent_dir) >= 2).then_some(())
+    });
+    // Killed in the middle of the upload; back on the same address.
+    let _ = svc.child.kill();
+    let _ = svc.child.wait();
+    let addr = svc.addr;
+    let token = svc.token.clone();
+    std::thread::sleep(Duration::from_millis(500));
+    svc = common::served::start_on(
+        &data,
+        &dir.path().join("vouch.toml"),
+        Some(&token),
+        &addr.to_string(),
+    );
+    let point = eventually("the job to complete after the restart", || {
+        committed_by(&svc, &job_id)
+    });
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert!(
+        job(&svc, &job_id)["attempt"].as_u64() >= Some(2),
+        "the attempt the server lost never committed: {}",
+        job(&svc, &job_id)
+    );
+    assert_eq!(events(&svc, "backup.committed").len(), 1);
+    assert_eq!(
+        journal_records(&agent_dir),
+        0,
+        "the journal ended with the commit"
+    );
+    ok(on_server_repo(&data, "web-1", &["verify", "--read-data"]));
+    let target = dir.path().join("restored");
+    ok(on_server_repo(
+        &data,
+        "web-1",
+        &["restore", &point, "--target", target.to_str().unwrap()],
+    ));
+    assert_eq!(
+        describe(&target.join(src.strip_prefix("/").expect("absolute"))),
+        describe(&src)
+    );
+}

@@ -26,8 +26,14 @@ impl Drop for Service {
 }
 
 pub fn start(data_dir: &Path, config: &Path, token: Option<&str>) -> Service {
+    start_on(data_dir, config, token, "127.0.0.1:0")
+}
+
+/// [`start`] on a given address (to restart a service where its clients
+/// expect it).
+pub fn start_on(data_dir: &Path, config: &Path, token: Option<&str>, listen: &str) -> Service {
     let mut child = Command::new(env!("CARGO_BIN_EXE_vouch"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args(["serve", "--listen", listen, "--data-dir"])
         .arg(data_dir)
         .arg("--config")
         .arg(config)
