@@ -264,7 +264,19 @@ impl HttpClient {
         let mut pause = self.options.backoff;
         let mut last = String::new();
         for attempt in 1..=self.options.attempts.max(1) {
-            match self.attempt(request) {
+            let started = std::time::Instant::now();
+            let result = self.attempt(request);
+            if let Ok(a) = &result {
+                tracing::trace!(
+                    method = %request.method,
+                    path = %request.path,
+                    status = a.status,
+                    bytes = a.body.len(),
+                    ms = started.elapsed().as_millis() as u64,
+                    "request"
+                );
+            }
+            match result {
                 Ok(a) if matches!(a.status, 429 | 502 | 503 | 504) => {
                     last = format!("{} {}: {}", a.status, request.path, a.message());
                     if attempt == self.options.attempts.max(1) {

@@ -1000,3 +1000,112 @@ fn a_server_killed_mid_upload_loses_nothing_and_the_job_completes() {
         describe(&src)
     );
 }
+
+/// A loop-mounted btrfs file system, unmounted and removed on drop.
+struct LoopBtrfs {
+    mount: PathBuf,
+}
+
+impl LoopBtrfs {
+    /// `None` (with why) where it cannot be made: not root, no btrfs-progs,
+    /// no loop devices.
+    fn make(dir: &Path) -> Result<LoopBtrfs, String> {
+        if !common::is_root() {
+            return Err("needs root to mount".into());
+        }
+        let image = dir.join("btrfs.img");
+        let f = std::fs::File::create(&image).map_err(|e| e.to_string())?;
+        f.set_len(160 << 20).map_err(|e| e.to_string())?;
+        let run = |cmd: &mut Command| -> Result<(), String> {
+            let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{cmd:?}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        };
+        run(Command::new("mkfs.btrfs").arg("-q").arg(&image))?;
+        let mount = dir.join("mnt");
+        std::fs::create_dir_all(&mount).map_err(|e| e.to_string())?;
+        run(Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&image)
+            .arg(&mount))?;
+        Ok(LoopBtrfs { mount })
+    }
+}
+
+impl Drop for LoopBtrfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mount).status();
+    }
+}
+
+/// On btrfs, the agent reads a read-only snapshot of the source's
+/// subvolume, records the source's own paths, skips the snapshot's
+/// placeholder, and deletes the snapshot afterwards.
+#[test]
+fn an_agent_reads_a_btrfs_source_from_a_snapshot_it_removes_after() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fs = match LoopBtrfs::make(dir.path()) {
+        Ok(fs) => fs,
+        Err(why) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI installs btrfs-progs and runs as root: {why}"
+            );
+            eprintln!("SKIPPED: no btrfs to test on: {why}");
+            return;
+        }
+    };
+    let volume = fs.mount.join("vol");
+    let out = Command::new("btrfs")
+        .args(["subvolume", "create"])
+        .arg(&volume)
+        .output()
+        .expect("btrfs runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    random_files(&volume.join("data"), 20, 100_000, 3);
+    std::fs::write(volume.join("top.txt"), "at the subvolume's root\n").expect("write");
+    let svc = serve(dir.path(), "");
+    let data = dir.path().join("data");
+    let agent_dir = dir.path().join("agent");
+    enroll(&svc, &data, &agent_dir, "web-1");
+    // The source is the subvolume itself: the placeholder of the snapshot
+    // inside the snapshot must not end up in the point.
+    create_plan(&svc, "vol", &format!("agent:web-1:{}", volume.display()));
+    let job_id = run_plan(&svc, "vol");
+    let out = agent_cmd(&svc, &agent_dir, &["--jobs", "1", "--poll-wait", "5s"])
+        .output()
+        .expect("agent runs");
+    let log = strip_ansi(&String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains("reading from btrfs snapshot"),
+        "the agent read a snapshot: {log}"
+    );
+    let point = eventually("the backup", || committed_by(&svc, &job_id));
+    assert!(
+        !volume.join(".vouch-snapshot").exists(),
+        "the snapshot is deleted after the backup"
+    );
+    let target = dir.path().join("restored");
+    ok(on_server_repo(
+        &data,
+        "web-1",
+        &["restore", &point, "--target", target.to_str().unwrap()],
+    ));
+    let restored = target.join(volume.strip_prefix("/").expect("absolute"));
+    assert_eq!(
+        describe(&restored),
+        describe(&volume),
+        "recorded under the source's own path, byte-identical, without the placeholder"
+    );
+}

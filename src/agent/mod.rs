@@ -13,6 +13,8 @@
 //! | `repository.passphrase` | its repository's passphrase, 0600 |
 //! | `sessions/` | the journals of backups not yet committed (resume) |
 
+#[cfg(unix)]
+mod btrfs;
 pub mod platform;
 
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -473,8 +475,26 @@ impl Agent {
             .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         backend.set_lease(Some(job.lease));
         let progress = Arc::new(Progress::default());
+        let source = PathBuf::from(&job.path);
+        // A consistent view where the platform can make one (a btrfs
+        // snapshot); it is removed when `frozen` drops, after the backup.
+        let frozen = match platform::current().freeze(&source) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(path = %source.display(), "could not freeze the source, reading it live: {e}");
+                None
+            }
+        };
+        if let Some(f) = &frozen {
+            tracing::info!(path = %source.display(), "reading from {}", f.describe());
+        }
         let opts = BackupOptions {
-            paths: vec![PathBuf::from(&job.path)],
+            read_from: frozen
+                .iter()
+                .map(|f| (source.clone(), f.read_path().to_path_buf()))
+                .collect(),
+            exclude_paths: frozen.iter().flat_map(|f| f.skip()).collect(),
+            paths: vec![source.clone()],
             tags: vec![job.tag.clone()],
             host: Some(self.state.name.clone()),
             cancel: Some(lost),
@@ -486,7 +506,9 @@ impl Agent {
             ),
             ..BackupOptions::default()
         };
-        let outcome = backup(&repo, &opts, progress.clone())?;
+        let outcome = backup(&repo, &opts, progress.clone());
+        drop(frozen);
+        let outcome = outcome?;
         Ok((
             outcome.snapshot.to_hex(),
             Progress::get(&progress.bytes_stored),

@@ -10,14 +10,28 @@ pub trait Platform: Send + Sync {
     fn os_name(&self) -> &'static str;
     /// The host's name, as registration records it.
     fn hostname(&self) -> String;
-    /// Prepares a consistent view of `path` before it is read (an LVM or
-    /// btrfs snapshot, VSS), returning the path to read instead; `None`
-    /// reads `path` itself, live.
-    fn snapshot(&self, path: &std::path::Path) -> Option<std::path::PathBuf>;
+    /// Freezes `path` before it is read (a btrfs snapshot; LVM and VSS
+    /// later): the frozen copy to read instead, removed when dropped.
+    /// `Ok(None)`: nothing to freeze it with, read it live. `Err`: it could
+    /// have been frozen but was not (the caller reads live and says so).
+    fn freeze(&self, path: &std::path::Path) -> Result<Option<Box<dyn Frozen>>, String>;
 }
 
-/// Linux: metadata through the Unix calls the engine already uses; live
-/// reads (snapshots of LVM and btrfs volumes are not taken yet).
+/// A frozen, read-only copy of a source, removed when dropped.
+pub trait Frozen: Send {
+    /// Where the source's contents are read.
+    fn read_path(&self) -> &std::path::Path;
+    /// What froze it, for the log (`btrfs snapshot /srv/.vouch-snapshot`).
+    fn describe(&self) -> String;
+    /// Paths inside the copy (as read) that the copy adds and the backup
+    /// must skip.
+    fn skip(&self) -> Vec<std::path::PathBuf>;
+}
+
+/// Linux: metadata through the Unix calls the engine already uses; a
+/// source on btrfs is read from a read-only snapshot of its subvolume
+/// (`super::btrfs`); other file systems (LVM snapshots are not taken
+/// yet) are read live.
 #[cfg(unix)]
 pub struct Linux;
 
@@ -35,8 +49,8 @@ impl Platform for Linux {
         crate::util::host_name()
     }
 
-    fn snapshot(&self, _path: &std::path::Path) -> Option<std::path::PathBuf> {
-        None
+    fn freeze(&self, path: &std::path::Path) -> Result<Option<Box<dyn Frozen>>, String> {
+        Ok(super::btrfs::freeze(path)?.map(|s| Box::new(s) as Box<dyn Frozen>))
     }
 }
 

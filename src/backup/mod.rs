@@ -97,6 +97,10 @@ pub struct BackupOptions {
     /// backup with the same one resumes instead of sending its stored
     /// packs again. None: no journal.
     pub session_dir: Option<PathBuf>,
+    /// Sources read from somewhere else: `(source, where to read it)`, the
+    /// second a frozen copy of the first (a file-system snapshot). The
+    /// snapshot records the source's path; exclusions match it too.
+    pub read_from: Vec<(PathBuf, PathBuf)>,
 }
 
 /// What a backup made.
@@ -313,7 +317,15 @@ pub fn backup(
 
     // Batches of walk items: 16 x 256 entries in flight at most.
     let (item_tx, item_rx) = bounded(16);
+    // Each source read elsewhere, under the name the walk gives it.
+    let mut read_from = Vec::new();
+    for (source, at) in &opts.read_from {
+        if let Some(source) = resolve_paths(std::slice::from_ref(source))?.pop() {
+            read_from.push((source, at.clone()));
+        }
+    }
     let walker = Walker {
+        read_from,
         repo: repo.clone(),
         index: index.clone(),
         excludes,

@@ -143,6 +143,8 @@ impl SourceTrie {
 
 /// The walking thread's state.
 pub struct Walker {
+    /// Sources read from a frozen copy: `(source, where it is read)`.
+    pub read_from: Vec<(PathBuf, PathBuf)>,
     /// For loading the parent's trees.
     pub repo: Repository,
     /// The index the parent's blobs must be in.
@@ -308,6 +310,21 @@ impl Walker {
         }
     }
 
+    /// The path a read path stands for: itself, or below a source read
+    /// from a frozen copy, the source's (exclusions are written for it).
+    fn source_path<'a>(&self, path: &'a Path) -> std::borrow::Cow<'a, Path> {
+        for (source, at) in &self.read_from {
+            if let Ok(rest) = path.strip_prefix(at) {
+                return std::borrow::Cow::Owned(if rest.as_os_str().is_empty() {
+                    source.clone()
+                } else {
+                    source.join(rest)
+                });
+            }
+        }
+        std::borrow::Cow::Borrowed(path)
+    }
+
     fn parent_subtree(&self, parent: Option<&Node>) -> Option<Tree> {
         let id = parent?.subtree?;
         match self.repo.load_tree(&self.index, &id) {
@@ -339,6 +356,15 @@ impl Walker {
                 std::fs::symlink_metadata(&path).map_err(|_| Error::SourceMissing(path.clone()))?;
             let pnode = find(parent, name.as_bytes());
             if child.leaf {
+                if let Some((_, at)) = self.read_from.iter().find(|(s, _)| *s == path) {
+                    // Read from the frozen copy, recorded under the
+                    // source's name.
+                    let at = at.clone();
+                    let meta = std::fs::symlink_metadata(&at)
+                        .map_err(|_| Error::SourceMissing(at.clone()))?;
+                    self.walk_entry(&at, name.as_bytes(), &meta, pnode, meta.dev())?;
+                    continue;
+                }
                 self.walk_entry(&path, name.as_bytes(), &meta, pnode, meta.dev())?;
             } else {
                 Progress::add(&self.progress.entries, 1);
@@ -364,7 +390,8 @@ impl Walker {
         if self.abort.is_set() {
             return Err(self.abort.error_or_interrupted());
         }
-        if self.excludes.excluded(path) || self.excludes.excluded_identity(meta) {
+        if self.excludes.excluded(&self.source_path(path)) || self.excludes.excluded_identity(meta)
+        {
             return Ok(());
         }
         crate::failpoint::hit("walker", path.as_os_str().as_bytes());
@@ -458,7 +485,9 @@ impl Walker {
                 Ok(e) => {
                     // d_type, no stat: hand subdirectories to the prefetcher.
                     let path = e.path();
-                    if e.file_type().is_ok_and(|t| t.is_dir()) && !self.excludes.excluded(&path) {
+                    if e.file_type().is_ok_and(|t| t.is_dir())
+                        && !self.excludes.excluded(&self.source_path(&path))
+                    {
                         let same_fs = self.one_file_system.then_some(root_dev);
                         self.prefetch.hint(path, same_fs);
                     }

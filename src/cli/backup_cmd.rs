@@ -108,6 +108,7 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
         read_threads: a.read_threads,
         cpu_threads: 0,
         cancel: None,
+        read_from: Vec::new(),
     };
     let progress = Arc::new(Progress::default());
     let reporter = ctx.out.progress("backup", progress.clone());

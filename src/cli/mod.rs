@@ -140,9 +140,9 @@ impl Ctx {
 
     /// Opens the repository with the passphrase from the environment or a prompt.
     pub fn open(&self) -> Result<Repository> {
-        let backend = self.backend()?;
+        let (backend, config) = self.backend_and_config()?;
         let pw = password::existing()?;
-        Ok(Repository::open(backend, &pw)?.with_lock_wait(self.lock_wait))
+        Ok(Repository::open_with_config(backend, config, &pw)?.with_lock_wait(self.lock_wait))
     }
 
     /// Opens the repository like [`Ctx::open`], with the local cache of its
@@ -169,14 +169,18 @@ impl Ctx {
     /// The repository's storage, its config checked, without opening it
     /// (no passphrase needed).
     pub fn backend(&self) -> Result<Arc<dyn Backend>> {
+        Ok(self.backend_and_config()?.0)
+    }
+
+    fn backend_and_config(&self) -> Result<(Arc<dyn Backend>, crate::format::Config)> {
         let path = self.repo_path()?;
         let backend: Arc<dyn Backend> = match path.to_str().filter(|p| is_url(p)) {
             Some(url) => Arc::new(http_backend(url)?),
             None => Arc::new(LocalBackend::new(path)),
         };
         // Check the config before asking for a passphrase.
-        Repository::read_config(backend.as_ref())?;
-        Ok(backend)
+        let config = Repository::read_config(backend.as_ref())?;
+        Ok((backend, config))
     }
 }
 

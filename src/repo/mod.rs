@@ -260,10 +260,15 @@ impl Repository {
 
     /// Reads and checks the config without a key.
     pub fn read_config(backend: &dyn Backend) -> Result<Config> {
-        if !backend.exists(FileKind::Config, "")? {
-            return Err(Error::NoRepository(backend.location()));
-        }
-        let bytes = backend.read(FileKind::Config, "")?;
+        // Read first, ask whether it exists only when that fails: one round
+        // trip fewer to a served repository.
+        let bytes = match backend.read(FileKind::Config, "") {
+            Ok(b) => b,
+            Err(_) if !backend.exists(FileKind::Config, "")? => {
+                return Err(Error::NoRepository(backend.location()))
+            }
+            Err(e) => return Err(e),
+        };
         let value: serde_json::Value =
             serde_json::from_slice(&bytes).map_err(|e| Error::corrupt("config", e))?;
         let version = value.get("version").and_then(|v| v.as_u64()).unwrap_or(0) as u32;
@@ -286,6 +291,16 @@ impl Repository {
     #[tracing::instrument(skip_all, fields(repo = %backend.location()))]
     pub fn open(backend: Arc<dyn Backend>, passphrase: &[u8]) -> Result<Repository> {
         let config = Self::read_config(backend.as_ref())?;
+        Self::open_with_config(backend, config, passphrase)
+    }
+
+    /// [`Repository::open`] with the config already read (and checked) by
+    /// [`Repository::read_config`].
+    pub fn open_with_config(
+        backend: Arc<dyn Backend>,
+        config: Config,
+        passphrase: &[u8],
+    ) -> Result<Repository> {
         let keys = backend.list(FileKind::Key)?;
         if keys.is_empty() {
             return Err(Error::corrupt("keys/", "the repository has no key files"));

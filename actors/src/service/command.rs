@@ -157,6 +157,19 @@ impl JobCommand {
         }
     }
 
+    /// The agent it runs on, if it runs on one (a backup of an `agent:`
+    /// source, a restore onto an agent): such a job waits for its agent and
+    /// holds none of the server's own job slots.
+    pub fn agent(&self) -> Option<&str> {
+        match self {
+            JobCommand::Backup { definition, .. } => {
+                vouch_events::sources::agent_source(&definition.source).map(|(a, _)| a)
+            }
+            JobCommand::Restore { spec, .. } => spec.agent.as_deref(),
+            _ => None,
+        }
+    }
+
     /// The point it works on.
     pub fn point(&self) -> Option<SnapshotId> {
         match self {

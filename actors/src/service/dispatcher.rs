@@ -447,6 +447,26 @@ impl Dispatcher {
         })
     }
 
+    /// Whether `q` may start as far as capacity goes: a job of the server's
+    /// own needs one of its `max_concurrent` slots; a job that runs on an
+    /// agent needs none (it only waits for the agent), but an agent runs one
+    /// job at a time, so a second one for it waits its turn here, in order.
+    fn has_room(&self, q: &Queued) -> bool {
+        match q.command.agent() {
+            Some(agent) => !self
+                .running
+                .values()
+                .any(|r| r.command.agent() == Some(agent)),
+            None => {
+                self.running
+                    .values()
+                    .filter(|r| r.command.agent().is_none())
+                    .count()
+                    < self.config.max_concurrent.max(1)
+            }
+        }
+    }
+
     /// Starts queued jobs that are due while there is room, and arms a
     /// wake-up for the earliest one that is not due yet.
     fn dispatch(&mut self, ctx: &mut Context<Self>) {
@@ -454,11 +474,11 @@ impl Dispatcher {
             return;
         }
         let now = self.clock.now_unix_ns();
-        while self.running.len() < self.config.max_concurrent.max(1) {
+        loop {
             let pos = self
                 .queue
                 .iter()
-                .position(|q| q.due_unix_ns <= now && self.may_start(q));
+                .position(|q| q.due_unix_ns <= now && self.has_room(q) && self.may_start(q));
             let Some(pos) = pos else { break };
             let Some(q) = self.queue.remove(pos) else {
                 break;

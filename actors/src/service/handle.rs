@@ -16,7 +16,7 @@ use super::command::{JobCommand, Workers};
 use super::dispatcher::{Cancel, DispatchConfig, Dispatcher, Drain, Enqueue, LiveProgress, Load};
 use super::error::ServiceError;
 use super::read_model::{Query, ReadModelActor, ReadModelHealth, CHECKPOINT_EVERY};
-use super::scheduler::{next_run, Scheduler, SchedulerConfig, Tick};
+use super::scheduler::{next_run, PlansChanged, Scheduler, SchedulerConfig, Tick};
 use super::scrub::{ScrubNow, Scrubber, SCRUB_EVERY};
 use super::store::{
     Append, AppendExpecting, AppendHealth, AppendStatus, EventStore, Subscribe, LIVE_CAPACITY,
@@ -287,7 +287,14 @@ impl ServiceHandle {
 
     /// Appends events durably; answered once they are on disk.
     pub async fn append(&self, events: Vec<Event>) -> Result<AppendReceipt, ServiceError> {
-        self.store.send(Append(events)).await?
+        let plans = changes_plans(&events);
+        let receipt = self.store.send(Append(events)).await??;
+        if plans {
+            self.scheduler.do_send(PlansChanged {
+                seq: receipt.last_seq,
+            });
+        }
+        Ok(receipt)
     }
 
     /// Decides on the newest state and appends what was decided, only if
@@ -313,6 +320,7 @@ impl ServiceHandle {
                 Ok(events) => events,
                 Err(refused) => return Ok(Err(refused)),
             };
+            let plans = changes_plans(&events);
             let appended = self
                 .store
                 .send(AppendExpecting {
@@ -321,7 +329,14 @@ impl ServiceHandle {
                 })
                 .await?;
             match appended {
-                Ok(receipt) => return Ok(Ok(receipt)),
+                Ok(receipt) => {
+                    if plans {
+                        self.scheduler.do_send(PlansChanged {
+                            seq: receipt.last_seq,
+                        });
+                    }
+                    return Ok(Ok(receipt));
+                }
                 Err(ServiceError::Log(vouch_events::EventError::Conflict { actual, .. })) => {
                     min_seq = actual;
                 }
@@ -580,4 +595,11 @@ impl ServiceHandle {
         let drained = actix::clock::timeout(grace, self.dispatcher.send(Drain)).await;
         matches!(drained, Ok(Ok(())))
     }
+}
+
+/// Whether `events` create or change a plan (its schedule may have moved).
+fn changes_plans(events: &[Event]) -> bool {
+    events
+        .iter()
+        .any(|e| matches!(e, Event::PlanCreated(_) | Event::PlanChanged(_)))
 }

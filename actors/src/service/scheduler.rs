@@ -17,7 +17,7 @@ use super::dispatcher::{Dispatcher, EnqueueMany, Wake};
 use super::policy::{self, ReadBackWindow};
 use super::read_model::{Query, ReadModelActor};
 use super::store::{Append, EventStore};
-use crate::clock::{duration_to_ns, Clock};
+use crate::clock::{duration_to_ns, timer_delay, Clock};
 use crate::schedule::{Decision, PlanSchedule, Schedule};
 use crate::RestartGate;
 
@@ -25,6 +25,16 @@ use crate::RestartGate;
 #[derive(Message)]
 #[rtype(result = "usize")]
 pub struct Tick;
+
+/// The plans changed at `seq` (one created, changed or resumed): look
+/// again as soon as the read model holds that event, so a plan whose first
+/// slot comes before the next tick is not late by up to a tick.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct PlansChanged {
+    /// The seq of the last event that changed them.
+    pub seq: u64,
+}
 
 /// How the scheduler runs.
 #[derive(Clone, Debug)]
@@ -93,6 +103,16 @@ pub struct Scheduler {
     /// process (none yet: on the first tick after start).
     reconciled: HashMap<RepositoryId, i64>,
     busy: bool,
+    /// A tick came while one was running: run another when it ends.
+    again: bool,
+    /// The earliest slot of any plan that was not due at the last tick.
+    next_slot_ns: Option<i64>,
+    /// The timer that ticks at that slot, when it comes before the next
+    /// regular tick: a job is scheduled when it is due, not up to a tick
+    /// later.
+    slot_timer: Option<(i64, SpawnHandle)>,
+    /// The next look waits for the read model to hold this seq.
+    min_seq: u64,
     gate: RestartGate,
     store: Addr<EventStore>,
     /// The clock's reading at the previous tick: a tick that reads more
@@ -132,6 +152,10 @@ impl Scheduler {
             read_back_proposed: HashMap::new(),
             reconciled: HashMap::new(),
             busy: false,
+            again: false,
+            next_slot_ns: None,
+            slot_timer: None,
+            min_seq: 0,
             gate,
         }
     }
@@ -191,6 +215,7 @@ impl Scheduler {
 
     fn due(&mut self, plans: Vec<PlanView>, now: i64) -> Vec<JobCommand> {
         let mut out = Vec::new();
+        self.next_slot_ns = None;
         for plan in plans {
             if plan.definition.paused {
                 continue;
@@ -230,7 +255,12 @@ impl Scheduler {
                         definition: plan.definition,
                     });
                 }
-                Ok(Decision::NotDue { .. }) => {}
+                Ok(Decision::NotDue { next_unix_ns }) => {
+                    self.next_slot_ns = Some(
+                        self.next_slot_ns
+                            .map_or(next_unix_ns, |n| n.min(next_unix_ns)),
+                    );
+                }
                 Err(e) => {
                     tracing::warn!(plan = %plan.id, error = %e, "schedule could not be evaluated")
                 }
@@ -300,13 +330,14 @@ impl Handler<Tick> for Scheduler {
 
     fn handle(&mut self, _msg: Tick, ctx: &mut Self::Context) -> Self::Result {
         if self.busy {
+            self.again = true;
             return Box::pin(actix::fut::ready(0));
         }
         self.busy = true;
         let now = self.clock.now_unix_ns();
         self.notice_clock_step(now, ctx);
         let read_back = self.config.read_back;
-        let query = self.read.send(Query::new(0, move |p| {
+        let query = self.read.send(Query::new(self.min_seq, move |p| {
             let last_runs = policy::last_backups_scheduled(p);
             let plans: Vec<PlanView> = policy::active_plans(p)
                 .map(|pl| PlanView {
@@ -330,8 +361,11 @@ impl Handler<Tick> for Scheduler {
         }));
         // Jobs waiting for their due time are looked at on every tick.
         self.dispatcher.do_send(Wake);
-        Box::pin(query.into_actor(self).map(move |res, act, _ctx| {
+        Box::pin(query.into_actor(self).map(move |res, act, ctx| {
             act.busy = false;
+            if std::mem::take(&mut act.again) {
+                ctx.notify(Tick);
+            }
             let (plans, checks, read_backs, repositories) = match res
                 .map_err(crate::service::ServiceError::from)
                 .and_then(|r| r)
@@ -350,7 +384,42 @@ impl Handler<Tick> for Scheduler {
             if n > 0 {
                 act.dispatcher.do_send(EnqueueMany(commands));
             }
+            act.arm_slot_timer(ctx);
             n
         }))
+    }
+}
+
+impl Handler<PlansChanged> for Scheduler {
+    type Result = ();
+
+    fn handle(&mut self, msg: PlansChanged, ctx: &mut Self::Context) {
+        self.min_seq = self.min_seq.max(msg.seq);
+        ctx.notify(Tick);
+    }
+}
+
+impl Scheduler {
+    /// Ticks at the earliest plan slot when it comes before the next
+    /// regular tick (a millisecond after it, so that it is due).
+    fn arm_slot_timer(&mut self, ctx: &mut Context<Self>) {
+        let Some(slot) = self.next_slot_ns else {
+            return;
+        };
+        if self.slot_timer.as_ref().is_some_and(|(at, _)| *at == slot) {
+            return;
+        }
+        if let Some((_, h)) = self.slot_timer.take() {
+            ctx.cancel_future(h);
+        }
+        let delay = timer_delay(self.clock.as_ref(), slot, self.config.tick);
+        if delay >= self.config.tick {
+            return;
+        }
+        let h = ctx.run_later(delay + Duration::from_millis(1), |act, ctx| {
+            act.slot_timer = None;
+            ctx.notify(Tick);
+        });
+        self.slot_timer = Some((slot, h));
     }
 }

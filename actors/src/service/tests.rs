@@ -1723,3 +1723,113 @@ async fn the_scheduler_schedules_an_agents_plan_like_any_other() {
     })
     .await;
 }
+
+/// Holds every job until released, and keeps which ones run at once.
+struct GateWorker {
+    running: Arc<std::sync::Mutex<Vec<String>>>,
+    most: Arc<std::sync::Mutex<Vec<String>>>,
+    release: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Actor for GateWorker {
+    type Context = Context<Self>;
+}
+
+impl Handler<RunJob> for GateWorker {
+    type Result = ResponseFuture<Result<JobOutput, JobFailure>>;
+
+    fn handle(&mut self, msg: RunJob, _: &mut Self::Context) -> Self::Result {
+        let who = match msg.command.agent() {
+            Some(agent) => format!("agent:{agent}"),
+            None => "server".to_owned(),
+        };
+        let (running, most, release) = (
+            self.running.clone(),
+            self.most.clone(),
+            self.release.clone(),
+        );
+        Box::pin(async move {
+            {
+                let mut r = running.lock().expect("lock");
+                r.push(who.clone());
+                let mut m = most.lock().expect("lock");
+                if r.len() > m.len() {
+                    *m = r.clone();
+                }
+            }
+            while !release.load(Ordering::SeqCst) {
+                actix::clock::sleep(Duration::from_millis(5)).await;
+            }
+            let mut r = running.lock().expect("lock");
+            if let Some(i) = r.iter().position(|w| *w == who) {
+                r.remove(i);
+            }
+            Err(JobFailure::new("held", "released by the test", false))
+        })
+    }
+}
+
+/// Jobs that run on agents hold none of the server's slots (seen before:
+/// 200 agents' jobs due at once went out two at a time, p50 11 s late), but
+/// each agent runs one job at a time, in order.
+#[actix::test]
+async fn agent_jobs_wait_for_their_agent_not_for_the_servers_slots() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let running = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let most = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let worker = GateWorker {
+        running: running.clone(),
+        most: most.clone(),
+        release: release.clone(),
+    }
+    .start();
+    let mut config = ServiceConfig::default();
+    config.dispatch.max_concurrent = 1;
+    let svc = service_with(dir.path(), worker, Arc::new(crate::SystemClock), config).await;
+    let restore = |agent: Option<&str>| JobCommand::Restore {
+        point: SnapshotId([7; 32]),
+        plan: None,
+        repository: RepositoryId::new("default"),
+        spec: vouch_events::RestoreSpec {
+            path: "/".into(),
+            destination: "/restore".into(),
+            agent: agent.map(str::to_owned),
+        },
+    };
+    let mut jobs = Vec::new();
+    for cmd in [
+        restore(None),
+        restore(None),
+        restore(Some("a")),
+        restore(Some("b")),
+        restore(Some("c")),
+        restore(Some("a")),
+    ] {
+        jobs.push(svc.enqueue(cmd).await.expect("enqueued"));
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    while running.lock().expect("lock").len() < 4 && Instant::now() < until {
+        actix::clock::sleep(Duration::from_millis(10)).await;
+    }
+    // Settle: nothing more may start while the first ones hold.
+    actix::clock::sleep(Duration::from_millis(300)).await;
+    let mut at_once = most.lock().expect("lock").clone();
+    at_once.sort();
+    assert_eq!(
+        at_once,
+        ["agent:a", "agent:b", "agent:c", "server"],
+        "one server job (max_concurrent 1) beside one job per agent"
+    );
+    release.store(true, Ordering::SeqCst);
+    for job in &jobs {
+        let job = job.clone();
+        wait_for(&svc, "every job to end", move |events| {
+            events
+                .iter()
+                .any(|e| matches!(e, Event::JobFailed(f) if f.job == job))
+                .then_some(())
+        })
+        .await;
+    }
+}
