@@ -231,12 +231,16 @@ impl Saver {
 /// Keeps the trees of a written pack in the local cache, so the next
 /// backup reads its parent's trees without fetching them.
 fn cache_trees(cache: &crate::repo::cache::Cache, pack: &FinishedPack) {
-    for b in pack.index.blobs.iter().filter(|b| b.kind == BlobType::Tree) {
-        let (start, end) = (b.offset as usize, b.offset as usize + b.length as usize);
-        if let Some(sealed) = pack.bytes.get(start..end) {
-            cache.put_tree(&b.id, &pack.id, sealed);
-        }
-    }
+    let trees = pack
+        .index
+        .blobs
+        .iter()
+        .filter(|b| b.kind == BlobType::Tree)
+        .filter_map(|b| {
+            let (start, end) = (b.offset as usize, b.offset as usize + b.length as usize);
+            Some((u64::from(b.offset), pack.bytes.get(start..end)?))
+        });
+    cache.put_trees(&pack.id, trees);
 }
 
 fn save_worker(

@@ -6,11 +6,14 @@
 //! - `index/NAME` and `snapshots/NAME`: whole files, exactly as stored. Their
 //!   names are the BLAKE3 of their bytes, so an entry is checked against its
 //!   name on every read and a damaged one is dropped and fetched again.
-//! - `trees/ID`: the sealed bytes of a tree blob as they sit in their pack,
-//!   prefixed by that pack's id. They are opened with the repository's key
-//!   (authenticated encryption and the blob's id are checked), so a damaged
-//!   entry fails to open and is fetched again; an entry whose pack is no
-//!   longer the blob's pack (after a repack) is ignored.
+//! - `trees/PACK`: a sparse shadow of pack `PACK` holding only its tree
+//!   blobs, each at its offset in the pack (the rest is a hole, which costs
+//!   no disk). One file per pack, not per tree: thousands of small files
+//!   cost a first backup more than the trees are worth. A tree read from
+//!   here is opened with the repository's key (authenticated encryption and
+//!   the blob's id are checked), so a hole, a torn write or damage fails to
+//!   open and the tree is fetched again and written over it. Shadows of
+//!   packs the index no longer names are removed.
 //!
 //! Entries are written when the client writes the file or pack itself (an
 //! agent's second backup reads nothing it wrote in its first) and when it
@@ -24,19 +27,17 @@
 
 use std::collections::HashSet;
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::backend::FileKind;
-use crate::id::{BlobId, PackId, RepoId};
+use crate::id::{PackId, RepoId};
 
 /// The cache of one repository.
 #[derive(Debug)]
 pub struct Cache {
     root: PathBuf,
 }
-
-/// Length of the pack id in front of a cached tree.
-const PACK_ID_LEN: usize = 32;
 
 impl Cache {
     /// The cache of repository `repo` below `base` (created, 0700).
@@ -103,35 +104,53 @@ impl Cache {
         }
     }
 
-    fn tree_path(&self, id: &BlobId) -> PathBuf {
-        let hex = id.to_hex();
-        self.root.join("trees").join(&hex[..2]).join(hex)
+    fn shadow_path(&self, pack: &PackId) -> PathBuf {
+        self.root.join("trees").join(pack.to_hex())
     }
 
-    /// The sealed bytes of tree `id`, if cached from `pack`.
-    pub fn tree(&self, id: &BlobId, pack: &PackId) -> Option<Vec<u8>> {
-        let mut bytes = std::fs::read(self.tree_path(id)).ok()?;
-        if bytes.len() < PACK_ID_LEN || bytes[..PACK_ID_LEN] != pack.0 {
-            return None;
+    /// The `length` bytes at `offset` of pack `pack`'s shadow, if it has a
+    /// shadow that long (a hole reads as zeros and fails to open).
+    pub fn tree(&self, pack: &PackId, offset: u64, length: usize) -> Option<Vec<u8>> {
+        let f = std::fs::File::open(self.shadow_path(pack)).ok()?;
+        let mut buf = vec![0u8; length];
+        f.read_exact_at(&mut buf, offset).ok()?;
+        Some(buf)
+    }
+
+    /// Writes sealed trees into pack `pack`'s shadow, each at its offset.
+    pub fn put_trees<'a>(&self, pack: &PackId, trees: impl IntoIterator<Item = (u64, &'a [u8])>) {
+        let path = self.shadow_path(pack);
+        let result = (|| -> std::io::Result<()> {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(false)
+                .open(&path)?;
+            for (offset, sealed) in trees {
+                f.write_all_at(sealed, offset)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            tracing::debug!(file = %path.display(), "trees not cached: {e}");
         }
-        bytes.drain(..PACK_ID_LEN);
-        Some(bytes)
     }
 
-    /// Keeps the sealed bytes of tree `id`, stored in `pack`.
-    pub fn put_tree(&self, id: &BlobId, pack: &PackId, sealed: &[u8]) {
-        let path = self.tree_path(id);
-        if let Some(parent) = path.parent() {
-            if create_private_dir(parent).is_err() {
-                return;
+    /// Removes the shadows of packs not in `live` (gone after a prune).
+    pub fn retain_packs(&self, live: &HashSet<PackId>) {
+        let Ok(entries) = std::fs::read_dir(self.root.join("trees")) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let keep = e
+                .file_name()
+                .to_str()
+                .and_then(|n| PackId::from_hex(n).ok())
+                .is_some_and(|p| live.contains(&p));
+            if !keep {
+                let _ = std::fs::remove_file(e.path());
             }
         }
-        write_atomically(&path, &[&pack.0, sealed]);
-    }
-
-    /// Forgets tree `id` (its cached bytes did not open).
-    pub fn drop_tree(&self, id: &BlobId) {
-        let _ = std::fs::remove_file(self.tree_path(id));
     }
 }
 
@@ -223,14 +242,28 @@ mod tests {
     }
 
     #[test]
-    fn a_tree_is_served_only_for_the_pack_it_came_from() {
+    fn trees_sit_at_their_offsets_in_a_sparse_shadow_of_their_pack() {
         let (_d, c) = cache();
-        let id = BlobId([1; 32]);
         let (p1, p2) = (PackId([2; 32]), PackId([3; 32]));
-        c.put_tree(&id, &p1, b"sealed tree");
-        assert_eq!(c.tree(&id, &p1).as_deref(), Some(&b"sealed tree"[..]));
-        assert_eq!(c.tree(&id, &p2), None, "after a repack the entry is stale");
-        c.drop_tree(&id);
-        assert_eq!(c.tree(&id, &p1), None);
+        c.put_trees(&p1, [(10, &b"first"[..]), (1 << 20, &b"second"[..])]);
+        assert_eq!(c.tree(&p1, 10, 5).as_deref(), Some(&b"first"[..]));
+        assert_eq!(c.tree(&p1, 1 << 20, 6).as_deref(), Some(&b"second"[..]));
+        // A hole reads as zeros (which no sealed tree is), past the end as
+        // nothing; another pack has no shadow.
+        assert_eq!(c.tree(&p1, 100, 4).as_deref(), Some(&[0u8; 4][..]));
+        assert_eq!(c.tree(&p1, 2 << 20, 4), None);
+        assert_eq!(c.tree(&p2, 10, 5), None);
+        let shadow = c.shadow_path(&p1);
+        let meta = std::fs::metadata(&shadow).unwrap();
+        assert!(
+            std::os::unix::fs::MetadataExt::blocks(&meta) * 512 < 256 * 1024,
+            "the hole costs no disk"
+        );
+        c.retain_packs(&[p2].into_iter().collect());
+        assert_eq!(
+            c.tree(&p1, 10, 5),
+            None,
+            "a pack gone from the index loses its shadow"
+        );
     }
 }

@@ -659,6 +659,9 @@ impl Repository {
             }
         }
         index.unreadable = unreadable;
+        if let Some(c) = &self.cache {
+            c.retain_packs(&index.packs().iter().map(|p| p.id).collect());
+        }
         Ok(index)
     }
 
@@ -673,26 +676,21 @@ impl Repository {
         let (pack, entry) = index
             .get(id)
             .ok_or_else(|| Error::Damaged(format!("blob {id} is not in the index")))?;
-        if let Some(sealed) = cache.tree(id, &pack.id) {
+        let (offset, length) = (u64::from(entry.offset), entry.length as usize);
+        if let Some(sealed) = cache.tree(&pack.id, offset, length) {
             match pack::open_blob(&self.key, &pack.salt, entry, &sealed) {
                 Ok(plain) => return Ok(plain),
-                Err(e) => {
-                    tracing::warn!(tree = %id.short(), "dropping a cached tree that does not open: {e}");
-                    cache.drop_tree(id);
-                }
+                // A hole (never cached), a torn write or damage: fetched
+                // again and written over below.
+                Err(e) => tracing::debug!(tree = %id.short(), "cached tree does not open: {e}"),
             }
         }
         let sealed = self
             .backend
-            .read_range(
-                FileKind::Pack,
-                &pack.id.to_hex(),
-                u64::from(entry.offset),
-                entry.length as usize,
-            )
+            .read_range(FileKind::Pack, &pack.id.to_hex(), offset, length)
             .map_err(|e| Error::Damaged(format!("pack {} unreadable: {e}", pack.id)))?;
         let plain = pack::open_blob(&self.key, &pack.salt, entry, &sealed)?;
-        cache.put_tree(id, &pack.id, &sealed);
+        cache.put_trees(&pack.id, [(offset, &sealed[..])]);
         Ok(plain)
     }
 
