@@ -601,10 +601,11 @@ pub(crate) async fn restore(
     // relative destination would be resolved against the worker's directory.
     let mut fields = std::collections::BTreeMap::new();
     for (name, value) in [("path", &path), ("destination", &input.destination)] {
-        if !value.starts_with('/') || value.contains('\0') || value.len() > 4096 {
+        if !value.starts_with('/') || value.contains('\0') || value.chars().count() > 4096 {
             fields.insert(
                 name.to_owned(),
-                "must be an absolute path (starting with /, no NUL, at most 4096 bytes)".to_owned(),
+                "must be an absolute path (starting with /, no NUL, at most 4096 characters)"
+                    .to_owned(),
             );
         }
     }
