@@ -105,6 +105,10 @@ pub struct Scheduler {
     busy: bool,
     /// A tick came while one was running: run another when it ends.
     again: bool,
+    /// A look at the plans only is running.
+    plans_busy: bool,
+    /// A look at the plans came while one was running.
+    again_plans: bool,
     /// The earliest slot of any plan that was not due at the last tick.
     next_slot_ns: Option<i64>,
     /// The timer that ticks at that slot, when it comes before the next
@@ -153,6 +157,8 @@ impl Scheduler {
             reconciled: HashMap::new(),
             busy: false,
             again: false,
+            plans_busy: false,
+            again_plans: false,
             next_slot_ns: None,
             slot_timer: None,
             min_seq: 0,
@@ -322,6 +328,7 @@ impl Supervised for Scheduler {
         self.fired.clear();
         self.read_back_proposed.clear();
         self.busy = false;
+        self.plans_busy = false;
     }
 }
 
@@ -329,14 +336,60 @@ impl Handler<Tick> for Scheduler {
     type Result = ResponseActFuture<Self, usize>;
 
     fn handle(&mut self, _msg: Tick, ctx: &mut Self::Context) -> Self::Result {
-        if self.busy {
-            self.again = true;
+        self.look(true, ctx)
+    }
+}
+
+/// Looks at the plans only (not the checks, read-backs and
+/// reconciliations of a full tick): at a plan's slot, and when plans
+/// changed.
+#[derive(Message)]
+#[rtype(result = "usize")]
+struct LookAtPlans;
+
+impl Handler<LookAtPlans> for Scheduler {
+    type Result = ResponseActFuture<Self, usize>;
+
+    fn handle(&mut self, _msg: LookAtPlans, ctx: &mut Self::Context) -> Self::Result {
+        self.look(false, ctx)
+    }
+}
+
+impl Handler<PlansChanged> for Scheduler {
+    type Result = ();
+
+    fn handle(&mut self, msg: PlansChanged, ctx: &mut Self::Context) {
+        self.min_seq = self.min_seq.max(msg.seq);
+        ctx.notify(LookAtPlans);
+    }
+}
+
+impl Scheduler {
+    /// Reads the projections and schedules what is due: every kind of job
+    /// (`full`, a tick) or the plans' backups only.
+    fn look(&mut self, full: bool, ctx: &mut Context<Self>) -> ResponseActFuture<Self, usize> {
+        // A tick and a look at the plans may overlap: each decides when its
+        // answer arrives, in turn on this actor, against `fired` as the
+        // other left it, so a slot fires once.
+        let busy = if full {
+            &mut self.busy
+        } else {
+            &mut self.plans_busy
+        };
+        if *busy {
+            if full {
+                self.again = true;
+            } else {
+                self.again_plans = true;
+            }
             return Box::pin(actix::fut::ready(0));
         }
-        self.busy = true;
+        *busy = true;
         let now = self.clock.now_unix_ns();
-        self.notice_clock_step(now, ctx);
-        let read_back = self.config.read_back;
+        if full {
+            self.notice_clock_step(now, ctx);
+        }
+        let read_back = self.config.read_back.filter(|_| full);
         let query = self.read.send(Query::new(self.min_seq, move |p| {
             let last_runs = policy::last_backups_scheduled(p);
             let plans: Vec<PlanView> = policy::active_plans(p)
@@ -347,6 +400,9 @@ impl Handler<Tick> for Scheduler {
                     last_run_ns: last_runs.get(&pl.id).copied(),
                 })
                 .collect();
+            if !full {
+                return (plans, Vec::new(), Vec::new(), Vec::new());
+            }
             let read_backs = read_back
                 .map(|cfg| policy::read_back_due(p, now, &cfg))
                 .unwrap_or_default();
@@ -359,12 +415,21 @@ impl Handler<Tick> for Scheduler {
                 repositories,
             )
         }));
-        // Jobs waiting for their due time are looked at on every tick.
-        self.dispatcher.do_send(Wake);
+        if full {
+            // Jobs waiting for their due time are looked at on every tick.
+            self.dispatcher.do_send(Wake);
+        }
         Box::pin(query.into_actor(self).map(move |res, act, ctx| {
-            act.busy = false;
-            if std::mem::take(&mut act.again) {
-                ctx.notify(Tick);
+            if full {
+                act.busy = false;
+                if std::mem::take(&mut act.again) {
+                    ctx.notify(Tick);
+                }
+            } else {
+                act.plans_busy = false;
+                if std::mem::take(&mut act.again_plans) {
+                    ctx.notify(LookAtPlans);
+                }
             }
             let (plans, checks, read_backs, repositories) = match res
                 .map_err(crate::service::ServiceError::from)
@@ -377,9 +442,11 @@ impl Handler<Tick> for Scheduler {
                 }
             };
             let mut commands = act.due(plans, now);
-            commands.extend(checks);
-            commands.extend(act.throttle_read_backs(read_backs, now));
-            commands.extend(act.reconciles(repositories, now));
+            if full {
+                commands.extend(checks);
+                commands.extend(act.throttle_read_backs(read_backs, now));
+                commands.extend(act.reconciles(repositories, now));
+            }
             let n = commands.len();
             if n > 0 {
                 act.dispatcher.do_send(EnqueueMany(commands));
@@ -387,15 +454,6 @@ impl Handler<Tick> for Scheduler {
             act.arm_slot_timer(ctx);
             n
         }))
-    }
-}
-
-impl Handler<PlansChanged> for Scheduler {
-    type Result = ();
-
-    fn handle(&mut self, msg: PlansChanged, ctx: &mut Self::Context) {
-        self.min_seq = self.min_seq.max(msg.seq);
-        ctx.notify(Tick);
     }
 }
 
@@ -418,7 +476,7 @@ impl Scheduler {
         }
         let h = ctx.run_later(delay + Duration::from_millis(1), |act, ctx| {
             act.slot_timer = None;
-            ctx.notify(Tick);
+            ctx.notify(LookAtPlans);
         });
         self.slot_timer = Some((slot, h));
     }
