@@ -22,6 +22,8 @@
 #   VOUCH_S3_MON_PORT   monitor TCP port, msgr2  (3300)
 #   VOUCH_S3_MEMSTORE   OSD capacity in bytes    (4 GiB; memory is only used
 #                                                 as objects are written)
+#   VOUCH_S3_MGR        1: start a ceph-mgr (default); 0: none (RGW does not
+#                       need one; saves ~300 MB RSS, `ceph -s` then warns)
 #   VOUCH_S3_ACCESS_KEY / VOUCH_S3_SECRET_KEY    fixed S3 keys (default:
 #                                                 generated at creation)
 # See docs/s3-server.md for the choices and the measured figures.
@@ -36,12 +38,22 @@ KEYRING=$DIR/keyring
 ENV_FILE=$DIR/s3.env
 RGW_NAME=client.rgw.vouch
 PACKAGES=(ceph-common ceph-mon ceph-mgr ceph-osd radosgw)
+WITH_MGR=${VOUCH_S3_MGR:-1}
 # The daemons, in start order: pid-file name and the process name (comm).
-DAEMONS=("mon.a:ceph-mon" "mgr.x:ceph-mgr" "osd.0:ceph-osd" "$RGW_NAME:radosgw")
+DAEMONS=("mon.a:ceph-mon")
+[[ $WITH_MGR == 1 ]] && DAEMONS+=("mgr.x:ceph-mgr")
+DAEMONS+=("osd.0:ceph-osd" "$RGW_NAME:radosgw")
+# What `stop` looks for, whatever VOUCH_S3_MGR says now.
+ALL_DAEMONS=("mon.a:ceph-mon" "mgr.x:ceph-mgr" "osd.0:ceph-osd" "$RGW_NAME:radosgw")
 
 # All chatter on stderr; fd 3 keeps the real stdout for the one result line.
 exec 3>&1 1>&2
-log() { printf 's3-server: %s\n' "$*" >&2; }
+T0=${EPOCHREALTIME/[.,]/}
+# Messages carry the seconds since the script started.
+log() {
+  local ds=$(((${EPOCHREALTIME/[.,]/} - T0) / 100000))
+  printf 's3-server [%d.%ds]: %s\n' $((ds / 10)) $((ds % 10)) "$*" >&2
+}
 die() { log "error: $*"; exit 1; }
 
 # Every ceph tool started from here reads this cluster's configuration.
@@ -90,6 +102,20 @@ wait_for() {
   done
 }
 
+# Start a daemon with no descriptor but 0-2: it forks into the background and
+# would otherwise keep the caller's stdout (fd 3 here: `$(... start)` would
+# never see EOF) and the lock (fd 4) open for as long as it lives.
+spawn() {
+  local fd
+  (
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      if ((fd > 2)); then eval "exec $fd>&-"; fi
+    done 2>/dev/null
+    exec "$@"
+  )
+}
+
 ceph_cli() { ceph --connect-timeout 10 "$@"; }
 osd_up() { [[ $(ceph_cli osd dump --format json | grep -o '"up":1' | wc -l) -ge 1 ]]; }
 
@@ -118,26 +144,29 @@ install_packages() {
 
 # --- stop ----------------------------------------------------------------------
 
+# SIGKILL, not SIGTERM: the cluster is thrown away with its directory, and a
+# clean shutdown only costs time (radosgw waits up to rgw_exit_timeout_secs,
+# 120 s, for RADOS once the OSD and monitor are going down; a memstore OSD
+# writes its whole store to disk).
 stop_daemons() {
   local d pid pids=() i
-  # Reverse start order: gateway first, monitor last.
-  for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do
-    d=${DAEMONS[i]}
+  for d in "${ALL_DAEMONS[@]}"; do
     if pid=$(daemon_pid "${d%%:*}" "${d#*:}"); then
-      log "stopping ${d%%:*} (pid $pid)"
-      kill -TERM "$pid" 2>/dev/null || true
-      pids+=("$pid")
+      log "killing ${d%%:*} (pid $pid)"
+      kill -KILL "$pid" 2>/dev/null || true
+      pids+=("$d:$pid")
     fi
   done
-  # A memstore OSD writes its whole store to disk on a clean shutdown; the
-  # directory is removed anyway, so nothing waits for more than 10 s.
-  for pid in "${pids[@]}"; do
-    for ((i = 0; i < 100; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
+  # Wait until they are gone (a zombie no longer counts: empty cmdline).
+  for ((i = 0; i < 100; i++)); do
+    local alive=0
+    for d in "${pids[@]}"; do
+      [[ -d /proc/${d##*:} && -s /proc/${d##*:}/cmdline ]] && alive=1
     done
-    kill -KILL "$pid" 2>/dev/null || true
+    ((alive == 0)) && return 0
+    sleep 0.1
   done
+  log "warning: some daemons still alive after SIGKILL and 10 s"
 }
 
 cmd_stop() {
@@ -197,6 +226,10 @@ mon data avail warn = 2
 
 [mon]
 mon data = $DIR/mon.\$id
+# Commit map changes (pool creation, OSD boot) at once rather than batching
+# them for 1 s: radosgw's first start creates its pools one after the other.
+paxos propose interval = 0.05
+paxos min wait = 0.01
 
 [mgr]
 mgr data = $DIR/mgr.\$id
@@ -216,6 +249,10 @@ rgw frontends = beast endpoint=127.0.0.1:$PORT
 rgw data = $DIR/rgw
 rgw thread pool size = 64
 rgw enable usage log = false
+# Deleted objects' data is freed by RGW's garbage collector, by default after
+# 2 h and checked hourly: in a memstore OSD that is RAM held for nothing.
+rgw gc obj min wait = 30
+rgw gc processor period = 30
 EOF
 }
 
@@ -249,7 +286,7 @@ cmd_start() {
   install_packages
   [[ $(http_status) == 000 ]] || die "something else answers on 127.0.0.1:$PORT (set VOUCH_S3_PORT)"
 
-  local t0=$SECONDS uuid access secret
+  local uuid access secret
   mkdir -p "$DIR"/{run,log,crash,rgw,mon.a,mgr.x,osd.0}
   chmod 700 "$DIR"
   write_conf
@@ -259,23 +296,25 @@ cmd_start() {
   monmaptool --create --fsid "$(sed -n 's/^fsid = //p' "$CONF")" \
     --addv a "[v2:127.0.0.1:$MON_PORT]" "$DIR/monmap" >/dev/null
   ceph-mon --mkfs -i a --monmap "$DIR/monmap" --keyring "$KEYRING"
-  ceph-mon -i a -c "$CONF"
+  spawn ceph-mon -i a -c "$CONF"
   wait_for 30 "the monitor" ceph_cli mon stat
 
-  log "manager"
-  ceph-mgr -i x -c "$CONF"
+  if [[ $WITH_MGR == 1 ]]; then
+    log "manager"
+    spawn ceph-mgr -i x -c "$CONF"
+  fi
 
   log "OSD (memstore, $((MEMSTORE_BYTES >> 20)) MiB)"
   uuid=$(cat /proc/sys/kernel/random/uuid)
   ceph_cli osd new "$uuid" 0 >/dev/null
   ceph-osd -i 0 -c "$CONF" --mkfs --osd-uuid "$uuid" 2>"$DIR/log/osd-mkfs.log" ||
     die "ceph-osd --mkfs failed: $(tail -3 "$DIR/log/osd-mkfs.log")"
-  ceph-osd -i 0 -c "$CONF"
+  spawn ceph-osd -i 0 -c "$CONF"
   wait_for 60 "the OSD to be up" osd_up
 
   log "radosgw on 127.0.0.1:$PORT"
   # On its first start radosgw creates its pools and waits for their PGs.
-  radosgw -n "$RGW_NAME" -c "$CONF"
+  spawn radosgw -n "$RGW_NAME" -c "$CONF"
   wait_for 120 "radosgw to answer on 127.0.0.1:$PORT" s3_answers
 
   # The S3 user: fixed keys if given, else generated now, kept in s3.env.
@@ -286,13 +325,18 @@ cmd_start() {
   umask 077
   printf 'VOUCH_S3_ENDPOINT=http://127.0.0.1:%s AWS_ACCESS_KEY_ID=%s AWS_SECRET_ACCESS_KEY=%s\n' \
     "$PORT" "$access" "$secret" >"$ENV_FILE"
-  log "ready in $((SECONDS - t0)) s ($DIR)"
+  log "ready ($DIR)"
   print_result
 }
 
 cmd_status() {
   if healthy; then log "running ($DIR)"; else log "not running"; exit 1; fi
 }
+
+# One invocation at a time (two test jobs starting it at once must not both
+# build a cluster). The lock file sits beside the directory, which stop removes.
+exec 4>"$DIR.lock"
+flock -w 300 4 || die "another s3-server.sh holds $DIR.lock"
 
 case ${1:-} in
   start) cmd_start ;;

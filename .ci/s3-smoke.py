@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Smoke check of the S3 endpoint that .ci/s3-server.sh starts.
 
-    eval "$(.ci/s3-server.sh start)"
     python3 -m venv /tmp/s3venv && /tmp/s3venv/bin/pip install boto3
-    VOUCH_S3_ENDPOINT=... /tmp/s3venv/bin/python .ci/s3-smoke.py
+    set -a; eval "$(.ci/s3-server.sh start)"; set +a
+    /tmp/s3venv/bin/python .ci/s3-smoke.py
 
 Reads VOUCH_S3_ENDPOINT, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
 Prints one line per check (PASS / FAIL / INFO) and exits 1 if a check that
@@ -114,6 +114,27 @@ def main():
     except ClientError as e:
         info("If-Match: <wrong etag> on put", f"honoured: {code(e)}")
 
+    # The same on a bucket with versioning enabled (Object Lock buckets are).
+    cb = f"smoke-condver-{run}"
+    s3.create_bucket(Bucket=cb)
+    s3.put_bucket_versioning(Bucket=cb, VersioningConfiguration={"Status": "Enabled"})
+    s3.put_object(Bucket=cb, Key="cond", Body=b"first", IfNoneMatch="*")
+    try:
+        s3.put_object(Bucket=cb, Key="cond", Body=b"second", IfNoneMatch="*")
+        info("If-None-Match: * in a versioned bucket", "NOT honoured: second put made a new version")
+    except ClientError as e:
+        info("If-None-Match: * in a versioned bucket", f"honoured: {code(e)}")
+    # And on CompleteMultipartUpload over an existing key.
+    up = s3.create_multipart_upload(Bucket=b, Key="cond")
+    etag = s3.upload_part(Bucket=b, Key="cond", UploadId=up["UploadId"], PartNumber=1, Body=b"mp")["ETag"]
+    try:
+        s3.complete_multipart_upload(Bucket=b, Key="cond", UploadId=up["UploadId"], IfNoneMatch="*",
+                                     MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})
+        info("If-None-Match: * on CompleteMultipartUpload", "NOT honoured: existing object replaced")
+        s3.put_object(Bucket=b, Key="cond", Body=b"first")
+    except ClientError as e:
+        info("If-None-Match: * on CompleteMultipartUpload", f"honoured: {code(e)}")
+
     # Versioning.
     vb = f"smoke-ver-{run}"
     s3.create_bucket(Bucket=vb)
@@ -176,9 +197,13 @@ def main():
 
     # Presigned URL (query-string SigV4).
     import urllib.request
-    url = s3.generate_presigned_url("get_object", Params={"Bucket": b, "Key": "cond"}, ExpiresIn=60)
-    with urllib.request.urlopen(url) as resp:
-        report(resp.status == 200, "presigned GET")
+    for sig in ("s3v4", "s3"):
+        presigner = boto3.client("s3", endpoint_url=os.environ["VOUCH_S3_ENDPOINT"], region_name="us-east-1",
+                                 config=Config(s3={"addressing_style": "path"}, signature_version=sig))
+        url = presigner.generate_presigned_url("get_object", Params={"Bucket": b, "Key": "cond"}, ExpiresIn=60)
+        with urllib.request.urlopen(url) as resp:
+            report(resp.status == 200, f"presigned GET ({'SigV4' if sig == 's3v4' else 'SigV2'} query string)",
+                   "X-Amz-Signature" if "X-Amz-Signature" in url else "Signature")
 
     # Bulk: 200 small puts, timed.
     t = time.monotonic()
