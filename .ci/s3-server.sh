@@ -69,12 +69,13 @@ esac
 # The pid of daemon $1 (pid-file name) if it is alive and really is process
 # $2 started with our ceph.conf (a stale pid file may name a reused pid).
 daemon_pid() {
-  local pidfile=$DIR/run/$1.pid pid
+  local pidfile=$DIR/run/$1.pid pid cmdline
   [[ -r $pidfile ]] || return 1
   pid=$(<"$pidfile")
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$2" ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$CONF" || return 1
+  cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ $cmdline == *"$CONF"* ]] || return 1
   echo "$pid"
 }
 
@@ -131,7 +132,7 @@ print_result() { cat "$ENV_FILE" >&3; }
 install_packages() {
   local missing=() p
   for p in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+    [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == *"ok installed" ]] || missing+=("$p")
   done
   command -v curl >/dev/null || missing+=(curl)
   ((${#missing[@]} == 0)) && return 0
