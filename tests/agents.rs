@@ -433,16 +433,7 @@ fn a_killed_agent_s_job_is_retried_and_completes() {
         .expect("agent starts");
     // Killed once two stored packs are in its session journal.
     let packs = data.join("agents/web-1/repository/data");
-    let journal = agent_dir.join("sessions");
-    let records = || {
-        std::fs::read_dir(&journal)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
-            .filter(|f| !f.file_name().to_string_lossy().starts_with('.'))
-            .count()
-    };
+    let records = || journal_records(&agent_dir);
     eventually("the agent's first packs", || (records() >= 2).then_some(()));
     child.kill().expect("kill -9");
     let journaled = records();
@@ -839,19 +830,19 @@ fn journal_records(agent_dir: &Path) -> usize {
 }
 
 /// Every point of the agent's repository verifies with --read-data, and
-/// the latest restores byte-identically to `src`.
-fn assert_repository_sound(dir: &Path, data: &Path, src: &Path, round: u64) {
+/// `point` restores byte-identically to `src`.
+fn assert_repository_sound(dir: &Path, data: &Path, src: &Path, point: &str, round: u64) {
     ok(on_server_repo(data, "web-1", &["verify", "--read-data"]));
     let target = dir.join(format!("restored-{round}"));
     ok(on_server_repo(
         data,
         "web-1",
-        &["restore", "latest", "--target", target.to_str().unwrap()],
+        &["restore", point, "--target", target.to_str().unwrap()],
     ));
     assert_eq!(
         describe(&target.join(src.strip_prefix("/").expect("absolute"))),
         describe(src),
-        "round {round}: the latest point restores byte-identically"
+        "round {round}: point {point} restores byte-identically"
     );
     std::fs::remove_dir_all(&target).expect("clean up the restore");
 }
@@ -933,7 +924,7 @@ fn agents_killed_at_random_moments_never_leave_a_bad_point() {
             round + 1,
             "round {round}: one point per job, never two"
         );
-        assert_repository_sound(dir.path(), &data, &src, round);
+        assert_repository_sound(dir.path(), &data, &src, "latest", round);
     }
     eprintln!("agent kill moments over {rounds} rounds: {moments:?}");
 }
@@ -988,17 +979,7 @@ fn a_server_killed_mid_upload_loses_nothing_and_the_job_completes() {
         0,
         "the journal ended with the commit"
     );
-    ok(on_server_repo(&data, "web-1", &["verify", "--read-data"]));
-    let target = dir.path().join("restored");
-    ok(on_server_repo(
-        &data,
-        "web-1",
-        &["restore", &point, "--target", target.to_str().unwrap()],
-    ));
-    assert_eq!(
-        describe(&target.join(src.strip_prefix("/").expect("absolute"))),
-        describe(&src)
-    );
+    assert_repository_sound(dir.path(), &data, &src, &point, 0);
 }
 
 /// A loop-mounted btrfs file system, unmounted and removed on drop.
