@@ -80,17 +80,7 @@ fn the_cli_backs_up_verifies_and_restores_through_the_protocol() {
     // A second backup of the same tree stores no data: at most new trees
     // for the parents of the source (/tmp and the test's directory change
     // while other tests run), a few KB.
-    let out = ok(cli(
-        &svc,
-        dir.path(),
-        &token,
-        &["--json", "--quiet", "backup", src.to_str().unwrap()],
-    ));
-    let summary: Value = out
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["type"] == "summary")
-        .unwrap_or_else(|| panic!("no summary line in {out}"));
+    let summary = backup_summary(&svc, dir.path(), &token, &[], &src);
     let stored = summary["summary"]["bytes_stored"]
         .as_u64()
         .expect("bytes_stored");
@@ -136,6 +126,18 @@ fn the_cli_backs_up_verifies_and_restores_through_the_protocol() {
     );
 }
 
+/// The summary line of a `vouch --json backup` of `src`.
+fn backup_summary(svc: &Service, dir: &Path, token: &str, extra: &[&str], src: &Path) -> Value {
+    let mut args = vec!["--json", "--quiet", "backup"];
+    args.extend_from_slice(extra);
+    args.push(src.to_str().expect("utf-8 path"));
+    let out = ok(cli(svc, dir, token, &args));
+    out.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["type"] == "summary")
+        .unwrap_or_else(|| panic!("no summary line in {out}"))
+}
+
 /// The `network` figures of a `vouch --json backup`: (sent, received).
 fn backup_traffic(
     svc: &Service,
@@ -144,15 +146,7 @@ fn backup_traffic(
     extra: &[&str],
     src: &Path,
 ) -> (u64, u64) {
-    let mut args = vec!["--json", "--quiet", "backup"];
-    args.extend_from_slice(extra);
-    args.push(src.to_str().expect("utf-8 path"));
-    let out = ok(cli(svc, dir, token, &args));
-    let summary: Value = out
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["type"] == "summary")
-        .unwrap_or_else(|| panic!("no summary line in {out}"));
+    let summary = backup_summary(svc, dir, token, extra, src);
     let n = &summary["network"];
     (
         n["sent"].as_u64().expect("sent"),
