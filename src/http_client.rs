@@ -29,9 +29,16 @@ pub struct ClientOptions {
     pub timeout: Duration,
     /// Attempts of a call that fails transiently.
     pub attempts: u32,
-    /// First pause between attempts (doubled each time, at most 30 s).
+    /// First pause between attempts (doubled each time, at most 30 s,
+    /// each pause drawn between half and all of that: jitter, so clients
+    /// failed together do not retry together).
     pub backoff: Duration,
+    /// Answer statuses retried like transport failures.
+    pub retry_statuses: &'static [u16],
 }
+
+/// The statuses a `vouch serve` answers when it is briefly unable to.
+pub const SERVICE_RETRY_STATUSES: &[u16] = &[429, 502, 503, 504];
 
 impl Default for ClientOptions {
     fn default() -> Self {
@@ -40,6 +47,7 @@ impl Default for ClientOptions {
             timeout: Duration::from_secs(300),
             attempts: 6,
             backoff: Duration::from_millis(500),
+            retry_statuses: SERVICE_RETRY_STATUSES,
         }
     }
 }
@@ -155,11 +163,29 @@ struct Call {
     reply: std::sync::mpsc::SyncSender<Result<Answer, String>>,
 }
 
+/// How a client proves who it is: called on every attempt (a retry is
+/// signed afresh), after the request's own headers are set.
+pub trait Authorize: Send + Sync {
+    /// Adds the credentials to `request`.
+    fn authorize(&self, request: &mut Request);
+}
+
+/// A bearer token (the service's API and repository protocol).
+struct Bearer(Zeroizing<String>);
+
+impl Authorize for Bearer {
+    fn authorize(&self, request: &mut Request) {
+        request
+            .headers
+            .push(("authorization", format!("Bearer {}", self.0.as_str())));
+    }
+}
+
 /// The client. Cheap to share (`Arc`); dropping the last handle ends its
 /// transport thread.
 pub struct HttpClient {
     origin: String,
-    token: Zeroizing<String>,
+    auth: Arc<dyn Authorize>,
     options: ClientOptions,
     tx: mpsc::UnboundedSender<Call>,
     traffic: Arc<Traffic>,
@@ -169,7 +195,7 @@ impl std::fmt::Debug for HttpClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpClient")
             .field("origin", &self.origin)
-            .field("token", &"<redacted>")
+            .field("auth", &"<redacted>")
             .finish()
     }
 }
@@ -206,6 +232,15 @@ impl HttpClient {
         token: Zeroizing<String>,
         options: ClientOptions,
     ) -> Result<Self, String> {
+        Self::with_auth(origin, Arc::new(Bearer(token)), options)
+    }
+
+    /// A client of `origin` whose requests `auth` authorizes.
+    pub fn with_auth(
+        origin: &str,
+        auth: Arc<dyn Authorize>,
+        options: ClientOptions,
+    ) -> Result<Self, String> {
         let (origin, _) = split_url(origin)?;
         let tls = if origin.starts_with("https://") {
             Some(Arc::new(match &options.pin {
@@ -226,7 +261,7 @@ impl HttpClient {
             .map_err(|e| format!("cannot start the HTTP thread: {e}"))?;
         Ok(HttpClient {
             origin,
-            token,
+            auth,
             options,
             tx,
             traffic,
@@ -247,9 +282,7 @@ impl HttpClient {
     fn attempt(&self, request: &Request) -> Result<Answer, String> {
         let (reply, answer) = std::sync::mpsc::sync_channel(1);
         let mut request = request.clone();
-        request
-            .headers
-            .push(("authorization", format!("Bearer {}", self.token.as_str())));
+        self.auth.authorize(&mut request);
         self.tx
             .send(Call { request, reply })
             .map_err(|_| "the HTTP thread stopped".to_string())?;
@@ -277,7 +310,7 @@ impl HttpClient {
                 );
             }
             match result {
-                Ok(a) if matches!(a.status, 429 | 502 | 503 | 504) => {
+                Ok(a) if self.options.retry_statuses.contains(&a.status) => {
                     last = format!("{} {}: {}", a.status, request.path, a.message());
                     if attempt == self.options.attempts.max(1) {
                         return Ok(a);
@@ -287,7 +320,7 @@ impl HttpClient {
                 Err(e) => last = e,
             }
             tracing::debug!(attempt, path = %request.path, error = %last, "retrying");
-            std::thread::sleep(pause);
+            std::thread::sleep(jittered(pause));
             pause = (pause * 2).min(Duration::from_secs(30));
         }
         Err(format!(
@@ -295,6 +328,13 @@ impl HttpClient {
             request.method, self.origin, request.path, self.options.attempts
         ))
     }
+}
+
+/// A pause between half and all of `pause`.
+fn jittered(pause: Duration) -> Duration {
+    let r = u64::from_le_bytes(crate::crypto::random_array::<8>());
+    let millis = pause.as_millis() as u64;
+    Duration::from_millis(millis / 2 + r % (millis / 2 + 1))
 }
 
 /// The transport thread: one actix system, one `awc` client, each call a
@@ -363,6 +403,9 @@ async fn perform(
                 n.as_str(),
                 "content-length"
                     | "content-range"
+                    | "etag"
+                    | "last-modified"
+                    | "x-amz-version-id"
                     | "x-vouch-modified-unix-ns"
                     | "x-vouch-size"
                     | "retry-after"
