@@ -82,10 +82,11 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
     let repo = ctx.open_cached()?;
     // Resolved (symlinks, `..`), so that the walk never enters the
     // repository however it is named; `Excludes` resolves it again.
-    let repo_path = ctx.repo_path()?;
-    let repo_dir = std::fs::canonicalize(&repo_path)
-        .or_else(|_| std::path::absolute(&repo_path))
-        .ok();
+    let repo_dir = ctx.local_repo_dir().and_then(|repo_path| {
+        std::fs::canonicalize(&repo_path)
+            .or_else(|_| std::path::absolute(&repo_path))
+            .ok()
+    });
     let session_dir = if a.no_session {
         None
     } else {

@@ -37,7 +37,9 @@ pub struct Cli {
     /// Repository location: a directory, or a repository a service serves
     /// (`https://HOST:PORT/repo/v1/REPOSITORY`, with the token in
     /// VOUCH_TOKEN or VOUCH_TOKEN_FILE and, for a self-signed server
-    /// certificate, its SHA-256 in VOUCH_FINGERPRINT).
+    /// certificate, its SHA-256 in VOUCH_FINGERPRINT), or an S3 bucket
+    /// (`s3:https://HOST[:PORT]/BUCKET/PREFIX`, keys in AWS_ACCESS_KEY_ID and
+    /// AWS_SECRET_ACCESS_KEY or ~/.aws/credentials, region in AWS_REGION).
     #[arg(short = 'r', long = "repo", env = "VOUCH_REPOSITORY", global = true)]
     pub repo: Option<PathBuf>,
     /// Machine-readable JSON output on stdout.
@@ -150,8 +152,8 @@ impl Ctx {
     /// commands that check or remove read the repository itself).
     pub fn open_cached(&self) -> Result<Repository> {
         let repo = self.open()?;
-        let served = self.repo_path()?.to_str().is_some_and(is_url);
-        if !served || self.no_cache {
+        let remote = self.repo_path()?.to_str().is_some_and(is_remote);
+        if !remote || self.no_cache {
             return Ok(repo);
         }
         let Some(base) = cache_base() else {
@@ -173,11 +175,7 @@ impl Ctx {
     }
 
     fn backend_and_config(&self) -> Result<(Arc<dyn Backend>, crate::format::Config)> {
-        let path = self.repo_path()?;
-        let backend: Arc<dyn Backend> = match path.to_str().filter(|p| is_url(p)) {
-            Some(url) => Arc::new(http_backend(url)?),
-            None => Arc::new(LocalBackend::new(path)),
-        };
+        let backend = self.storage()?;
         // Check the config before asking for a passphrase.
         let config = Repository::read_config(backend.as_ref())?;
         Ok((backend, config))
@@ -187,6 +185,38 @@ impl Ctx {
 /// Whether a `--repo` names a served repository rather than a directory.
 pub fn is_url(repo: &str) -> bool {
     repo.starts_with("https://") || repo.starts_with("http://")
+}
+
+/// Whether a `--repo` names an S3 location (`s3:https://HOST/BUCKET/PREFIX`).
+pub fn is_s3(repo: &str) -> bool {
+    repo.starts_with("s3:")
+}
+
+/// Whether a `--repo` is anywhere but a local directory.
+pub fn is_remote(repo: &str) -> bool {
+    is_url(repo) || is_s3(repo)
+}
+
+impl Ctx {
+    /// The storage `--repo` names (not checked to hold a repository): a
+    /// directory, a served repository's URL, or an S3 location.
+    pub fn storage(&self) -> Result<Arc<dyn Backend>> {
+        let path = self.repo_path()?;
+        Ok(match path.to_str() {
+            Some(url) if is_url(url) => Arc::new(http_backend(url)?),
+            Some(s3) if is_s3(s3) => Arc::new(crate::backend::s3::S3Backend::from_environment(s3)?),
+            _ => Arc::new(LocalBackend::new(path)),
+        })
+    }
+
+    /// The repository's directory when it is a local one.
+    pub fn local_repo_dir(&self) -> Option<PathBuf> {
+        let path = self.repo_path.clone()?;
+        if path.to_str().is_some_and(is_remote) {
+            return None;
+        }
+        Some(path)
+    }
 }
 
 /// The backend of a served repository's URL, with the token from

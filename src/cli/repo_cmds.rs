@@ -1,12 +1,9 @@
 //! `init`, `key`, `repair`.
 
-use std::sync::Arc;
-
 use clap::{Args, Subcommand};
 use serde_json::json;
 
 use super::{password, Ctx};
-use crate::backend::LocalBackend;
 use crate::crypto::KdfParams;
 use crate::error::{exit_code, Result};
 use crate::format::ChunkerParams;
@@ -78,7 +75,7 @@ pub fn init(ctx: &Ctx, a: InitArgs) -> Result<i32> {
         pack_size: a.pack_size_mib << 20,
         kdf: a.kdf.params(),
     };
-    let repo = Repository::init(Arc::new(LocalBackend::new(&path)), &pw, &opts)?;
+    let repo = Repository::init(ctx.storage()?, &pw, &opts)?;
     if ctx.out.json {
         ctx.out.json_line(
             &json!({"type": "init", "repository": path, "id": repo.config().id.to_hex()}),
