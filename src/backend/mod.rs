@@ -4,6 +4,7 @@
 
 pub mod http;
 pub mod s3;
+pub mod storage;
 
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};

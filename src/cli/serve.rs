@@ -31,6 +31,9 @@ use vouch_events::sources::{Protected, RootList, SourcePolicy, DEFAULT_SOURCE_RO
 use vouch_events::{EventLog, LogOptions, RepositoryId, SharedLog, SledStore};
 use vouch_web::{AppState, LiveTokens, Role, TokenStore};
 
+use crate::backend::s3::credentials::Credentials;
+use crate::backend::s3::{S3Location, S3Options};
+use crate::backend::storage::{S3Storage, Storage};
 use crate::backend::LocalBackend;
 use crate::repo::{InitOptions, Repository};
 use crate::workers::{EngineBrowser, EngineRepoStore, EngineWorker, RepoSet, RepoSpec};
@@ -363,10 +366,57 @@ fn webhook_auth(w: &WebhookSection) -> anyhow::Result<Option<ReceiverAuth>> {
 pub struct RepositorySection {
     /// Its id in plans.
     pub id: String,
-    /// Its directory (an existing repository).
-    pub path: PathBuf,
+    /// Its directory (an existing repository); or `location`.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Its S3 location, `s3:https://HOST[:PORT]/BUCKET/PREFIX` (an existing
+    /// repository); or `path`.
+    #[serde(default)]
+    pub location: Option<String>,
+    /// For S3: a credentials file in the AWS CLI's format (else the
+    /// service's environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, or
+    /// ~/.aws/credentials).
+    #[serde(default)]
+    pub s3_credentials_file: Option<PathBuf>,
+    /// For S3: the profile of that file (`default`).
+    #[serde(default)]
+    pub s3_profile: Option<String>,
+    /// For S3: the signing region (else AWS_REGION, else `us-east-1`).
+    #[serde(default)]
+    pub s3_region: Option<String>,
     /// A file holding its passphrase.
     pub passphrase_file: PathBuf,
+}
+
+impl RepositorySection {
+    /// Where the repository is, with the keys to reach it.
+    pub fn storage(&self) -> anyhow::Result<Storage> {
+        match (&self.path, &self.location) {
+            (Some(path), None) => Ok(Storage::Local(path.clone())),
+            (None, Some(location)) => {
+                let parsed = S3Location::parse(location)
+                    .with_context(|| format!("repository {:?}", self.id))?;
+                let credentials = match &self.s3_credentials_file {
+                    Some(f) => Credentials::from_file(f, self.s3_profile.as_deref().unwrap_or("default")),
+                    None => Credentials::from_environment(),
+                }
+                .with_context(|| format!("the S3 credentials of repository {:?}", self.id))?;
+                let mut options = S3Options::default();
+                if let Some(region) = &self.s3_region {
+                    options.region = region.clone();
+                }
+                Ok(Storage::S3(Box::new(S3Storage {
+                    location: parsed,
+                    credentials,
+                    options,
+                })))
+            }
+            _ => bail!(
+                "repository {:?} needs exactly one of path (a directory) and location (s3:https://HOST/BUCKET/PREFIX)",
+                self.id
+            ),
+        }
+    }
 }
 
 impl Config {
@@ -437,10 +487,18 @@ fn source_policy(s: &Settings, data_dir: &Path) -> anyhow::Result<SourcePolicy> 
         });
     }
     for r in &s.config.repositories {
-        protected.push(Protected {
-            what: format!("repository {:?}", r.id),
-            path: std::path::absolute(&r.path)?,
-        });
+        if let Some(path) = &r.path {
+            protected.push(Protected {
+                what: format!("repository {:?}", r.id),
+                path: std::path::absolute(path)?,
+            });
+        }
+        if let Some(f) = &r.s3_credentials_file {
+            protected.push(Protected {
+                what: format!("the S3 credentials of repository {:?}", r.id),
+                path: std::path::absolute(f)?,
+            });
+        }
         protected.push(Protected {
             what: format!("the passphrase file of repository {:?}", r.id),
             path: std::path::absolute(&r.passphrase_file)?,
@@ -483,7 +541,7 @@ fn default_repository(data_dir: &Path) -> anyhow::Result<RepoSpec> {
     Ok(RepoSpec {
         id: RepositoryId::new("default"),
         passphrase: read_secret(&pw_path)?.into(),
-        path,
+        storage: Storage::Local(path),
     })
 }
 
@@ -888,7 +946,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     for r in &s.config.repositories {
         specs.push(RepoSpec {
             id: RepositoryId::new(r.id.as_str()),
-            path: r.path.clone(),
+            storage: r.storage()?,
             passphrase: read_secret(&r.passphrase_file)?.into(),
         });
     }

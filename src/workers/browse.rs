@@ -430,7 +430,7 @@ impl EngineBrowser {
                 .len() as u64;
             out.push(RepoStats {
                 id: spec.id.to_string(),
-                location: spec.path.display().to_string(),
+                location: spec.storage.to_string(),
                 snapshots,
                 packs: index.packs().len() as u64,
                 size_bytes: index.packs().iter().map(|p| p.size).sum(),

@@ -18,6 +18,7 @@ use vouch_web::{
 };
 
 use super::{RepoSet, RepoSpec};
+use crate::backend::storage::Storage;
 use crate::backend::{FileKind, LocalBackend, WriteSync};
 use crate::error::Error;
 use crate::id::{IndexId, PackId, SnapshotId};
@@ -78,7 +79,7 @@ pub fn agent_repositories(data_dir: &std::path::Path) -> anyhow::Result<Vec<Repo
             .map_err(|e| anyhow::anyhow!("reading {}: {e}", pw.display()))?;
         out.push(RepoSpec {
             id: RepositoryId::new(agent_repository(&name)),
-            path,
+            storage: Storage::Local(path),
             passphrase: passphrase.trim_end().as_bytes().to_vec().into(),
         });
     }
@@ -398,7 +399,7 @@ impl RepoStore for EngineRepoStore {
         .map_err(store_error)?;
         self.repos.add(RepoSpec {
             id: RepositoryId::new(&id),
-            path,
+            storage: Storage::Local(path),
             passphrase: passphrase.as_bytes().to_vec().into(),
         });
         Ok(NewAgentRepository { id, passphrase })

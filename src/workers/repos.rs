@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use vouch_events::sources::SourcePolicy;
 use vouch_events::{JobId, RepositoryId};
 
-use crate::backend::LocalBackend;
 use crate::error::{Error, Result};
 use crate::repo::Repository;
 
@@ -17,8 +16,8 @@ use crate::repo::Repository;
 pub struct RepoSpec {
     /// Its id in plans and events.
     pub id: RepositoryId,
-    /// Its directory.
-    pub path: PathBuf,
+    /// Where it is.
+    pub storage: crate::backend::storage::Storage,
     /// Its passphrase (never logged; wiped from memory when dropped).
     pub passphrase: zeroize::Zeroizing<Vec<u8>>,
 }
@@ -27,7 +26,7 @@ impl std::fmt::Debug for RepoSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RepoSpec")
             .field("id", &self.id)
-            .field("path", &self.path)
+            .field("storage", &self.storage)
             .field("passphrase", &"<redacted>")
             .finish()
     }
@@ -133,7 +132,7 @@ impl RepoSet {
                     "no repository {id:?} is configured (see `repositories` in the configuration)"
                 ))
             })?;
-        let backend = Arc::new(LocalBackend::new(&spec.path));
+        let backend = spec.storage.open()?;
         let repo = Arc::new(Repository::open(backend, &spec.passphrase)?);
         self.opened
             .lock()

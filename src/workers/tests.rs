@@ -119,7 +119,7 @@ fn fixture() -> Fixture {
     let repos = RepoSet::new(
         vec![RepoSpec {
             id: RepositoryId::new(REPO),
-            path: dir.path().join("repo"),
+            storage: crate::backend::storage::Storage::Local(dir.path().join("repo")),
             passphrase: PW.to_vec().into(),
         }],
         dir.path().join("sandbox"),
@@ -308,7 +308,7 @@ fn c1_an_unwritable_sandbox_stays_a_job_failure() {
     f.repos = RepoSet::new(
         vec![RepoSpec {
             id: RepositoryId::new(REPO),
-            path: f.dir.path().join("repo"),
+            storage: crate::backend::storage::Storage::Local(f.dir.path().join("repo")),
             passphrase: PW.to_vec().into(),
         }],
         blocker,

@@ -25,6 +25,18 @@ impl Env {
         Env { dir, repo }
     }
 
+    /// A scratch area whose repository is a fresh prefix of the S3 test
+    /// bucket (`VOUCH_S3_ENDPOINT` and the AWS keys, as `.ci/s3-server.sh
+    /// start` prints them), or `None` outside CI without a store (CI must
+    /// have one).
+    pub fn s3() -> Option<Self> {
+        let endpoint = s3_endpoint()?;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let prefix = hex_id();
+        let repo = PathBuf::from(format!("s3:{endpoint}/vouch-tests/e2e/{prefix}"));
+        Some(Env { dir, repo })
+    }
+
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }
@@ -222,4 +234,26 @@ pub fn stored_bytes(dir: &Path) -> (u64, usize) {
         }
     }
     (bytes, n)
+}
+
+/// The S3 endpoint of the tests, or `None` (with a note) outside CI.
+pub fn s3_endpoint() -> Option<String> {
+    match std::env::var("VOUCH_S3_ENDPOINT") {
+        Ok(e) if !e.is_empty() => Some(e),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run the S3 tests: start the store with `eval \"$(.ci/s3-server.sh start)\"`"
+            );
+            eprintln!("VOUCH_S3_ENDPOINT is not set: S3 test skipped (see .ci/s3-server.sh)");
+            None
+        }
+    }
+}
+
+/// 12 random hex digits (a fresh prefix, a unique name).
+pub fn hex_id() -> String {
+    let mut b = [0u8; 6];
+    vouch_chaos::Rng::new(vouch_chaos::Rng::seed_from_clock()).fill(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }

@@ -555,7 +555,16 @@ impl S3Backend {
                 Bytes::from(xml::complete_multipart(&etags)),
                 "application/xml",
             ));
-            let a = self.get_ok(r, &format!("completing the upload of {key}"))?;
+            let a = self.call(r)?;
+            if !a.ok() {
+                // A completion whose answer was lost is retried, and the
+                // retry finds the upload gone: the object tells.
+                let e: xml::S3Error = xml::parse(&a.body).unwrap_or_default();
+                if e.code == "NoSuchUpload" && self.has_size(&key, data.len() as u64)? {
+                    return Ok(());
+                }
+                return Err(self.refused(&a, &format!("completing the upload of {key}")));
+            }
             // A completion can fail after a 200: the error is in the body.
             if let Ok(e) = xml::parse::<xml::S3Error>(&a.body) {
                 if !e.code.is_empty() {
@@ -574,6 +583,15 @@ impl S3Backend {
             ));
         }
         result
+    }
+
+    /// Whether `key` exists with `size` bytes.
+    fn has_size(&self, key: &str, size: u64) -> Result<bool> {
+        let a = self.call(Request::new(Method::HEAD, self.path(key, &[])))?;
+        Ok(a.ok()
+            && a.header("content-length")
+                .and_then(|l| l.parse::<u64>().ok())
+                == Some(size))
     }
 
     /// Multipart uploads in progress below the prefix: (key, upload id).
