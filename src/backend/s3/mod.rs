@@ -560,7 +560,7 @@ impl S3Backend {
                 // A completion whose answer was lost is retried, and the
                 // retry finds the upload gone: the object tells.
                 let e: xml::S3Error = xml::parse(&a.body).unwrap_or_default();
-                if e.code == "NoSuchUpload" && self.has_size(&key, data.len() as u64)? {
+                if e.code == "NoSuchUpload" && self.has_size(key, data.len() as u64)? {
                     return Ok(());
                 }
                 return Err(self.refused(&a, &format!("completing the upload of {key}")));
