@@ -37,6 +37,8 @@ pub mod exit_code {
     /// `forget` or `prune` refused: a service owns the repository (or its
     /// ownership record is damaged) and `--outside-service` was not given.
     pub const SERVICE_OWNED: i32 = 20;
+    /// `forget` refused: the snapshot is locked until a date.
+    pub const POINT_LOCKED: i32 = 21;
     /// Interrupted by SIGINT or SIGTERM (128 + 2).
     pub const INTERRUPTED: i32 = 130;
 }
@@ -87,6 +89,9 @@ pub enum Error {
     /// Another process holds a conflicting lock.
     #[error("repository is locked: {0}")]
     Locked(String),
+    /// A snapshot is locked until a date (a lock stored in the repository).
+    #[error("{0}")]
+    PointLocked(String),
     /// Disk full while writing.
     #[error("disk full while {0}")]
     DiskFull(String),
@@ -152,6 +157,7 @@ impl Error {
             Error::Damaged(_) | Error::RepairNeeded(_) => DAMAGED,
             Error::SnapshotUnreadable(_) => CORRUPT_METADATA,
             Error::Locked(_) => LOCKED,
+            Error::PointLocked(_) => POINT_LOCKED,
             Error::DiskFull(_) => DISK_FULL,
             Error::SourceMissing(_) => SOURCE_MISSING,
             Error::TargetNotEmpty(_) => TARGET_NOT_EMPTY,
@@ -175,6 +181,7 @@ impl Error {
             Error::RepairNeeded(_) => "run `vouch repair index` and then `vouch verify`; if blobs are still missing, forget the snapshots verify names as affected, then prune again",
             Error::SnapshotUnreadable(_) => "`vouch verify` lists unreadable snapshots; restore the file from a copy, or remove it with `vouch repair snapshots` if you accept losing that snapshot",
             Error::Locked(_) => "wait for the other process to finish, or pass --retry-lock 10m; `vouch unlock` removes stale locks (a lock of a dead process on this host is removed automatically)",
+            Error::PointLocked(_) => "a locked snapshot stays until its lock ends; `vouch snapshots` shows the locks, and nothing can shorten one",
             Error::DiskFull(_) => "free space (or raise the quota) and run the same command again; nothing already stored is lost",
             Error::SourceMissing(_) => "check the path; back up only paths that exist",
             Error::TargetNotEmpty(_) => "restore into an empty directory, or pass --overwrite to replace what is there",

@@ -56,6 +56,7 @@ pub fn forget(
     } else {
         Some(repo.lock(false, "forget")?)
     };
+    let mut locks = repo.point_locks()?;
     let mut groups: BTreeMap<GroupKey, Vec<(SnapshotId, Manifest)>> = BTreeMap::new();
     for (id, m) in repo.list_snapshots()? {
         groups
@@ -80,20 +81,27 @@ pub fn forget(
             decisions: Vec::new(),
         };
         for d in decisions {
+            // A locked snapshot stays, whatever the rules say.
+            let lock = locks.in_force(&d.id, now_ns);
+            let keep = d.keep || lock.is_some();
+            let mut reasons: Vec<String> = d.reasons.iter().map(|r| r.to_string()).collect();
+            if let Some(until) = lock {
+                reasons.push(format!("locked until {}", crate::util::rfc3339(until)));
+            }
             let time = snaps
                 .iter()
                 .find(|(id, _)| *id == d.id)
                 .map(|(_, m)| crate::util::rfc3339(m.time_ns))
                 .unwrap_or_default();
-            if !d.keep && !dry_run {
-                repo.delete_snapshot(&d.id)?;
+            if !keep && !dry_run {
+                repo.delete_snapshot_checked(&d.id, &mut locks)?;
                 crate::failpoint::crash("forget-one-deleted");
             }
             group.decisions.push(ForgetDecision {
                 snapshot: d.id.to_hex(),
                 time,
-                keep: d.keep,
-                reasons: d.reasons.iter().map(|r| r.to_string()).collect(),
+                keep,
+                reasons,
             });
         }
         out.push(group);
@@ -118,9 +126,15 @@ pub fn forget_ids(repo: &Repository, specs: &[String], dry_run: bool) -> Result<
         let (id, _) = repo.find_snapshot(s)?;
         ids.push(id);
     }
+    // All or nothing: a locked one among them stops the command before
+    // anything is deleted.
+    let mut locks = repo.point_locks()?;
+    for id in &ids {
+        locks.check_deletable(id, crate::util::now_ns())?;
+    }
     if !dry_run {
         for id in &ids {
-            repo.delete_snapshot(id)?;
+            repo.delete_snapshot_checked(id, &mut locks)?;
             crate::failpoint::crash("forget-one-deleted");
         }
         repo.backend()

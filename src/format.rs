@@ -38,6 +38,8 @@ pub enum SealedKind {
     Snapshot = 2,
     /// `owner`: which service owns the repository.
     Owner = 3,
+    /// `pointlocks/<id>`: a snapshot's lock (format v1 extension).
+    PointLock = 4,
 }
 
 /// Kind of blob; part of each blob's associated data.

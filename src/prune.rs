@@ -66,13 +66,21 @@ pub struct PruneReport {
     pub blobs_used: u64,
     /// Blobs dropped.
     pub blobs_dropped: u64,
+    /// Packs of locked snapshots left as they are although mostly unused
+    /// (a locked point's files stay where the storage retains them).
+    pub packs_kept_for_locks: u64,
+    /// Lock records removed: expired, of snapshots that are gone.
+    pub lock_records_removed: u64,
+    /// Files whose storage retention was checked or renewed (S3 Object
+    /// Lock).
+    pub files_retained: u64,
     /// Whether this was a dry run.
     pub dry_run: bool,
 }
 
 /// Every blob (trees and data) the given snapshots reference. Fails with
 /// [`Error::RepairNeeded`] when one is in no index.
-fn mark(
+pub(crate) fn mark(
     repo: &Repository,
     index: &MasterIndex,
     snapshots: &[(SnapshotId, Manifest)],
@@ -217,6 +225,19 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
             id.short()
         )));
     }
+    let now = crate::util::now_ns();
+    let locks = repo.point_locks()?;
+    if let Some((name, why)) = locks.unreadable.first() {
+        return Err(Error::RepairNeeded(format!(
+            "point lock record {name} does not read ({why}); prune cannot tell which packs locked snapshots need kept in place"
+        )));
+    }
+    let locked: Vec<(SnapshotId, Manifest)> = scan
+        .snapshots
+        .iter()
+        .filter(|(id, _)| locks.in_force(id, now).is_some())
+        .cloned()
+        .collect();
     let listing: HashMap<String, u64> = repo.backend().list(FileKind::Pack)?.into_iter().collect();
     let by_id: HashMap<PackId, u64> = listing
         .iter()
@@ -224,6 +245,10 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
         .collect();
     check_indexed_packs(&index, &by_id)?;
     let used = mark(repo, &index, &scan.snapshots)?;
+    let locked_packs: HashSet<PackId> = mark(repo, &index, &locked)?
+        .iter()
+        .filter_map(|b| index.get(b).map(|(p, _)| p.id))
+        .collect();
     let mut report = PruneReport {
         dry_run: opts.dry_run,
         packs_before: index.packs().len() as u64,
@@ -249,7 +274,12 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
         if u == 0 {
             delete.push(p.id);
         } else if (u as f64) < p.size as f64 * opts.repack_below {
-            repack.push(p.id);
+            if locked_packs.contains(&p.id) {
+                report.packs_kept_for_locks += 1;
+                keep.insert(p.id);
+            } else {
+                repack.push(p.id);
+            }
         } else {
             keep.insert(p.id);
         }
@@ -355,6 +385,18 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
     }
     repo.backend().sync_deletes(FileKind::Pack)?;
     report.temporary_files = repo.backend().remove_temporary()? as u64;
+    // Lock records are inert once expired; those of snapshots that are
+    // gone go (a record of a snapshot still there stays, as its history).
+    let present: HashSet<SnapshotId> = scan.snapshots.iter().map(|(id, _)| *id).collect();
+    for (name, r) in &locks.records {
+        if r.until_ns <= now && !present.contains(&r.snapshot) {
+            repo.backend().delete(FileKind::PointLock, name)?;
+            report.lock_records_removed += 1;
+        }
+    }
+    // The new index describes locked points' packs: the storage retains
+    // it too.
+    report.files_retained = repo.retain_locked_points(now)?;
     tracing::info!(
         deleted = report.packs_deleted,
         repacked = report.packs_repacked,

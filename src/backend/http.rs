@@ -42,6 +42,7 @@ fn segment(kind: FileKind) -> &'static str {
         FileKind::Index => "index",
         FileKind::Snapshot => "snapshots",
         FileKind::Lock => "locks",
+        FileKind::PointLock => "pointlocks",
     }
 }
 

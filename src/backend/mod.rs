@@ -32,16 +32,20 @@ pub enum FileKind {
     /// `owner`: the optional sealed record of the service that owns the
     /// repository (format v1 extension; older builds never read it).
     Owner,
+    /// `pointlocks/<id>`: a snapshot's lock until a date (format v1
+    /// extension; older builds never read it).
+    PointLock,
 }
 
 impl FileKind {
     /// All kinds that live in a directory of their own.
-    pub const DIRS: [FileKind; 5] = [
+    pub const DIRS: [FileKind; 6] = [
         FileKind::Key,
         FileKind::Pack,
         FileKind::Index,
         FileKind::Snapshot,
         FileKind::Lock,
+        FileKind::PointLock,
     ];
 
     fn dir(self) -> &'static str {
@@ -52,8 +56,20 @@ impl FileKind {
             FileKind::Index => "index",
             FileKind::Snapshot => "snapshots",
             FileKind::Lock => "locks",
+            FileKind::PointLock => "pointlocks",
         }
     }
+}
+
+/// Who keeps a locked point's files from being deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Retained {
+    /// Vouch refuses to delete them; anyone with write access to the
+    /// storage could.
+    ByVouch,
+    /// The storage itself refuses (S3 Object Lock in compliance mode).
+    ByStorage,
 }
 
 /// Whether a write must be durable before the call returns.
@@ -98,6 +114,20 @@ pub trait Backend: Send + Sync {
     fn modified(&self, kind: FileKind, name: &str) -> Result<Option<std::time::SystemTime>>;
     /// Removes temporary files left by interrupted writers; returns how many.
     fn remove_temporary(&self) -> Result<usize>;
+    /// Whether the storage itself can retain files until a date.
+    fn retention_support(&self) -> Result<Retained> {
+        Ok(Retained::ByVouch)
+    }
+    /// Has the storage refuse to delete or overwrite a file before `until`
+    /// (never shortening a retention already set). Only called when
+    /// [`Backend::retention_support`] says the storage can.
+    fn retain_until(&self, kind: FileKind, name: &str, until: std::time::SystemTime) -> Result<()> {
+        let _ = (kind, name, until);
+        Err(Error::InvalidArgument(format!(
+            "{} cannot retain files",
+            self.location()
+        )))
+    }
     /// What went over the network so far, for a remote backend (`None` for
     /// a local directory).
     fn traffic(&self) -> Option<Traffic> {

@@ -28,6 +28,9 @@ pub fn snapshots(ctx: &Ctx, a: SnapshotsArgs) -> Result<i32> {
         .filter(|(_, m)| a.host.as_ref().is_none_or(|h| &m.host == h))
         .filter(|(_, m)| a.tag.as_ref().is_none_or(|t| m.tags.contains(t)))
         .collect();
+    let locks = repo.point_locks()?;
+    let now = crate::util::now_ns();
+    let locked = |id| locks.in_force(id, now).map(crate::util::rfc3339);
     if ctx.out.json {
         let v: Vec<_> = list
             .iter()
@@ -36,28 +39,37 @@ pub fn snapshots(ctx: &Ctx, a: SnapshotsArgs) -> Result<i32> {
                     "id": id.to_hex(), "short_id": id.short(), "time": crate::util::rfc3339(m.time_ns),
                     "host": m.host, "paths": m.paths, "tags": m.tags, "parent": m.parent.map(|p| p.to_hex()),
                     "tree": m.tree.to_hex(), "user": m.user, "program": m.program, "summary": m.summary,
-                    "warnings": m.warnings,
+                    "warnings": m.warnings, "locked_until": locked(id),
                 })
             })
             .collect();
         ctx.out.json_line(&v);
     } else {
         println!(
-            "{:<10}{:<21}{:<16}{:<10}{:>12}  paths",
-            "id", "time (UTC)", "host", "tags", "size"
+            "{:<10}{:<21}{:<16}{:<10}{:>12}  {:<21}paths",
+            "id", "time (UTC)", "host", "tags", "size", "locked until"
         );
         for (id, m) in &list {
             println!(
-                "{:<10}{:<21}{:<16}{:<10}{:>12}  {}",
+                "{:<10}{:<21}{:<16}{:<10}{:>12}  {:<21}{}",
                 id.short(),
                 short_time(m.time_ns),
                 m.host,
                 m.tags.join(","),
                 human_bytes(m.summary.total_bytes),
+                locks
+                    .in_force(id, now)
+                    .map(short_time)
+                    .unwrap_or_else(|| "-".into()),
                 m.paths.join(" ")
             );
         }
         println!("{} snapshots", list.len());
+        if let Some((name, why)) = locks.unreadable.first() {
+            eprintln!(
+                "warning: point lock record {name} does not read ({why}): no snapshot can be forgotten until it is repaired"
+            );
+        }
     }
     Ok(exit_code::OK)
 }

@@ -407,3 +407,55 @@ pub fn unlock(ctx: &Ctx, a: UnlockArgs) -> Result<i32> {
     }
     Ok(exit_code::OK)
 }
+
+/// `vouch lock`.
+#[derive(Args, Debug)]
+pub struct LockArgs {
+    /// Snapshot id, unique id prefix, or `latest`.
+    pub snapshot: String,
+    /// Until when, RFC 3339 (`2027-01-31T00:00:00Z`).
+    #[arg(long)]
+    pub until: String,
+}
+
+/// Locks a snapshot until a date: a record in the repository that every
+/// tool honours, and a retention of its files where the storage has one.
+pub fn lock(ctx: &Ctx, a: LockArgs) -> Result<i32> {
+    let until = humantime::parse_rfc3339_weak(&a.until)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos() as i64)
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "--until {:?} is not an RFC 3339 time (2027-01-31T00:00:00Z)",
+                a.until
+            ))
+        })?;
+    let repo = ctx.open()?;
+    let (id, _) = repo.find_snapshot(&a.snapshot)?;
+    let by = format!("{}@{}", crate::util::user_name(), crate::util::host_name());
+    let outcome = repo.lock_point(&id, until, &by)?;
+    if ctx.out.json {
+        ctx.out.json_line(&json!({
+            "type": "lock", "snapshot": id.to_hex(), "until": crate::util::rfc3339(outcome.until_ns),
+            "record": outcome.record, "files_retained": outcome.files_retained,
+            "enforced_by": outcome.enforced_by,
+        }));
+    } else {
+        let by_whom = match outcome.enforced_by {
+            crate::backend::Retained::ByStorage => format!(
+                "enforced by the storage: {} files retained until then (compliance mode)",
+                outcome.files_retained
+            ),
+            crate::backend::Retained::ByVouch => {
+                "enforced by vouch (this storage cannot refuse deletions itself)".to_string()
+            }
+        };
+        ctx.out.say(format!(
+            "snapshot {} locked until {}; {by_whom}",
+            id.short(),
+            crate::util::rfc3339(outcome.until_ns)
+        ));
+    }
+    Ok(exit_code::OK)
+}

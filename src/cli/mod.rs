@@ -84,6 +84,9 @@ pub enum Command {
     Verify(maintain::VerifyArgs),
     /// Remove snapshots by keep rules or by id (data stays until prune).
     Forget(maintain::ForgetArgs),
+    /// Lock a snapshot until a date: no tool may forget it before (and on
+    /// S3 with Object Lock, the store refuses to delete its files).
+    Lock(maintain::LockArgs),
     /// Delete data no snapshot needs and repack mostly-empty packs.
     Prune(maintain::PruneArgs),
     /// Manage the passphrases (keys) of the repository.
@@ -286,6 +289,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Diff(a) => inspect::diff(&ctx, a),
         Command::Verify(a) => maintain::verify(&ctx, a),
         Command::Forget(a) => maintain::forget(&ctx, a),
+        Command::Lock(a) => maintain::lock(&ctx, a),
         Command::Prune(a) => maintain::prune(&ctx, a),
         Command::Key(a) => repo_cmds::key(&ctx, a),
         Command::Repair(a) => repo_cmds::repair(&ctx, a),

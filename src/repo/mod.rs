@@ -7,6 +7,7 @@ pub mod integrity;
 pub mod lock;
 pub mod owner;
 pub mod pack;
+pub mod point_lock;
 mod sealed;
 
 use std::collections::HashSet;
@@ -595,7 +596,9 @@ impl Repository {
     /// [`Backend::sync_deletes`] for `FileKind::Snapshot` afterwards to make
     /// the deletion durable before anything relies on it.
     pub fn delete_snapshot(&self, id: &SnapshotId) -> Result<()> {
-        self.backend.delete(FileKind::Snapshot, &id.to_hex())
+        // Every deletion of a manifest comes here: a lock stored in the
+        // repository holds, whoever asks.
+        self.delete_snapshot_checked(id, &mut point_lock::PointLocks::default())
     }
 
     // ----- index -----

@@ -62,6 +62,7 @@ pub fn failure_of(e: &Error, cancelled: bool) -> JobFailure {
         Error::Interrupted => ("interrupted", true),
         Error::SourceMissing(_) => ("source_missing", true),
         Error::Locked(_) => ("repository_locked", true),
+        Error::PointLocked(_) => ("point_locked", false),
         Error::DiskFull(_) => ("disk_full", true),
         Error::WrongPassword | Error::NoPassword(_) => ("wrong_passphrase", false),
         Error::NoRepository(_) => ("no_repository", false),

@@ -195,6 +195,8 @@ pub struct S3Backend {
     client: Arc<HttpClient>,
     location: S3Location,
     options: S3Options,
+    /// Whether the bucket has Object Lock, once asked.
+    object_lock: std::sync::OnceLock<bool>,
 }
 
 /// What the store said about an object's retention.
@@ -215,6 +217,7 @@ fn dir(kind: FileKind) -> &'static str {
         FileKind::Index => "index",
         FileKind::Snapshot => "snapshots",
         FileKind::Lock => "locks",
+        FileKind::PointLock => "pointlocks",
     }
 }
 
@@ -246,6 +249,7 @@ impl S3Backend {
             client: Arc::new(client),
             location,
             options,
+            object_lock: std::sync::OnceLock::new(),
         })
     }
 
@@ -834,6 +838,25 @@ impl Backend for S3Backend {
 
     fn traffic(&self) -> Option<Traffic> {
         Some(self.client.traffic().totals())
+    }
+
+    fn retention_support(&self) -> Result<super::Retained> {
+        let enabled = match self.object_lock.get() {
+            Some(&e) => e,
+            None => {
+                let e = self.object_lock_enabled()?;
+                *self.object_lock.get_or_init(|| e)
+            }
+        };
+        Ok(if enabled {
+            super::Retained::ByStorage
+        } else {
+            super::Retained::ByVouch
+        })
+    }
+
+    fn retain_until(&self, kind: FileKind, name: &str, until: SystemTime) -> Result<()> {
+        S3Backend::retain_until(self, kind, name, until)
     }
 }
 
