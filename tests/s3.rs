@@ -166,3 +166,86 @@ fn prune_on_s3_killed_at_each_crash_point_loses_nothing() {
         assert_sound(&env, &src, &trees);
     }
 }
+
+/// The S3 API as an attacker holding the repository's keys would use it.
+fn store(location: &str) -> vouch::backend::s3::S3Backend {
+    vouch::backend::s3::S3Backend::from_environment(location).unwrap()
+}
+
+#[test]
+fn a_locked_point_on_an_object_lock_bucket_cannot_be_deleted_through_s3() {
+    use vouch::backend::{Backend, FileKind};
+    let Some(mut env) = Env::s3() else { return };
+    // A bucket of its own, created with Object Lock (which versions it).
+    let endpoint = common::s3_endpoint().unwrap();
+    let bucket = format!("vouch-locked-{}", common::hex_id());
+    env.repo = format!("s3:{endpoint}/{bucket}/repo").into();
+    let location = env.repo.to_str().unwrap().to_owned();
+    let s3 = store(&location);
+    s3.create_bucket(true).unwrap();
+    assert!(s3.object_lock_enabled().unwrap());
+    env.init();
+    let src = env.path("src");
+    random_files(&src, 4, 300_000, 11);
+    let id = env.backup(&[&src]);
+    let until =
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now() + Duration::from_secs(3600))
+            .to_string();
+    let out = env.ok(&["lock", &id, "--until", &until, "--json"]);
+    let lock = common::summary_of(&out);
+    assert_eq!(lock["enforced_by"], "by_storage", "{lock}");
+    let retained = lock["files_retained"].as_u64().unwrap();
+    let packs = s3.list(FileKind::Pack).unwrap();
+    let indexes = s3.list(FileKind::Index).unwrap();
+    // The manifest, the record, every pack and every index file.
+    assert_eq!(
+        retained,
+        2 + packs.len() as u64 + indexes.len() as u64,
+        "{lock}"
+    );
+
+    // Every file of the point: the store refuses to delete any version.
+    let mut files: Vec<(FileKind, String)> = vec![(FileKind::Snapshot, id.clone())];
+    files.extend(
+        s3.list(FileKind::PointLock)
+            .unwrap()
+            .into_iter()
+            .map(|(n, _)| (FileKind::PointLock, n)),
+    );
+    files.extend(packs.into_iter().map(|(n, _)| (FileKind::Pack, n)));
+    files.extend(indexes.into_iter().map(|(n, _)| (FileKind::Index, n)));
+    for (kind, name) in &files {
+        let retention = s3.retention(*kind, name).unwrap().expect("a retention");
+        assert_eq!(retention.mode, "COMPLIANCE");
+        let version = s3.version_of(*kind, name).unwrap().expect("a version id");
+        let err = s3.delete_version(*kind, name, &version).unwrap_err();
+        assert!(
+            err.to_string().contains("AccessDenied"),
+            "{kind:?} {name}: {err}"
+        );
+    }
+    // And vouch itself refuses to forget it.
+    env.expect_stderr(&["forget", &id], 21);
+
+    // Prune rewrites the index: the new index file, which describes the
+    // locked point's packs, is retained too.
+    fs::write(src.join("f0"), random_bytes(300_000, 12)).unwrap();
+    let other = env.backup(&[&src]);
+    env.ok(&["forget", &other]);
+    let out = env.ok(&["prune", "--json"]);
+    let report = &common::summary_of(&out)["report"];
+    assert!(report["files_retained"].as_u64().unwrap() > 0, "{report}");
+    for (name, _) in s3.list(FileKind::Index).unwrap() {
+        assert!(
+            s3.retention(FileKind::Index, &name).unwrap().is_some(),
+            "index {name}"
+        );
+    }
+    let out = env.ok(&["verify", "--read-data"]);
+    assert!(out.contains("no damage found"), "{out}");
+
+    // What is not retained can be deleted with the same keys: the refusal
+    // above is the retention's, not a missing permission.
+    let version = s3.version_of(FileKind::Config, "").unwrap().unwrap();
+    s3.delete_version(FileKind::Config, "", &version).unwrap();
+}
