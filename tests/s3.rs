@@ -182,9 +182,12 @@ fn a_locked_point_on_an_object_lock_bucket_cannot_be_deleted_through_s3() {
     env.repo = format!("s3:{endpoint}/{bucket}/repo").into();
     let location = env.repo.to_str().unwrap().to_owned();
     let s3 = store(&location);
-    s3.create_bucket(true).unwrap();
+    // `init --object-lock` creates the bucket with Object Lock.
+    env.ok(&[
+        "init", "--object-lock", "--insecure-kdf", "--kdf-memory-kib", "1024", "--kdf-iterations", "1",
+        "--pack-size-mib", "1",
+    ]);
     assert!(s3.object_lock_enabled().unwrap());
-    env.init();
     let src = env.path("src");
     random_files(&src, 4, 300_000, 11);
     let id = env.backup(&[&src]);

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::{password, Ctx};
 use crate::crypto::KdfParams;
-use crate::error::{exit_code, Result};
+use crate::error::{exit_code, Error, Result};
 use crate::format::ChunkerParams;
 use crate::repo::{InitOptions, Repository};
 
@@ -56,6 +56,11 @@ pub struct InitArgs {
     /// Maximum chunk size in KiB.
     #[arg(long, default_value_t = 8192)]
     pub chunk_max_kib: u32,
+    /// For an S3 repository: create its bucket with Object Lock (so that
+    /// locked snapshots are retained by the store itself), or check that
+    /// the existing bucket has it.
+    #[arg(long)]
+    pub object_lock: bool,
     /// Key derivation.
     #[command(flatten)]
     pub kdf: KdfArgs,
@@ -75,6 +80,23 @@ pub fn init(ctx: &Ctx, a: InitArgs) -> Result<i32> {
         pack_size: a.pack_size_mib << 20,
         kdf: a.kdf.params(),
     };
+    if a.object_lock {
+        let location = path.to_str().filter(|p| super::is_s3(p)).ok_or_else(|| {
+            Error::InvalidArgument(
+                "--object-lock is for S3 repositories (--repo s3:https://HOST/BUCKET/PREFIX)"
+                    .into(),
+            )
+        })?;
+        let s3 = crate::backend::s3::S3Backend::from_environment(location)?;
+        if !s3.bucket_exists()? {
+            s3.create_bucket(true)?;
+        } else if !s3.object_lock_enabled()? {
+            return Err(Error::InvalidArgument(format!(
+                "bucket {} exists without Object Lock, which most stores only enable when a bucket is created: use a new bucket",
+                s3.s3_location().bucket
+            )));
+        }
+    }
     let repo = Repository::init(ctx.storage()?, &pw, &opts)?;
     if ctx.out.json {
         ctx.out.json_line(
