@@ -177,3 +177,29 @@ fn generate_fixture_repo_v1() {
     .unwrap();
     fs::remove_dir_all(src).unwrap();
 }
+
+/// A point lock record of format v1 (`tests/fixtures/pointlock-v1`, written
+/// on 2026-12-06 for the fixture's first snapshot, until 2100): read and
+/// honoured by every later version. Never regenerate it.
+#[test]
+fn fixture_point_lock_record_v1_is_read_and_honoured() {
+    let work = tempfile::tempdir().unwrap();
+    let repo = work.path().join("repo");
+    copy_dir(&fixtures().join("repo-v1"), &repo);
+    copy_dir(&fixtures().join("pointlock-v1"), &repo.join("pointlocks"));
+    let snaps: serde_json::Value =
+        serde_json::from_str(run_ok(vouch(&repo).args(["snapshots", "--json"])).trim()).unwrap();
+    let snaps = snaps.as_array().unwrap();
+    assert_eq!(
+        snaps[0]["id"],
+        "dd7692e92ab25603b077944807580a6534a7abf8f57a99c75b6806c6f28217c7"
+    );
+    assert_eq!(snaps[0]["locked_until"], "2100-01-01T00:00:00Z");
+    assert!(snaps[1]["locked_until"].is_null());
+    let out = vouch(&repo)
+        .args(["forget", snaps[0]["id"].as_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(21), "{}", String::from_utf8_lossy(&out.stderr));
+    run_ok(vouch(&repo).args(["verify"]));
+}
