@@ -113,6 +113,15 @@ pub fn verify(
         });
     }
 
+    // Point lock records read (one that does not blocks every forget).
+    for (name, why) in repo.point_locks()?.unreadable {
+        report.damage.push(Damage {
+            pack: None,
+            blob: None,
+            problem: format!("point lock record {name} does not read: {why}"),
+        });
+    }
+
     // Packs exist with their sizes.
     let on_disk: HashMap<String, u64> = repo.backend().list(FileKind::Pack)?.into_iter().collect();
     let mut bad_packs: HashSet<PackId> = HashSet::new();

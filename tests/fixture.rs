@@ -200,6 +200,11 @@ fn fixture_point_lock_record_v1_is_read_and_honoured() {
         .args(["forget", snaps[0]["id"].as_str().unwrap()])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(21), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(21),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     run_ok(vouch(&repo).args(["verify"]));
 }

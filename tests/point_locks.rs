@@ -157,6 +157,8 @@ fn a_record_that_does_not_read_stops_every_forget() {
     assert!(err.contains("does not read"), "{err}");
     let err = env.expect_stderr(&["prune"], 13);
     assert!(err.contains("does not read"), "{err}");
+    let out = env.expect(&["verify", "--json"], 13);
+    assert!(out.contains("point lock record"), "{out}");
     assert_eq!(env.snapshot_ids(), vec![id]);
 }
 

@@ -184,8 +184,15 @@ fn a_locked_point_on_an_object_lock_bucket_cannot_be_deleted_through_s3() {
     let s3 = store(&location);
     // `init --object-lock` creates the bucket with Object Lock.
     env.ok(&[
-        "init", "--object-lock", "--insecure-kdf", "--kdf-memory-kib", "1024", "--kdf-iterations", "1",
-        "--pack-size-mib", "1",
+        "init",
+        "--object-lock",
+        "--insecure-kdf",
+        "--kdf-memory-kib",
+        "1024",
+        "--kdf-iterations",
+        "1",
+        "--pack-size-mib",
+        "1",
     ]);
     assert!(s3.object_lock_enabled().unwrap());
     let src = env.path("src");
