@@ -443,3 +443,83 @@ fn ranges_heads_and_missing_answer_what_a_client_needs() {
     let answer: Value = serde_json::from_str(&body).expect("json");
     assert_eq!(answer["missing"], serde_json::json!([absent]));
 }
+
+/// A lock stored in a served repository holds against every client: the
+/// server refuses to delete the locked snapshot or the lock's record (even
+/// to an admin token), and refuses a record that is not one.
+#[test]
+fn a_served_repository_refuses_to_delete_a_locked_snapshot_or_its_lock() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(dir.path());
+    let admin = svc.token.clone();
+    let src = dir.path().join("src");
+    random_files(&src, 2, 10_000, 8);
+    ok(cli(
+        &svc,
+        dir.path(),
+        &admin,
+        &["backup", src.to_str().unwrap()],
+    ));
+    let repo = dir.path().join("data/repository");
+    let snapshot = std::fs::read_dir(repo.join("snapshots"))
+        .expect("snapshots")
+        .flatten()
+        .next()
+        .expect("one snapshot")
+        .file_name()
+        .into_string()
+        .expect("utf-8");
+    ok(cli(
+        &svc,
+        dir.path(),
+        &admin,
+        &["lock", &snapshot, "--until", "2100-01-01T00:00:00Z"],
+    ));
+    let record = std::fs::read_dir(repo.join("pointlocks"))
+        .expect("pointlocks")
+        .flatten()
+        .next()
+        .expect("one record")
+        .file_name()
+        .into_string()
+        .expect("utf-8");
+    let base = "/repo/v1/default";
+    for (kind, name) in [("snapshots", &snapshot), ("pointlocks", &record)] {
+        let (status, text) = raw(
+            svc.addr,
+            "DELETE",
+            &format!("{base}/{kind}/{name}"),
+            &admin,
+            &[],
+            b"",
+        );
+        assert_eq!(status, 409, "DELETE {kind}: {text}");
+        assert!(text.contains("2100-01-01"), "{text}");
+    }
+    assert!(repo.join("snapshots").join(&snapshot).exists());
+    // A "record" that does not read with the repository's key.
+    let junk = b"not a lock record";
+    let name = blake3::hash(junk).to_hex().to_string();
+    let (status, text) = raw(
+        svc.addr,
+        "PUT",
+        &format!("{base}/pointlocks/{name}"),
+        &admin,
+        &[],
+        junk,
+    );
+    assert_eq!(status, 409, "{text}");
+    // Through the CLI the refusal is the engine's own, before any request.
+    let out = cli(
+        &svc,
+        dir.path(),
+        &admin,
+        &["forget", "--outside-service", &snapshot],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(21),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

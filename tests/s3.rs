@@ -259,3 +259,99 @@ fn a_locked_point_on_an_object_lock_bucket_cannot_be_deleted_through_s3() {
     let version = s3.version_of(FileKind::Config, "").unwrap().unwrap();
     s3.delete_version(FileKind::Config, "", &version).unwrap();
 }
+
+/// Polls `f` until it gives `Some`, at most `served::WAIT`.
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let until = std::time::Instant::now() + common::served::WAIT;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_service_backs_up_to_s3_proves_the_point_and_stores_its_lock_there() {
+    use common::served::{get, post, sources_allow, start};
+    use vouch::backend::{Backend, FileKind};
+    let Some(env) = Env::s3() else { return };
+    env.init();
+    let location = env.repo.to_str().unwrap().to_owned();
+    let dir = env.dir.path();
+    let src = env.path("src");
+    random_files(&src, 5, 100_000, 21);
+    fs::write(dir.join("pw"), common::PASSWORD).unwrap();
+    // The keys come from a credentials file, as a service would keep them.
+    let creds = dir.join("s3-credentials");
+    fs::write(
+        &creds,
+        format!(
+            "[backup]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+            std::env::var("AWS_ACCESS_KEY_ID").unwrap(),
+            std::env::var("AWS_SECRET_ACCESS_KEY").unwrap()
+        ),
+    )
+    .unwrap();
+    let config = dir.join("vouch.toml");
+    fs::write(
+        &config,
+        format!(
+            "{}[scheduler]\ntick = \"1s\"\nmax_jitter = \"0s\"\n\n[[repositories]]\nid = \"offsite\"\nlocation = {location:?}\ns3_credentials_file = {:?}\ns3_profile = \"backup\"\npassphrase_file = {:?}\n",
+            sources_allow(dir),
+            creds.to_str().unwrap(),
+            dir.join("pw").to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let svc = start(&dir.join("data"), &config, None);
+    let (status, body) = post(
+        &svc,
+        "/api/v1/plans",
+        &serde_json::json!({"id": "offsite", "source": src, "repository": "offsite",
+            "schedule": "0 3 * * *", "rpo": "1h"}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = post(&svc, "/api/v1/plans/offsite/run", &serde_json::Value::Null);
+    assert_eq!(status, 202, "{body}");
+    let point = eventually("a recoverable point in S3", || {
+        let points = get(&svc, "/api/v1/points?plan=offsite");
+        points
+            .as_array()
+            .and_then(|a| a.first())
+            .filter(|p| p["state"] == "recoverable")
+            .cloned()
+    });
+    let id = point["id"].as_str().unwrap().to_owned();
+    assert_eq!(point["repository"], "offsite");
+
+    // The API's lock is stored in the bucket first.
+    let (status, body) = post(
+        &svc,
+        &format!("/api/v1/points/{id}/lock"),
+        &serde_json::json!({"until": "2100-01-01T00:00:00Z"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let records = store(&location).list(FileKind::PointLock).unwrap();
+    assert_eq!(records.len(), 1, "the lock is a record in the repository");
+    // So the CLI honours it (even behind the service's back), and the
+    // service cannot undo it.
+    env.expect_stderr(&["forget", "--outside-service", &id], 21);
+    let (status, body) = post(
+        &svc,
+        &format!("/api/v1/points/{id}/unlock"),
+        &serde_json::json!({"reason": "try"}),
+    );
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("stored in repository"),
+        "{body}"
+    );
+}

@@ -235,6 +235,7 @@ fn browse_error(e: Error) -> BrowseError {
         Error::NotFound(m) => BrowseError::NotFound(m),
         Error::InvalidArgument(m) => BrowseError::Invalid(m),
         Error::Locked(m) => BrowseError::Unavailable(format!("repository is locked: {m}")),
+        Error::PointLocked(m) => BrowseError::Conflict(m),
         other => BrowseError::Failed(format!("{other} ({})", other.hint())),
     }
 }
@@ -442,6 +443,46 @@ impl EngineBrowser {
 }
 
 impl Browse for EngineBrowser {
+    fn lock_point(
+        &self,
+        repository: &str,
+        point: &str,
+        until_unix_ns: i64,
+        by: &str,
+    ) -> std::result::Result<vouch_web::StoredLock, BrowseError> {
+        let id = point_id(point)?;
+        let repo = self
+            .repos
+            .open(&RepositoryId::new(repository))
+            .map_err(browse_error)?;
+        let outcome = repo
+            .lock_point(&id, until_unix_ns, by)
+            .map_err(browse_error)?;
+        Ok(vouch_web::StoredLock {
+            until_unix_ns: outcome.until_ns,
+            enforced_by: match outcome.enforced_by {
+                crate::backend::Retained::ByStorage => "by_storage",
+                crate::backend::Retained::ByVouch => "by_vouch",
+            }
+            .to_owned(),
+            files_retained: outcome.files_retained,
+        })
+    }
+
+    fn stored_lock(
+        &self,
+        repository: &str,
+        point: &str,
+    ) -> std::result::Result<Option<i64>, BrowseError> {
+        let id = point_id(point)?;
+        let repo = self
+            .repos
+            .open(&RepositoryId::new(repository))
+            .map_err(browse_error)?;
+        let locks = repo.point_locks().map_err(browse_error)?;
+        Ok(locks.until.get(&id).copied())
+    }
+
     fn list(
         &self,
         repository: &str,

@@ -108,6 +108,7 @@ fn kind_of(kind: RepoFile) -> FileKind {
         RepoFile::Index => FileKind::Index,
         RepoFile::Snapshot => FileKind::Snapshot,
         RepoFile::Lock => FileKind::Lock,
+        RepoFile::PointLock => FileKind::PointLock,
     }
 }
 
@@ -119,6 +120,7 @@ fn store_error(e: Error) -> RepoStoreError {
         | Error::Damaged(_)
         | Error::UnsupportedFormat { .. }
         | Error::SnapshotUnreadable(_)) => RepoStoreError::Refused(e.to_string()),
+        e @ Error::PointLocked(_) => RepoStoreError::Refused(e.to_string()),
         e => RepoStoreError::Unavailable(format!("{e} ({})", e.hint())),
     }
 }
@@ -146,6 +148,7 @@ fn content_id_matches(kind: RepoFile, name: &str, body: &[u8]) -> bool {
         RepoFile::Pack => PackId::hash_of(body).to_hex() == name,
         RepoFile::Index => IndexId::hash_of(body).to_hex() == name,
         RepoFile::Snapshot => SnapshotId::hash_of(body).to_hex() == name,
+        RepoFile::PointLock => blake3::hash(body).to_hex().as_str() == name,
         _ => false,
     }
 }
@@ -292,6 +295,20 @@ impl RepoStore for EngineRepoStore {
                     added_bytes: m.summary.bytes_added,
                 });
             }
+            RepoFile::PointLock => {
+                // A record must read with the repository's key and name a
+                // snapshot that exists: anything else is refused, not kept.
+                let record = r.decode_point_lock(name, body).map_err(store_error)?;
+                if !b
+                    .exists(FileKind::Snapshot, &record.snapshot.to_hex())
+                    .map_err(store_error)?
+                {
+                    return Err(RepoStoreError::Refused(format!(
+                        "the lock names snapshot {}, which is not in the repository",
+                        record.snapshot.short()
+                    )));
+                }
+            }
             RepoFile::Lock if rules.append_only => {
                 let exclusive = serde_json::from_slice::<LockFile>(body)
                     .map_err(|e| RepoStoreError::Invalid(format!("not a lock file: {e}")))?
@@ -345,6 +362,32 @@ impl RepoStore for EngineRepoStore {
                     }
                 }
             }
+        }
+        // A lock stored in the repository holds against every client.
+        let now = crate::util::now_ns();
+        match kind {
+            RepoFile::Snapshot => {
+                let id = SnapshotId::from_hex(name)
+                    .map_err(|e| RepoStoreError::Invalid(e.to_string()))?;
+                r.point_locks()
+                    .and_then(|l| l.check_deletable(&id, now))
+                    .map_err(|e| RepoStoreError::Refused(e.to_string()))?;
+            }
+            RepoFile::PointLock => {
+                if let Ok(record) = b
+                    .read(FileKind::PointLock, name)
+                    .and_then(|bytes| r.decode_point_lock(name, &bytes))
+                {
+                    if record.until_ns > now {
+                        return Err(RepoStoreError::Refused(format!(
+                            "lock {name} of snapshot {} holds until {}: a lock cannot be removed before its end",
+                            record.snapshot.short(),
+                            crate::util::rfc3339(record.until_ns)
+                        )));
+                    }
+                }
+            }
+            _ => {}
         }
         b.delete(kind_of(kind), name).map_err(store_error)
     }

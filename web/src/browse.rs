@@ -91,6 +91,10 @@ pub enum BrowseError {
     /// The repository cannot be opened now (503 `unavailable`).
     #[error("{0}")]
     Unavailable(String),
+    /// The request conflicts with the repository's state, e.g. a lock
+    /// that would be shortened (409 `conflict`).
+    #[error("{0}")]
+    Conflict(String),
     /// Anything else (500 `internal`, logged).
     #[error("{0}")]
     Failed(String),
@@ -102,6 +106,7 @@ impl From<BrowseError> for crate::WebError {
             BrowseError::NotFound(m) => crate::WebError::NotFound(m),
             BrowseError::Invalid(m) => crate::WebError::BadRequest(m),
             BrowseError::Unavailable(m) => crate::WebError::Unavailable(m),
+            BrowseError::Conflict(m) => crate::WebError::Conflict(m),
             BrowseError::Failed(m) => crate::WebError::Internal(m),
         }
     }
@@ -147,4 +152,36 @@ pub trait Browse: Send + Sync {
 
     /// Every configured repository with its statistics.
     fn repositories(&self) -> Result<Vec<RepoStats>, BrowseError>;
+
+    /// Stores a lock of `point` until `until_unix_ns` in `repository`
+    /// itself (a record every tool honours, and the storage's retention
+    /// where it has one).
+    fn lock_point(
+        &self,
+        _repository: &str,
+        _point: &str,
+        _until_unix_ns: i64,
+        _by: &str,
+    ) -> Result<StoredLock, BrowseError> {
+        Err(BrowseError::Unavailable(
+            "this server cannot store locks in repositories".into(),
+        ))
+    }
+
+    /// The lock `repository` itself holds for `point` (the latest date of
+    /// its records), if any.
+    fn stored_lock(&self, _repository: &str, _point: &str) -> Result<Option<i64>, BrowseError> {
+        Ok(None)
+    }
+}
+
+/// A lock stored in a repository.
+#[derive(Clone, Debug)]
+pub struct StoredLock {
+    /// Until when (ns since the epoch).
+    pub until_unix_ns: i64,
+    /// `by_storage` (S3 Object Lock) or `by_vouch`.
+    pub enforced_by: String,
+    /// Files the storage retains to that date.
+    pub files_retained: u64,
 }

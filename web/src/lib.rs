@@ -53,7 +53,8 @@ pub use auth::{
     TokenStore, FAILED_AUTH_LIMIT, FAILED_AUTH_WINDOW, TOKEN_PREFIX,
 };
 pub use browse::{
-    ArchiveWriter, Browse, BrowseEntry, BrowseError, EntryKind, FileDownload, FileReader, RepoStats,
+    ArchiveWriter, Browse, BrowseEntry, BrowseError, EntryKind, FileDownload, FileReader,
+    RepoStats, StoredLock,
 };
 pub use error::WebError;
 pub use limits::{MAX_BROWSE_CALLS, MAX_DOWNLOADS, MAX_STREAMS, MAX_STREAMS_PER_TOKEN};

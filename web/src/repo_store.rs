@@ -23,11 +23,13 @@ pub enum RepoFile {
     Snapshot,
     /// `locks/{id}`.
     Lock,
+    /// `pointlocks/{id}`: snapshots' locks until a date.
+    PointLock,
 }
 
 impl RepoFile {
     /// Every kind.
-    pub const ALL: [RepoFile; 7] = [
+    pub const ALL: [RepoFile; 8] = [
         RepoFile::Config,
         RepoFile::Owner,
         RepoFile::Key,
@@ -35,10 +37,11 @@ impl RepoFile {
         RepoFile::Index,
         RepoFile::Snapshot,
         RepoFile::Lock,
+        RepoFile::PointLock,
     ];
 
     /// The URL segment (`config`, `owner`, `keys`, `data`, `index`,
-    /// `snapshots`, `locks`).
+    /// `snapshots`, `locks`, `pointlocks`).
     pub fn segment(self) -> &'static str {
         match self {
             RepoFile::Config => "config",
@@ -48,6 +51,7 @@ impl RepoFile {
             RepoFile::Index => "index",
             RepoFile::Snapshot => "snapshots",
             RepoFile::Lock => "locks",
+            RepoFile::PointLock => "pointlocks",
         }
     }
 
@@ -64,7 +68,10 @@ impl RepoFile {
     /// Whether a file's name is the BLAKE3 of its bytes (packs, indexes,
     /// snapshots): such a name can only ever hold the same bytes.
     pub fn is_content_addressed(self) -> bool {
-        matches!(self, RepoFile::Pack | RepoFile::Index | RepoFile::Snapshot)
+        matches!(
+            self,
+            RepoFile::Pack | RepoFile::Index | RepoFile::Snapshot | RepoFile::PointLock
+        )
     }
 }
 

@@ -196,6 +196,22 @@ pub(crate) async fn lock(
         .into(),
     })?;
     tracing::info!(point = %id, until = %rfc3339(until), "locking point");
+    // Stored in the repository first: a record every tool honours, and the
+    // storage's own retention where it has one. Only then recorded here.
+    let now = ctx.service()?.now_unix_ns();
+    if let (Some(browse), true) = (ctx.browse.clone(), until > now) {
+        let repo = with_point(&ctx, &who, id, 0, |pt| pt.repository.to_string()).await?;
+        let (hex, by) = (id.to_hex(), format!("service principal {}", who.name));
+        let stored = web::block(move || browse.lock_point(&repo, &hex, until, &by))
+            .await
+            .map_err(|e| WebError::Internal(e.to_string()))??;
+        tracing::info!(
+            point = %id,
+            enforced_by = %stored.enforced_by,
+            files_retained = stored.files_retained,
+            "lock stored in the repository"
+        );
+    }
     let seen = who.clone();
     // Decided and appended with nothing in between (L7): a lock is never
     // shortened, not even by two requests deciding on one stale view.
@@ -273,9 +289,24 @@ pub(crate) async fn unlock(
             .into(),
         });
     }
+    let now = ctx.service()?.now_unix_ns();
+    // A lock stored in the repository cannot be removed before its end, by
+    // anyone: that is what makes it worth having.
+    if let Some(browse) = ctx.browse.clone() {
+        let repo = with_point(&ctx, &who, id, 0, |pt| pt.repository.to_string()).await?;
+        let (hex, r) = (id.to_hex(), repo.clone());
+        let stored = web::block(move || browse.stored_lock(&r, &hex))
+            .await
+            .map_err(|e| WebError::Internal(e.to_string()))??;
+        if let Some(until) = stored.filter(|&u| u > now) {
+            return Err(WebError::Conflict(format!(
+                "point {id}'s lock is stored in repository {repo} and holds until {}: nothing can remove it before",
+                rfc3339(until)
+            )));
+        }
+    }
     tracing::warn!(point = %id, principal = %who.name, reason = %reason, "removing a point's lock");
     let seen = who.clone();
-    let now = ctx.service()?.now_unix_ns();
     let receipt = ctx
         .service()?
         .append_decided(move |p| {

@@ -269,6 +269,8 @@ pub enum NamedKind {
     Snapshots,
     /// `locks/`.
     Locks,
+    /// `pointlocks/`: snapshots' locks until a date.
+    Pointlocks,
 }
 
 impl NamedKind {
@@ -279,6 +281,7 @@ impl NamedKind {
             NamedKind::Index => RepoFile::Index,
             NamedKind::Snapshots => RepoFile::Snapshot,
             NamedKind::Locks => RepoFile::Lock,
+            NamedKind::Pointlocks => RepoFile::PointLock,
         }
     }
 }
