@@ -394,8 +394,8 @@ async fn perform(
         }
         None => req.send().await,
     };
-    let mut res = sent.map_err(|e| format!("{} {url}: {e}", request.method))?;
-    let headers = res
+    let mut res = sent.map_err(|e| e.to_string())?;
+    let headers: Vec<(String, String)> = res
         .headers()
         .iter()
         .filter(|(n, _)| {
@@ -419,11 +419,26 @@ async fn perform(
         res.body()
             .limit(MAX_ANSWER)
             .await
-            .map_err(|e| format!("{} {url}: reading the answer: {e}", request.method))?
+            .map_err(|e| format!("reading the answer: {e}"))?
     };
     traffic
         .received
         .fetch_add(body.len() as u64, Ordering::Relaxed);
+    // An answer cut short by a closed connection is a failed attempt,
+    // never a shorter file (seen with a proxy cutting answers: the body
+    // ended at the close and was taken whole).
+    let declared = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .and_then(|(_, v)| v.parse::<u64>().ok());
+    if let Some(expected) = declared.filter(|_| request.method != Method::HEAD) {
+        if body.len() as u64 != expected {
+            return Err(format!(
+                "the answer ended after {} of its {expected} bytes",
+                body.len()
+            ));
+        }
+    }
     Ok(Answer {
         status: res.status().as_u16(),
         headers,

@@ -355,3 +355,108 @@ fn a_service_backs_up_to_s3_proves_the_point_and_stores_its_lock_there() {
         "{body}"
     );
 }
+
+#[test]
+fn a_full_cycle_through_a_failing_s3_path_retries_and_loses_nothing() {
+    use vouch_chaos::s3_faults::{FaultPlan, HttpFault, S3FaultProxy};
+    let Some(mut env) = Env::s3() else { return };
+    let endpoint = common::s3_endpoint().unwrap();
+    let upstream: std::net::SocketAddr = endpoint
+        .trim_start_matches("http://")
+        .parse()
+        .expect("the test store is http://IP:PORT");
+    let proxy = S3FaultProxy::start(upstream).unwrap();
+    let direct = env.repo.clone();
+    env.repo = direct
+        .to_str()
+        .unwrap()
+        .replace(&endpoint, &format!("http://{}", proxy.addr()))
+        .into();
+    env.init();
+    // Every third request fails, each time the next way.
+    proxy.set(FaultPlan {
+        every: 3,
+        rotation: vec![
+            HttpFault::SlowDown,
+            HttpFault::ResetUpload,
+            HttpFault::TruncateAnswer,
+            HttpFault::Stall(Duration::from_secs(3)),
+        ],
+        method: None,
+    });
+    let src = env.path("src");
+    random_files(&src, 10, 200_000, 31);
+    let mut trees = BTreeMap::new();
+    let first = env.backup(&[&src]);
+    trees.insert(first.clone(), describe(&src));
+    fs::write(src.join("f2"), random_bytes(150_000, 32)).unwrap();
+    let second = env.backup(&[&src]);
+    trees.insert(second.clone(), describe(&src));
+    assert_sound(&env, &src, &trees);
+    env.ok(&["forget", &first, "--prune"]);
+    trees.remove(&first);
+    let stats = proxy.stats();
+    eprintln!("{stats:?}");
+    assert!(stats.slow_downs > 0 && stats.resets > 0, "{stats:?}");
+    assert!(stats.truncations > 0 && stats.stalls > 0, "{stats:?}");
+    // Straight to the store: every snapshot whole.
+    env.repo = direct;
+    assert_sound(&env, &src, &trees);
+}
+
+#[test]
+fn a_truncated_answer_is_an_error_never_short_data() {
+    use vouch::backend::{Backend, FileKind, WriteSync};
+    use vouch_chaos::s3_faults::{FaultPlan, HttpFault, S3FaultProxy};
+    let Some(env) = Env::s3() else { return };
+    let endpoint = common::s3_endpoint().unwrap();
+    let upstream: std::net::SocketAddr = endpoint.trim_start_matches("http://").parse().unwrap();
+    let proxy = S3FaultProxy::start(upstream).unwrap();
+    let direct = store(env.repo.to_str().unwrap());
+    let quick = vouch::backend::s3::S3Options {
+        client: vouch::http_client::ClientOptions {
+            attempts: 3,
+            backoff: Duration::from_millis(20),
+            ..vouch::backend::s3::S3Options::default().client
+        },
+        ..vouch::backend::s3::S3Options::default()
+    };
+    let via_proxy = vouch::backend::s3::S3Backend::new(
+        vouch::backend::s3::S3Location::parse(
+            &env.repo
+                .to_str()
+                .unwrap()
+                .replace(&endpoint, &format!("http://{}", proxy.addr())),
+        )
+        .unwrap(),
+        vouch::backend::s3::credentials::Credentials::from_environment().unwrap(),
+        quick,
+    )
+    .unwrap();
+    direct.create().unwrap();
+    let name = "ab".to_string() + &"9".repeat(62);
+    let data = random_bytes(300_000, 5);
+    direct
+        .write(FileKind::Pack, &name, &data, WriteSync::Now)
+        .unwrap();
+    // Every GET cut in half.
+    proxy.set(FaultPlan {
+        every: 1,
+        rotation: vec![HttpFault::TruncateAnswer],
+        method: Some("GET".into()),
+    });
+    for read in [
+        via_proxy.read(FileKind::Pack, &name),
+        via_proxy.read_range(FileKind::Pack, &name, 10, 200_000),
+    ] {
+        match read {
+            Err(e) => eprintln!("refused as it should be: {e}"),
+            Ok(got) => panic!(
+                "a cut answer was taken for the file: {} of {} bytes",
+                got.len(),
+                data.len()
+            ),
+        }
+    }
+    assert!(proxy.stats().truncations >= 2);
+}

@@ -50,6 +50,8 @@ impl Env {
             // Session journals stay in the test's directory.
             .env("VOUCH_CACHE_DIR", self.dir.path().join("cache"))
             .env("VOUCH_PASSWORD", PASSWORD)
+            // A stalled store is given up on (and retried) quickly.
+            .env("VOUCH_S3_TIMEOUT", "2s")
             .stdin(std::process::Stdio::null());
         c
     }

@@ -116,6 +116,12 @@ impl Default for S3Options {
             .iter()
             .find_map(|v| std::env::var(v).ok().filter(|r| !r.trim().is_empty()))
             .unwrap_or_else(|| "us-east-1".into());
+        // Time for one request to be answered (`VOUCH_S3_TIMEOUT`, a
+        // humantime duration; 300 s by default).
+        let timeout = std::env::var("VOUCH_S3_TIMEOUT")
+            .ok()
+            .and_then(|t| humantime::parse_duration(t.trim()).ok())
+            .unwrap_or(Duration::from_secs(300));
         S3Options {
             region,
             multipart_threshold: 64 << 20,
@@ -123,6 +129,7 @@ impl Default for S3Options {
             page_size: None,
             client: ClientOptions {
                 retry_statuses: S3_RETRY_STATUSES,
+                timeout,
                 ..ClientOptions::default()
             },
         }
@@ -303,20 +310,13 @@ impl S3Backend {
     }
 
     fn call(&self, request: Request) -> Result<Answer> {
-        let what = format!("{} {}", request.method, self.describe(&request.path));
+        // The client's error names the request.
         self.client.call(&request).map_err(|e| {
             Error::io(
-                what,
+                "the S3 store did not answer",
                 std::io::Error::new(std::io::ErrorKind::ConnectionAborted, e),
             )
         })
-    }
-
-    /// A request path for messages: the bucket and key, never a query's
-    /// upload id or token.
-    fn describe(&self, path: &str) -> String {
-        let path = path.split('?').next().unwrap_or(path);
-        format!("{}{path}", self.location.endpoint)
     }
 
     /// The error for an answer that is not what `what` needed.
@@ -353,6 +353,35 @@ impl S3Backend {
             Ok(a)
         } else {
             Err(self.refused(&a, what))
+        }
+    }
+
+    /// A successful answer's XML document. An answer that does not parse
+    /// is retried like a failed request: a chunked answer cut by a closed
+    /// connection reaches here as a shorter, ill-formed document (seen with
+    /// a proxy cutting listings).
+    fn get_xml<T: for<'de> serde::Deserialize<'de>>(
+        &self,
+        request: Request,
+        what: &str,
+    ) -> Result<T> {
+        let attempts = self.options.client.attempts.max(1);
+        let mut pause = self.options.client.backoff;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let a = self.get_ok(request.clone(), what)?;
+            match xml::parse::<T>(&a.body) {
+                Ok(doc) => return Ok(doc),
+                Err(e) if attempt >= attempts => {
+                    return Err(Error::io(what.to_owned(), std::io::Error::other(e)))
+                }
+                Err(e) => {
+                    tracing::debug!(attempt, what, error = %e, "retrying an answer that does not parse");
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_secs(30));
+                }
+            }
         }
     }
 
@@ -491,12 +520,10 @@ impl S3Backend {
             if let Some(t) = &token {
                 query.push(("continuation-token", t.as_str()));
             }
-            let a = self.get_ok(
+            let page: xml::ListBucketResult = self.get_xml(
                 Request::new(Method::GET, self.path("", &query)),
                 &format!("listing {prefix}"),
             )?;
-            let page: xml::ListBucketResult = xml::parse(&a.body)
-                .map_err(|e| Error::io(format!("listing {prefix}"), std::io::Error::other(e)))?;
             out.extend(page.contents.into_iter().map(|o| (o.key, o.size)));
             match page.next_continuation_token {
                 Some(t) if page.is_truncated && token.as_deref() != Some(t.as_str()) => {
@@ -613,12 +640,10 @@ impl S3Backend {
                 query.push(("key-marker", key_marker.as_str()));
                 query.push(("upload-id-marker", id_marker.as_str()));
             }
-            let a = self.get_ok(
+            let page: xml::ListMultipartUploadsResult = self.get_xml(
                 Request::new(Method::GET, self.path("", &query)),
                 "listing uploads in progress",
             )?;
-            let page: xml::ListMultipartUploadsResult = xml::parse(&a.body)
-                .map_err(|e| Error::io("listing uploads in progress", std::io::Error::other(e)))?;
             out.extend(page.upload.into_iter().map(|u| (u.key, u.upload_id)));
             match (
                 page.is_truncated,
@@ -659,7 +684,7 @@ impl Backend for S3Backend {
             self.create_bucket(false)?;
         }
         let prefix = self.prefixed("");
-        let a = self.get_ok(
+        let page: xml::ListBucketResult = self.get_xml(
             Request::new(
                 Method::GET,
                 self.path(
@@ -669,8 +694,6 @@ impl Backend for S3Backend {
             ),
             &format!("listing {prefix}"),
         )?;
-        let page: xml::ListBucketResult = xml::parse(&a.body)
-            .map_err(|e| Error::io(format!("listing {prefix}"), std::io::Error::other(e)))?;
         if !page.contents.is_empty() {
             return Err(Error::NotEmpty(self.location.to_string().into()));
         }
