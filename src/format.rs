@@ -209,6 +209,20 @@ pub struct Manifest {
     pub summary: Summary,
     /// Sources that could not be read, with why.
     pub warnings: Vec<String>,
+    /// The snapshot this one is a copy of (`vouch copy`; format v1
+    /// extension: absent from snapshots that are no copy, ignored by older
+    /// builds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copied_from: Option<CopyOrigin>,
+}
+
+/// Where a copied snapshot comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyOrigin {
+    /// The source repository's id.
+    pub repository: crate::id::RepoId,
+    /// The snapshot in it.
+    pub snapshot: SnapshotId,
 }
 
 /// Numbers of a backup session.

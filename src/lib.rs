@@ -12,6 +12,7 @@ pub mod backup;
 pub mod bench;
 pub mod chunker;
 pub mod cli;
+pub mod copy;
 pub mod crypto;
 pub mod diff;
 mod error;

@@ -106,6 +106,7 @@ impl Forge {
             program: "forge".into(),
             summary: Summary::default(),
             warnings: Vec::new(),
+            copied_from: None,
         };
         self.repo
             .save_snapshot(&manifest, WriteSync::Now)

@@ -460,3 +460,43 @@ fn a_truncated_answer_is_an_error_never_short_data() {
     }
     assert!(proxy.stats().truncations >= 2);
 }
+
+#[test]
+fn a_local_repository_is_copied_into_s3_with_its_locks() {
+    let Some(dest) = Env::s3() else { return };
+    let src_env = Env::new();
+    src_env.init();
+    dest.init();
+    let src = src_env.path("src");
+    random_files(&src, 6, 200_000, 41);
+    let id = src_env.backup(&[&src]);
+    let tree = describe(&src);
+    let until =
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now() + Duration::from_secs(3600))
+            .to_string();
+    src_env.ok(&["lock", &id, "--until", &until]);
+    // Same test passphrase on both sides.
+    let out = src_env
+        .cmd()
+        .env("VOUCH_TO_PASSWORD", common::PASSWORD)
+        .args(["copy", "--json", "--to", dest.repo.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = common::summary_of(&String::from_utf8_lossy(&out.stdout));
+    let copy = report["snapshots"][0]["copy"].as_str().unwrap().to_owned();
+    assert_eq!(
+        report["snapshots"][0]["locked_until"],
+        until.as_str(),
+        "{report}"
+    );
+    let out = dest.ok(&["verify", "--read-data"]);
+    assert!(out.contains("no damage found"), "{out}");
+    let trees = BTreeMap::from([(copy.clone(), tree)]);
+    assert_sound(&dest, &src, &trees);
+    dest.expect_stderr(&["forget", &copy], 21);
+}

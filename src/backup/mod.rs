@@ -431,6 +431,7 @@ pub fn backup(
         program: format!("vouch {}", env!("CARGO_PKG_VERSION")),
         summary,
         warnings: all_warnings.into_iter().take(10_000).collect(),
+        copied_from: None,
     };
     let snapshot = commit::commit(repo, &guard, packs, &manifest, opts.sync)?;
     drop(guard);

@@ -4,6 +4,7 @@
 mod agent_cmd;
 mod backup_cmd;
 mod bench_cmd;
+mod copy_cmd;
 pub mod events_cmd;
 mod inspect;
 mod maintain;
@@ -84,6 +85,9 @@ pub enum Command {
     Verify(maintain::VerifyArgs),
     /// Remove snapshots by keep rules or by id (data stays until prune).
     Forget(maintain::ForgetArgs),
+    /// Copy snapshots into another repository (a second copy: off-host,
+    /// immutable), idempotent and resumable.
+    Copy(copy_cmd::CopyArgs),
     /// Lock a snapshot until a date: no tool may forget it before (and on
     /// S3 with Object Lock, the store refuses to delete its files).
     Lock(maintain::LockArgs),
@@ -195,6 +199,16 @@ pub fn is_s3(repo: &str) -> bool {
     repo.starts_with("s3:")
 }
 
+/// The storage a repository location names (not checked to hold a
+/// repository): a directory, a served repository's URL, or an S3 location.
+pub fn storage_at(location: &std::path::Path) -> Result<Arc<dyn Backend>> {
+    Ok(match location.to_str() {
+        Some(url) if is_url(url) => Arc::new(http_backend(url)?),
+        Some(s3) if is_s3(s3) => Arc::new(crate::backend::s3::S3Backend::from_environment(s3)?),
+        _ => Arc::new(LocalBackend::new(location)),
+    })
+}
+
 /// Whether a `--repo` is anywhere but a local directory.
 pub fn is_remote(repo: &str) -> bool {
     is_url(repo) || is_s3(repo)
@@ -204,12 +218,7 @@ impl Ctx {
     /// The storage `--repo` names (not checked to hold a repository): a
     /// directory, a served repository's URL, or an S3 location.
     pub fn storage(&self) -> Result<Arc<dyn Backend>> {
-        let path = self.repo_path()?;
-        Ok(match path.to_str() {
-            Some(url) if is_url(url) => Arc::new(http_backend(url)?),
-            Some(s3) if is_s3(s3) => Arc::new(crate::backend::s3::S3Backend::from_environment(s3)?),
-            _ => Arc::new(LocalBackend::new(path)),
-        })
+        storage_at(&self.repo_path()?)
     }
 
     /// The repository's directory when it is a local one.
@@ -290,6 +299,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Verify(a) => maintain::verify(&ctx, a),
         Command::Forget(a) => maintain::forget(&ctx, a),
         Command::Lock(a) => maintain::lock(&ctx, a),
+        Command::Copy(a) => copy_cmd::copy(&ctx, a),
         Command::Prune(a) => maintain::prune(&ctx, a),
         Command::Key(a) => repo_cmds::key(&ctx, a),
         Command::Repair(a) => repo_cmds::repair(&ctx, a),

@@ -67,6 +67,15 @@ pub fn existing() -> Result<Secret> {
     }
 }
 
+/// The passphrase of another existing repository, from `PREFIX`,
+/// `PREFIX_FILE` or `PREFIX_COMMAND`, else asked with `label`.
+pub fn existing_with(prefix: &str, label: &str) -> Result<Secret> {
+    match from_env(prefix)? {
+        Some(p) => Ok(p),
+        None => prompt(label),
+    }
+}
+
 /// A new passphrase (init: `VOUCH_PASSWORD*`; key add/passwd:
 /// `VOUCH_NEW_PASSWORD*`), asked twice on a terminal.
 pub fn new(env_prefix: &str) -> Result<Secret> {
