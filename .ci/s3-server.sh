@@ -246,7 +246,11 @@ osd op num shards = 2
 osd op num threads per shard = 2
 
 [$RGW_NAME]
-rgw frontends = beast endpoint=127.0.0.1:$PORT
+# tcp_nodelay: without it beast sends an answer's head and body as two
+# small writes and Nagle holds the body until the client's delayed ACK
+# (40 ms), which measured 1 in 5 small ranged reads taking 42-45 ms instead
+# of 1-2 ms (what a production RGW should set too).
+rgw frontends = beast endpoint=127.0.0.1:$PORT tcp_nodelay=1
 rgw data = $DIR/rgw
 rgw thread pool size = 64
 rgw enable usage log = false

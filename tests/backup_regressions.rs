@@ -7,10 +7,9 @@ mod common;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{summary_of, Env};
+use common::{summary_of, Env, LoopExt4};
 
 /// Skips a test that needs root or a mount, loudly; under CI it fails.
 fn skip(why: &str) {
@@ -49,45 +48,6 @@ fn restored(target: &Path, p: &Path) -> PathBuf {
     target.join(p.strip_prefix("/").unwrap())
 }
 
-/// An ext4 file system with 128-byte inodes (whole-second timestamps) on a
-/// loop device, unmounted on drop.
-struct CoarseExt4 {
-    mnt: PathBuf,
-}
-
-impl CoarseExt4 {
-    fn mount(dir: &Path) -> Result<Self, String> {
-        let img = dir.join("ext4.img");
-        let mnt = dir.join("mnt");
-        fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
-        fs::File::create(&img)
-            .and_then(|f| f.set_len(32 << 20))
-            .map_err(|e| e.to_string())?;
-        let run = |cmd: &mut Command| -> Result<(), String> {
-            let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-            if out.status.success() {
-                Ok(())
-            } else {
-                Err(format!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr)))
-            }
-        };
-        run(Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-I", "128"])
-            .arg(&img))?;
-        run(Command::new("mount")
-            .args(["-o", "loop"])
-            .arg(&img)
-            .arg(&mnt))?;
-        Ok(Self { mnt })
-    }
-}
-
-impl Drop for CoarseExt4 {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mnt).status();
-    }
-}
-
 /// (size, mtime, ctime, inode): what change detection compares.
 fn stat_key(p: &Path) -> (u64, i64, i64, i64, i64, u64) {
     let m = fs::symlink_metadata(p).unwrap();
@@ -113,7 +73,7 @@ fn review_finding_7_same_tick_rewrite_is_not_kept_stale() {
     }
     let env = Env::new();
     env.init();
-    let fs = match CoarseExt4::mount(env.dir.path()) {
+    let fs = match LoopExt4::mount(env.dir.path(), &["-I", "128"]) {
         Ok(fs) => fs,
         Err(e) => return skip(&format!("cannot mount a coarse ext4: {e}")),
     };

@@ -7,6 +7,7 @@
 mod common;
 
 use std::fs;
+use std::time::Duration;
 
 use common::{random_bytes, random_files, Env};
 
@@ -174,4 +175,86 @@ fn a_repository_without_the_lock_directory_still_works() {
     env.ok(&["snapshots"]);
     env.ok(&["lock", &id, "--until", &in_secs(3600)]);
     env.expect_stderr(&["forget", &id], POINT_LOCKED);
+}
+
+/// On a local directory, `VOUCH_IMMUTABLE_FILES=1` (as root, on ext4 here)
+/// gives a locked point's files the immutable attribute: `rm` fails, even
+/// as root; vouch's own forget and prune, once the lock has passed, clear it
+/// and delete; and a later prune keeps the new index immutable.
+#[test]
+fn locked_files_on_ext4_are_immutable_until_vouch_may_delete_them() {
+    use vouch::backend::immutable::is_immutable;
+    if !common::is_root() {
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        eprintln!("SKIPPED: needs root for chattr +i and a loop mount");
+        return;
+    }
+    let scratch = Env::new();
+    let fs_ = common::LoopExt4::mount(scratch.dir.path(), &[]).expect("a loop-mounted ext4");
+    let mut env = Env::new();
+    env.repo = fs_.mnt.join("repo");
+    env.init();
+    let src = env.path("src");
+    random_files(&src, 3, 300_000, 61);
+    let locked = env.backup(&[&src]);
+    fs::write(src.join("f0"), random_bytes(300_000, 62)).unwrap();
+    let other = env.backup(&[&src]);
+
+    let out = env
+        .cmd()
+        .env("VOUCH_IMMUTABLE_FILES", "1")
+        .args(["lock", &locked, "--until", &in_secs(4), "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lock = common::summary_of(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(lock["enforced_by"], "by_storage", "{lock}");
+    let manifest = env.repo.join("snapshots").join(&locked);
+    assert!(is_immutable(&manifest).unwrap());
+    let err = fs::remove_file(&manifest).unwrap_err();
+    assert_eq!(
+        err.kind(),
+        std::io::ErrorKind::PermissionDenied,
+        "rm as root: {err}"
+    );
+    let packs: Vec<_> = vouch_chaos::files_below(&env.repo.join("data"));
+    assert!(
+        packs.iter().any(|p| is_immutable(p).unwrap()),
+        "packs of the point"
+    );
+
+    // Forgetting and pruning the other snapshot works around the immutable
+    // files (the consolidated index is made immutable in turn).
+    env.expect_stderr(&["forget", &locked], 21);
+    env.ok(&["forget", &other]);
+    let out = env
+        .cmd()
+        .env("VOUCH_IMMUTABLE_FILES", "1")
+        .args(["prune", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for index in vouch_chaos::files_below(&env.repo.join("index")) {
+        assert!(
+            is_immutable(&index).unwrap(),
+            "{} after prune",
+            index.display()
+        );
+    }
+    let out = env.ok(&["verify", "--read-data"]);
+    assert!(out.contains("no damage found"), "{out}");
+
+    // Past the lock, vouch deletes what it decides to delete.
+    std::thread::sleep(Duration::from_millis(4200));
+    env.ok(&["forget", &locked, "--prune"]);
+    assert!(!manifest.exists());
+    assert!(env.snapshot_ids().is_empty());
 }

@@ -3,6 +3,8 @@
 //! trait and passes the same conformance tests (`backend::tests`).
 
 pub mod http;
+#[cfg(target_os = "linux")]
+pub mod immutable;
 pub mod s3;
 pub mod storage;
 
@@ -172,6 +174,9 @@ pub struct LocalBackend {
     /// taken by a sync still in flight waits for it instead of returning
     /// early (engine review finding 8).
     syncing: Mutex<()>,
+    /// Whether locked points' files get the immutable attribute
+    /// (`VOUCH_IMMUTABLE_FILES=1`, as root, on a file system that has it).
+    immutable_locks: bool,
 }
 
 impl LocalBackend {
@@ -181,7 +186,38 @@ impl LocalBackend {
             root: root.into(),
             pending: Mutex::new(BTreeSet::new()),
             syncing: Mutex::new(()),
+            immutable_locks: std::env::var("VOUCH_IMMUTABLE_FILES").is_ok_and(|v| v == "1"),
         }
+    }
+
+    /// Sets whether locked points' files get the immutable attribute.
+    pub fn with_immutable_locks(mut self, on: bool) -> Self {
+        self.immutable_locks = on;
+        self
+    }
+
+    /// Clears the immutable attribute of `path` when it has it, so that a
+    /// deletion vouch decided on can proceed (the engine's lock checks ran
+    /// before); `Ok(false)` when the file has no such attribute.
+    #[cfg(target_os = "linux")]
+    fn release_immutable(&self, path: &Path) -> Result<bool> {
+        match immutable::is_immutable(path) {
+            Ok(true) => immutable::set_immutable(path, false).map(|_| true).map_err(|e| {
+                Error::io(
+                    format!(
+                        "{} is immutable (chattr +i) and its attribute cannot be cleared (run as root, or `chattr -i` it)",
+                        path.display()
+                    ),
+                    e,
+                )
+            }),
+            _ => Ok(false),
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn release_immutable(&self, _path: &Path) -> Result<bool> {
+        Ok(false)
     }
 
     /// Remembers `path` for the next [`Backend::sync_all`].
@@ -258,6 +294,19 @@ fn syncfs_of(dir: &Path) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Whether `path` carries the immutable attribute.
+fn is_immutable_file(path: &Path) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        immutable::is_immutable(path).unwrap_or(false)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = path;
+        false
+    }
 }
 
 fn is_temporary(name: &str) -> bool {
@@ -408,7 +457,25 @@ impl Backend for LocalBackend {
                 sync_file_data(&f).ctx(|| format!("syncing {}", path.display()))?;
             }
             drop(f);
-            fs::rename(&tmp, &path).ctx(|| format!("renaming into {}", path.display()))
+            match fs::rename(&tmp, &path) {
+                // An immutable file named by the hash of its bytes already
+                // holds these very bytes.
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::PermissionDenied
+                        && matches!(
+                            kind,
+                            FileKind::Pack
+                                | FileKind::Index
+                                | FileKind::Snapshot
+                                | FileKind::PointLock
+                        )
+                        && is_immutable_file(&path) =>
+                {
+                    let _ = fs::remove_file(&tmp);
+                    Ok(())
+                }
+                other => other.ctx(|| format!("renaming into {}", path.display())),
+            }
         })();
         if result.is_err() {
             let _ = fs::remove_file(&tmp);
@@ -431,8 +498,38 @@ impl Backend for LocalBackend {
         match fs::remove_file(&p) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::PermissionDenied
+                    && self.release_immutable(&p)? =>
+            {
+                fs::remove_file(&p).ctx(|| format!("deleting {}", p.display()))
+            }
             Err(e) => Err(Error::io(format!("deleting {}", p.display()), e)),
         }
+    }
+
+    fn retention_support(&self) -> Result<Retained> {
+        Ok(if self.immutable_locks {
+            Retained::ByStorage
+        } else {
+            Retained::ByVouch
+        })
+    }
+
+    #[cfg(target_os = "linux")]
+    fn retain_until(
+        &self,
+        kind: FileKind,
+        name: &str,
+        _until: std::time::SystemTime,
+    ) -> Result<()> {
+        let p = self.path(kind, name);
+        immutable::set_immutable(&p, true).map(|_| ()).ctx(|| {
+            format!(
+                "making {} immutable (chattr +i needs root and ext4, xfs or btrfs)",
+                p.display()
+            )
+        })
     }
 
     fn sync_all(&self) -> Result<()> {

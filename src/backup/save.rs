@@ -21,6 +21,8 @@ use crate::repo::{MasterIndex, Repository};
 const SAMPLE_LEN: usize = 32 * 1024;
 /// A sample that shrinks less than this (compressed/raw) is not compressed.
 const INCOMPRESSIBLE_RATIO: f64 = 0.97;
+/// Pack uploads in flight at once to a remote repository (S3, served).
+const REMOTE_PACK_WRITERS: usize = 3;
 
 /// A blob to store.
 pub struct BlobJob {
@@ -135,7 +137,7 @@ pub struct Saver {
     /// Where producers send blobs.
     pub tx: Sender<BlobJob>,
     workers: Vec<JoinHandle<()>>,
-    writer: JoinHandle<Vec<IndexPack>>,
+    writer: Vec<JoinHandle<Vec<IndexPack>>>,
 }
 
 impl Saver {
@@ -149,7 +151,15 @@ impl Saver {
         session: Option<Arc<super::session::Session>>,
     ) -> Self {
         let (tx, rx) = bounded::<BlobJob>(threads * 2);
-        let (pack_tx, pack_rx) = bounded::<FinishedPack>(1);
+        // A remote store answers each upload after a round trip: several
+        // uploads in flight keep the savers busy meanwhile. A local
+        // directory gains nothing from more than one writer.
+        let writers = if repo.backend().traffic().is_some() {
+            REMOTE_PACK_WRITERS
+        } else {
+            1
+        };
+        let (pack_tx, pack_rx) = bounded::<FinishedPack>(writers);
         let pack_size = repo.config().pack_size as usize;
         let level = repo.config().compression_level;
         let workers = (0..threads.max(1))
@@ -169,10 +179,14 @@ impl Saver {
                     .expect("spawning a saver thread")
             })
             .collect();
+        let writer = (0..writers)
+            .map(|i| {
         let backend = repo.backend().clone();
         let cache = repo.cache().cloned();
-        let writer = std::thread::Builder::new()
-            .name("pack-writer".into())
+        let (pack_rx, abort, progress, session) =
+            (pack_rx.clone(), abort.clone(), progress.clone(), session.clone());
+        std::thread::Builder::new()
+            .name(format!("pack-writer-{i}"))
             .spawn(move || {
                 let mut written = Vec::new();
                 for pack in pack_rx {
@@ -198,7 +212,9 @@ impl Saver {
                 }
                 written
             })
-            .expect("spawning the pack writer");
+            .expect("spawning a pack writer")
+            })
+            .collect();
         Self {
             tx,
             workers,
@@ -217,13 +233,19 @@ impl Saver {
                 panicked.get_or_insert_with(|| super::thread_panicked("saver", p.as_ref()));
             }
         }
-        let written = self
-            .writer
-            .join()
-            .map_err(|p| super::thread_panicked("pack writer", p.as_ref()));
+        let mut written = Vec::new();
+        for w in self.writer {
+            match w.join() {
+                Ok(packs) => written.extend(packs),
+                Err(p) => {
+                    panicked
+                        .get_or_insert_with(|| super::thread_panicked("pack writer", p.as_ref()));
+                }
+            }
+        }
         match panicked {
             Some(e) => Err(e),
-            None => written,
+            None => Ok(written),
         }
     }
 }

@@ -259,3 +259,44 @@ pub fn hex_id() -> String {
     vouch_chaos::Rng::new(vouch_chaos::Rng::seed_from_clock()).fill(&mut b);
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
+
+/// An ext4 file system on a loop device (root only), unmounted on drop;
+/// `mkfs_args` are added to `mkfs.ext4` (`-I 128`: whole-second
+/// timestamps).
+pub struct LoopExt4 {
+    pub mnt: PathBuf,
+}
+
+impl LoopExt4 {
+    pub fn mount(dir: &Path, mkfs_args: &[&str]) -> Result<Self, String> {
+        let img = dir.join("ext4.img");
+        let mnt = dir.join("mnt");
+        fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
+        fs::File::create(&img)
+            .and_then(|f| f.set_len(64 << 20))
+            .map_err(|e| e.to_string())?;
+        let run = |cmd: &mut std::process::Command| -> Result<(), String> {
+            let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr)))
+            }
+        };
+        run(std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .args(mkfs_args)
+            .arg(&img))?;
+        run(std::process::Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&img)
+            .arg(&mnt))?;
+        Ok(Self { mnt })
+    }
+}
+
+impl Drop for LoopExt4 {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.mnt).status();
+    }
+}
