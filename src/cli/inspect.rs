@@ -40,6 +40,9 @@ pub fn snapshots(ctx: &Ctx, a: SnapshotsArgs) -> Result<i32> {
                     "host": m.host, "paths": m.paths, "tags": m.tags, "parent": m.parent.map(|p| p.to_hex()),
                     "tree": m.tree.to_hex(), "user": m.user, "program": m.program, "summary": m.summary,
                     "warnings": m.warnings, "locked_until": locked(id),
+                    "copied_from": m.copied_from.as_ref().map(|o| json!({
+                        "repository": o.repository.to_hex(), "snapshot": o.snapshot.to_hex(),
+                    })),
                 })
             })
             .collect();

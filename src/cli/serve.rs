@@ -384,6 +384,10 @@ pub struct RepositorySection {
     /// For S3: the signing region (else AWS_REGION, else `us-east-1`).
     #[serde(default)]
     pub s3_region: Option<String>,
+    /// For S3: virtual-hosted-style addressing (`BUCKET.HOST`) instead of
+    /// path-style.
+    #[serde(default)]
+    pub s3_virtual_hosted: Option<bool>,
     /// A file holding its passphrase.
     pub passphrase_file: PathBuf,
 }
@@ -404,6 +408,9 @@ impl RepositorySection {
                 let mut options = S3Options::default();
                 if let Some(region) = &self.s3_region {
                     options.region = region.clone();
+                }
+                if let Some(v) = self.s3_virtual_hosted {
+                    options.virtual_hosted = v;
                 }
                 Ok(Storage::S3(Box::new(S3Storage {
                     location: parsed,

@@ -80,6 +80,20 @@ impl S3Location {
     }
 }
 
+impl S3Location {
+    /// The origin requests go to: the endpoint, or with virtual-hosted
+    /// addressing the bucket's own host below it.
+    pub fn origin(&self, virtual_hosted: bool) -> String {
+        if !virtual_hosted {
+            return self.endpoint.clone();
+        }
+        match self.endpoint.split_once("://") {
+            Some((scheme, host)) => format!("{scheme}://{}.{host}", self.bucket),
+            None => self.endpoint.clone(),
+        }
+    }
+}
+
 impl std::fmt::Display for S3Location {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "s3:{}/{}", self.endpoint, self.bucket)?;
@@ -102,6 +116,10 @@ pub struct S3Options {
     pub part_size: u64,
     /// Keys per listing page (`None`: the store's default, 1000 on S3).
     pub page_size: Option<u32>,
+    /// Virtual-hosted-style addressing (`https://BUCKET.HOST/KEY`) instead
+    /// of path-style (`https://HOST/BUCKET/KEY`): `VOUCH_S3_VIRTUAL_HOSTED=1`
+    /// or `s3_virtual_hosted = true`, for stores that refuse path-style.
+    pub virtual_hosted: bool,
     /// Attempts, backoff and timeouts of each request.
     pub client: ClientOptions,
 }
@@ -127,6 +145,7 @@ impl Default for S3Options {
             multipart_threshold: 64 << 20,
             part_size: 16 << 20,
             page_size: None,
+            virtual_hosted: std::env::var("VOUCH_S3_VIRTUAL_HOSTED").is_ok_and(|v| v == "1"),
             client: ClientOptions {
                 retry_statuses: S3_RETRY_STATUSES,
                 timeout,
@@ -239,8 +258,8 @@ fn not_found(what: String) -> Error {
 impl S3Backend {
     /// A backend for `location`, signing with `credentials`.
     pub fn new(location: S3Location, credentials: Credentials, options: S3Options) -> Result<Self> {
-        let host = location
-            .endpoint
+        let origin = location.origin(options.virtual_hosted);
+        let host = origin
             .split_once("://")
             .map(|(_, h)| h.to_owned())
             .unwrap_or_default();
@@ -249,9 +268,8 @@ impl S3Backend {
             region: options.region.clone(),
             host,
         };
-        let client =
-            HttpClient::with_auth(&location.endpoint, Arc::new(signer), options.client.clone())
-                .map_err(Error::InvalidArgument)?;
+        let client = HttpClient::with_auth(&origin, Arc::new(signer), options.client.clone())
+            .map_err(Error::InvalidArgument)?;
         Ok(S3Backend {
             client: Arc::new(client),
             location,
@@ -294,10 +312,15 @@ impl S3Backend {
 
     /// `/BUCKET/KEY?QUERY`, encoded.
     fn path(&self, key: &str, query: &[(&str, &str)]) -> String {
-        let mut path = format!("/{}/{}", self.location.bucket, sigv4::uri_encode(key, true));
-        if key.is_empty() {
-            path.pop();
-        }
+        let mut path = if self.options.virtual_hosted {
+            format!("/{}", sigv4::uri_encode(key, true))
+        } else {
+            let mut p = format!("/{}/{}", self.location.bucket, sigv4::uri_encode(key, true));
+            if key.is_empty() {
+                p.pop();
+            }
+            p
+        };
         if !query.is_empty() {
             let pairs: Vec<(String, String)> = query
                 .iter()

@@ -171,6 +171,41 @@ fn small_files_are_read_with_a_bound_and_wrong_keys_are_named() {
 }
 
 #[test]
+fn virtual_hosted_addressing_puts_the_bucket_in_the_host() {
+    let l = S3Location::parse("s3:https://s3.eu-central-1.amazonaws.com/my-bucket/host1").unwrap();
+    assert_eq!(l.origin(false), "https://s3.eu-central-1.amazonaws.com");
+    assert_eq!(
+        l.origin(true),
+        "https://my-bucket.s3.eu-central-1.amazonaws.com"
+    );
+    let creds = Credentials {
+        access_key_id: "AK".into(),
+        secret_access_key: zeroize::Zeroizing::new("S".into()),
+        session_token: None,
+    };
+    let b = S3Backend::new(
+        l.clone(),
+        creds.clone(),
+        S3Options {
+            virtual_hosted: true,
+            ..S3Options::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        b.path(&b.key(FileKind::Index, "ab"), &[]),
+        "/host1/index/ab"
+    );
+    assert_eq!(b.path("", &[("list-type", "2")]), "/?list-type=2");
+    let b = S3Backend::new(l, creds, S3Options::default()).unwrap();
+    assert_eq!(
+        b.path(&b.key(FileKind::Index, "ab"), &[]),
+        "/my-bucket/host1/index/ab"
+    );
+    assert_eq!(b.path("", &[("list-type", "2")]), "/my-bucket?list-type=2");
+}
+
+#[test]
 fn locations_parse_and_refuse_what_is_not_one() {
     let l = S3Location::parse("s3:https://s3.example.com:8443/bucket-1/a/b/").unwrap();
     assert_eq!(
