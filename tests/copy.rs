@@ -15,36 +15,25 @@ use vouch_chaos::{run_and_kill, KillOutcome, Rng};
 
 const DEST_PASSWORD: &str = "another passphrase entirely";
 
-/// A second repository beside `env`'s, with its own passphrase and chunker.
-fn destination(env: &Env) -> Env {
+/// A second repository, with its own passphrase and chunker.
+fn destination() -> Env {
     let dest = Env::new();
-    let out = dest
-        .cmd()
-        .env("VOUCH_PASSWORD", DEST_PASSWORD)
-        .args([
-            "init",
-            "--insecure-kdf",
-            "--kdf-memory-kib",
-            "1024",
-            "--kdf-iterations",
-            "1",
-            "--chunk-min-kib",
-            "32",
-            "--chunk-avg-kib",
-            "128",
-            "--chunk-max-kib",
-            "512",
-            "--pack-size-mib",
-            "2",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let _ = env;
+    common::stdout_of(dest.cmd().env("VOUCH_PASSWORD", DEST_PASSWORD).args([
+        "init",
+        "--insecure-kdf",
+        "--kdf-memory-kib",
+        "1024",
+        "--kdf-iterations",
+        "1",
+        "--chunk-min-kib",
+        "32",
+        "--chunk-avg-kib",
+        "128",
+        "--chunk-max-kib",
+        "512",
+        "--pack-size-mib",
+        "2",
+    ]));
     dest
 }
 
@@ -59,32 +48,14 @@ fn copy_cmd(env: &Env, dest: &Env, extra: &[&str]) -> std::process::Command {
 }
 
 fn run_copy(env: &Env, dest: &Env, extra: &[&str]) -> serde_json::Value {
-    let out = copy_cmd(env, dest, &["--json"])
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    common::summary_of(&String::from_utf8_lossy(&out.stdout))
+    let out = common::stdout_of(copy_cmd(env, dest, &["--json"]).args(extra));
+    common::summary_of(&out)
 }
 
 /// `vouch` on the destination with its passphrase.
 fn in_dest(dest: &Env, args: &[&str]) -> String {
-    let out = dest
-        .cmd()
-        .env("VOUCH_PASSWORD", DEST_PASSWORD)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let out = common::stdout_of(dest.cmd().env("VOUCH_PASSWORD", DEST_PASSWORD).args(args));
+    out
 }
 
 fn dest_snapshots(dest: &Env) -> Vec<serde_json::Value> {
@@ -119,7 +90,7 @@ fn copies_verify_restore_exactly_and_a_second_run_copies_nothing() {
     fs::write(src.join("f3"), random_bytes(250_000, 50)).unwrap();
     let second = env.backup(&[&src]);
     let second_tree = describe(&src);
-    let dest = destination(&env);
+    let dest = destination();
 
     let report = run_copy(&env, &dest, &[&first[..8]]);
     let copied = report["snapshots"].as_array().unwrap();
@@ -181,7 +152,7 @@ fn a_copy_killed_midway_completes_when_run_again_without_duplicates() {
         env.backup(&[&src]);
         trees.push(describe(&src));
     }
-    let dest = destination(&env);
+    let dest = destination();
     let seed = Rng::seed_from_clock();
     eprintln!("seed {seed}");
     let mut rng = Rng::new(seed);
@@ -214,7 +185,7 @@ fn wrong_passphrases_and_the_same_repository_are_refused_clearly() {
     let src = env.path("src");
     random_files(&src, 1, 1000, 9);
     env.backup(&[&src]);
-    let dest = destination(&env);
+    let dest = destination();
     let out = env
         .cmd()
         .env("VOUCH_TO_PASSWORD", "wrong")

@@ -200,18 +200,14 @@ fn locked_files_on_ext4_are_immutable_until_vouch_may_delete_them() {
     fs::write(src.join("f0"), random_bytes(300_000, 62)).unwrap();
     let other = env.backup(&[&src]);
 
-    let out = env
-        .cmd()
-        .env("VOUCH_IMMUTABLE_FILES", "1")
-        .args(["lock", &locked, "--until", &in_secs(4), "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lock = common::summary_of(&String::from_utf8_lossy(&out.stdout));
+    let out = common::stdout_of(env.cmd().env("VOUCH_IMMUTABLE_FILES", "1").args([
+        "lock",
+        &locked,
+        "--until",
+        &in_secs(4),
+        "--json",
+    ]));
+    let lock = common::summary_of(&out);
     assert_eq!(lock["enforced_by"], "by_storage", "{lock}");
     let manifest = env.repo.join("snapshots").join(&locked);
     assert!(is_immutable(&manifest).unwrap());
@@ -231,16 +227,10 @@ fn locked_files_on_ext4_are_immutable_until_vouch_may_delete_them() {
     // files (the consolidated index is made immutable in turn).
     env.expect_stderr(&["forget", &locked], 21);
     env.ok(&["forget", &other]);
-    let out = env
-        .cmd()
-        .env("VOUCH_IMMUTABLE_FILES", "1")
-        .args(["prune", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::stdout_of(
+        env.cmd()
+            .env("VOUCH_IMMUTABLE_FILES", "1")
+            .args(["prune", "--json"]),
     );
     for index in vouch_chaos::files_below(&env.repo.join("index")) {
         assert!(

@@ -476,18 +476,13 @@ fn a_local_repository_is_copied_into_s3_with_its_locks() {
             .to_string();
     src_env.ok(&["lock", &id, "--until", &until]);
     // Same test passphrase on both sides.
-    let out = src_env
-        .cmd()
-        .env("VOUCH_TO_PASSWORD", common::PASSWORD)
-        .args(["copy", "--json", "--to", dest.repo.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::stdout_of(
+        src_env
+            .cmd()
+            .env("VOUCH_TO_PASSWORD", common::PASSWORD)
+            .args(["copy", "--json", "--to", dest.repo.to_str().unwrap()]),
     );
-    let report = common::summary_of(&String::from_utf8_lossy(&out.stdout));
+    let report = common::summary_of(&out);
     let copy = report["snapshots"][0]["copy"].as_str().unwrap().to_owned();
     assert_eq!(
         report["snapshots"][0]["locked_until"],

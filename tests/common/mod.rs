@@ -135,6 +135,18 @@ impl Env {
     }
 }
 
+/// Runs `cmd` (a `vouch` command with extra environment), asserts that it
+/// succeeded (naming it and its stderr if not) and returns its stdout.
+pub fn stdout_of(cmd: &mut std::process::Command) -> String {
+    let out = cmd.output().expect("running vouch");
+    assert!(
+        out.status.success(),
+        "{cmd:?}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The last JSON line of an output.
 pub fn summary_of(out: &str) -> serde_json::Value {
     let line = out
