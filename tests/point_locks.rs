@@ -13,6 +13,13 @@ use common::{random_bytes, random_files, Env};
 
 const POINT_LOCKED: i32 = 21;
 
+/// Sleeps until a second past `t` (a lock's end, by this machine's clock).
+fn sleep_past(t: std::time::Instant) {
+    std::thread::sleep(
+        t.saturating_duration_since(std::time::Instant::now()) + Duration::from_secs(1),
+    );
+}
+
 fn in_secs(s: u64) -> String {
     humantime::format_rfc3339_seconds(
         std::time::SystemTime::now() + std::time::Duration::from_secs(s),
@@ -128,9 +135,11 @@ fn an_expired_lock_is_inert_and_prune_removes_its_record() {
     let src = env.path("src");
     random_files(&src, 2, 10_000, 3);
     let id = env.backup(&[&src]);
-    env.ok(&["lock", &id, "--until", &in_secs(2)]);
+    // Long enough for the refused forget below on a loaded machine.
+    let ends = std::time::Instant::now() + Duration::from_secs(6);
+    env.ok(&["lock", &id, "--until", &in_secs(6)]);
     env.expect_stderr(&["forget", &id], POINT_LOCKED);
-    std::thread::sleep(std::time::Duration::from_millis(2500));
+    sleep_past(ends);
     env.ok(&["forget", &id]);
     let out = env.ok(&["prune", "--json"]);
     let report = &common::summary_of(&out)["report"];
@@ -200,11 +209,14 @@ fn locked_files_on_ext4_are_immutable_until_vouch_may_delete_them() {
     fs::write(src.join("f0"), random_bytes(300_000, 62)).unwrap();
     let other = env.backup(&[&src]);
 
+    // Long enough for the forget, prune and verify below on a loaded
+    // machine: the lock must still hold when prune renews the retention.
+    let ends = std::time::Instant::now() + Duration::from_secs(12);
     let out = common::stdout_of(env.cmd().env("VOUCH_IMMUTABLE_FILES", "1").args([
         "lock",
         &locked,
         "--until",
-        &in_secs(4),
+        &in_secs(12),
         "--json",
     ]));
     let lock = common::summary_of(&out);
@@ -243,7 +255,7 @@ fn locked_files_on_ext4_are_immutable_until_vouch_may_delete_them() {
     assert!(out.contains("no damage found"), "{out}");
 
     // Past the lock, vouch deletes what it decides to delete.
-    std::thread::sleep(Duration::from_millis(4200));
+    sleep_past(ends);
     env.ok(&["forget", &locked, "--prune"]);
     assert!(!manifest.exists());
     assert!(env.snapshot_ids().is_empty());
