@@ -476,7 +476,8 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
 }
 
 /// Applies `keep` to the plan's snapshots as of `now_unix_ns` (the job's
-/// clock), never forgetting `protect`; returns what is to be forgotten and
+/// clock), never forgetting `protect` nor a snapshot the repository itself
+/// holds a lock for; returns what is to be forgotten and
 /// why. It deletes nothing: the decision is recorded first (as
 /// `point.forgotten`), and the reconciliation job deletes the manifests
 /// ([`reconcile::reconcile`]), so a failed or interrupted deletion can
@@ -490,6 +491,16 @@ pub fn retention(
 ) -> crate::Result<Vec<(SnapshotId, String)>> {
     if keep.is_empty() {
         return Ok(Vec::new());
+    }
+    // Locks stored in the repository hold too, whoever wrote them (`vouch
+    // lock` from the CLI, a copy): such a point is never decided forgotten.
+    // A record that does not read stops the decision (which point it
+    // protects is unknown).
+    let locks = repo.point_locks()?;
+    if let Some((name, why)) = locks.unreadable.first() {
+        return Err(crate::Error::RepairNeeded(format!(
+            "point lock record {name} does not read ({why}): which point it protects is unknown, so retention forgets none"
+        )));
     }
     let tag = plan_tag(plan);
     let candidates: Vec<vouch_events::RetentionCandidate<SnapshotId>> = repo
@@ -506,6 +517,7 @@ pub fn retention(
         vouch_events::apply_retention(keep, &candidates, now_unix_ns)
             .into_iter()
             .filter(|d| !d.keep && !protect.iter().any(|p| p.0 == d.id.0))
+            .filter(|d| locks.in_force(&d.id, now_unix_ns).is_none())
             .map(|d| (d.id, "not kept by the plan's keep rules".to_owned()))
             .collect(),
     )

@@ -671,6 +671,43 @@ fn h2_retention_decides_and_deletes_nothing() {
     assert!(!forgotten.contains(&point_of(&snaps[2])));
 }
 
+/// A lock stored in the repository (by `vouch lock` from the CLI, unknown
+/// to the log) keeps retention from deciding the point forgotten: the
+/// decision would be refused at deletion and the log would call a locked,
+/// present point gone.
+#[test]
+fn retention_never_forgets_a_point_locked_in_the_repository() {
+    let f = fixture();
+    let src = source(f.dir.path(), "src", 2, "a");
+    let snaps: Vec<SnapshotId> = (0..3).map(|_| backup_of(&f.repo, &src, "docs")).collect();
+    let now = vouch_actors::Clock::now_unix_ns(&vouch_actors::SystemClock);
+    f.repo
+        .lock_point(&snaps[0], now + 3_600_000_000_000, "test")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = ok(job(
+        JobCommand::Retention {
+            plan: PlanId::new("docs"),
+            repository: RepositoryId::new(REPO),
+            keep: KeepPolicy {
+                last: Some(1),
+                ..Default::default()
+            },
+            protect: Vec::new(),
+        },
+        &f.repos,
+        &vouch_actors::SystemClock,
+    ));
+    let forgotten: Vec<PointId> = out
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::PointForgotten(p) => Some(p.point),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(forgotten, vec![point_of(&snaps[1])]);
+}
+
 #[test]
 fn l8_retention_reads_the_jobs_clock() {
     let f = fixture();
