@@ -197,7 +197,15 @@ impl Repository {
                 .write(FileKind::PointLock, &name, &bytes, WriteSync::Now)?;
             Some(name)
         };
-        let (files_retained, enforced_by) = self.retain_point(snapshot, until_ns)?;
+        let enforced_by = self.backend.retention_support()?;
+        let files_retained = if enforced_by == Retained::ByStorage {
+            // The records as they are now, the one just written included.
+            let mut locks = locks;
+            self.refresh_point_locks(&mut locks)?;
+            self.retain_points(&[(*snapshot, until_ns)], &locks)?
+        } else {
+            0
+        };
         tracing::info!(
             snapshot = %snapshot.short(),
             until = %crate::util::rfc3339(until_ns),
@@ -212,47 +220,51 @@ impl Repository {
         })
     }
 
-    /// Has the storage retain every file of `snapshot` (its lock records,
-    /// manifest, packs, and the index files describing them) until
-    /// `until_ns`, where it can. Returns how many files, and who enforces.
-    pub fn retain_point(&self, snapshot: &SnapshotId, until_ns: i64) -> Result<(u64, Retained)> {
+    /// Has the storage retain every file of each point (its lock records,
+    /// manifest, packs, and the index files describing those packs) until
+    /// its date. The index and the index files are read once for all the
+    /// points. Only called where the storage can retain; returns how many
+    /// files were checked or retained.
+    fn retain_points(&self, points: &[(SnapshotId, i64)], locks: &PointLocks) -> Result<u64> {
         let b = self.backend.as_ref();
-        let until = UNIX_EPOCH + Duration::from_nanos(until_ns.max(0) as u64);
-        let probe = b.retention_support()?;
-        if probe == Retained::ByVouch {
-            return Ok((0, Retained::ByVouch));
-        }
-        let mut files = 0u64;
-        let mut retain = |kind: FileKind, name: &str| -> Result<()> {
-            b.retain_until(kind, name, until)?;
-            files += 1;
-            Ok(())
-        };
-        let manifest = self.load_snapshot(snapshot)?;
-        retain(FileKind::Snapshot, &snapshot.to_hex())?;
-        for (name, r) in self.point_locks()?.records {
-            if r.snapshot == *snapshot {
-                retain(FileKind::PointLock, &name)?;
-            }
-        }
         let index = self.load_index()?;
-        let blobs = crate::prune::mark(self, &index, &[(*snapshot, manifest)])?;
-        let packs: HashSet<PackId> = blobs
-            .iter()
-            .filter_map(|b| index.get(b).map(|(p, _)| p.id))
-            .collect();
-        let mut sorted: Vec<&PackId> = packs.iter().collect();
-        sorted.sort();
-        for p in sorted {
-            retain(FileKind::Pack, &p.to_hex())?;
-        }
+        let mut described: Vec<(String, HashSet<PackId>)> = Vec::new();
         for id in &index.files {
             let file = self.load_index_file(id)?;
-            if file.packs.iter().any(|p| packs.contains(&p.id)) {
-                retain(FileKind::Index, &id.to_hex())?;
+            described.push((id.to_hex(), file.packs.iter().map(|p| p.id).collect()));
+        }
+        let mut files = 0u64;
+        for (snapshot, until_ns) in points {
+            let until = UNIX_EPOCH + Duration::from_nanos((*until_ns).max(0) as u64);
+            let mut retain = |kind: FileKind, name: &str| -> Result<()> {
+                b.retain_until(kind, name, until)?;
+                files += 1;
+                Ok(())
+            };
+            let manifest = self.load_snapshot(snapshot)?;
+            retain(FileKind::Snapshot, &snapshot.to_hex())?;
+            for (name, r) in &locks.records {
+                if r.snapshot == *snapshot {
+                    retain(FileKind::PointLock, name)?;
+                }
+            }
+            let blobs = crate::prune::mark(self, &index, &[(*snapshot, manifest)])?;
+            let packs: HashSet<PackId> = blobs
+                .iter()
+                .filter_map(|b| index.get(b).map(|(p, _)| p.id))
+                .collect();
+            let mut sorted: Vec<&PackId> = packs.iter().collect();
+            sorted.sort();
+            for p in sorted {
+                retain(FileKind::Pack, &p.to_hex())?;
+            }
+            for (name, in_file) in &described {
+                if !in_file.is_disjoint(&packs) {
+                    retain(FileKind::Index, name)?;
+                }
             }
         }
-        Ok((files, probe))
+        Ok(files)
     }
 
     /// Renews the storage's retention of every point locked at `now_ns`
@@ -262,16 +274,19 @@ impl Repository {
             return Ok(0);
         }
         let locks = self.point_locks()?;
-        let mut files = 0;
+        let mut points = Vec::new();
         for (snapshot, &until) in &locks.until {
             if until > now_ns
                 && self
                     .backend
                     .exists(FileKind::Snapshot, &snapshot.to_hex())?
             {
-                files += self.retain_point(snapshot, until)?.0;
+                points.push((*snapshot, until));
             }
         }
-        Ok(files)
+        if points.is_empty() {
+            return Ok(0);
+        }
+        self.retain_points(&points, &locks)
     }
 }

@@ -633,6 +633,17 @@ fn tree_pack_is(f: &Fixture, snap: &SnapshotId, pack: &str) -> bool {
         .is_some_and(|n| n.to_string_lossy() == pack)
 }
 
+/// The points a job's events decide forgotten, in order.
+fn forgotten_points(out: &JobOutput) -> Vec<PointId> {
+    out.events
+        .iter()
+        .filter_map(|e| match e {
+            Event::PointForgotten(p) => Some(p.point),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn h2_retention_decides_and_deletes_nothing() {
     let f = fixture();
@@ -660,14 +671,7 @@ fn h2_retention_decides_and_deletes_nothing() {
             .len(),
         3
     );
-    let forgotten: Vec<PointId> = out
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            Event::PointForgotten(p) => Some(p.point),
-            _ => None,
-        })
-        .collect();
+    let forgotten = forgotten_points(&out);
     assert!(!forgotten.contains(&point_of(&snaps[2])));
 }
 
@@ -697,14 +701,7 @@ fn retention_never_forgets_a_point_locked_in_the_repository() {
         &f.repos,
         &vouch_actors::SystemClock,
     ));
-    let forgotten: Vec<PointId> = out
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            Event::PointForgotten(p) => Some(p.point),
-            _ => None,
-        })
-        .collect();
+    let forgotten = forgotten_points(&out);
     assert_eq!(forgotten, vec![point_of(&snaps[1])]);
 }
 
@@ -737,15 +734,7 @@ fn l8_retention_reads_the_jobs_clock() {
         },
         protect: Vec::new(),
     };
-    let forgotten = |out: JobOutput| -> Vec<PointId> {
-        out.events
-            .iter()
-            .filter_map(|e| match e {
-                Event::PointForgotten(p) => Some(p.point),
-                _ => None,
-            })
-            .collect()
-    };
+    let forgotten = |out: JobOutput| forgotten_points(&out);
     let now = vouch_actors::Clock::now_unix_ns(&vouch_actors::SystemClock);
     // By a job clock reading ten days back (the window is measured from
     // the earlier of the newest point and now), the old point is kept.

@@ -353,9 +353,6 @@ impl S3Backend {
         let io = |kind| Error::io(what.to_owned(), std::io::Error::new(kind, detail.clone()));
         match (a.status, e.code.as_str()) {
             (404, _) => io(std::io::ErrorKind::NotFound),
-            (_, "QuotaExceeded") | (_, "XAmzContentSHA256Mismatch") if a.status == 507 => {
-                Error::DiskFull(format!("{what}: {detail}"))
-            }
             (_, "QuotaExceeded") => Error::DiskFull(format!("the store's quota is reached ({what}): {detail}")),
             (401, _) | (_, "InvalidAccessKeyId") | (_, "SignatureDoesNotMatch") => {
                 Error::InvalidArgument(format!(
