@@ -19,6 +19,8 @@
 //! retained by its storage where it can: an immutable second copy).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -27,6 +29,7 @@ use crate::backup::Compressor;
 use crate::error::Result;
 use crate::format::{encode, BlobType, CopyOrigin, IndexFile, IndexPack, Manifest, Tree};
 use crate::id::{BlobId, SnapshotId};
+use crate::progress::Progress;
 
 use crate::repo::pack::PackBuilder;
 use crate::repo::{MasterIndex, Repository};
@@ -62,6 +65,34 @@ struct Sink<'a> {
     builder: Option<PackBuilder>,
     done: Vec<IndexPack>,
     compressor: Compressor,
+    watch: &'a CopyWatch,
+}
+
+/// How a caller follows and stops a copy (the service's jobs): a flag that
+/// stops it at the next file, and counters of what it read (`files_done`,
+/// `bytes_done`) and stored (`bytes_added`, `bytes_stored`).
+#[derive(Clone, Debug, Default)]
+pub struct CopyWatch {
+    /// Set to stop the copy (it fails with `Error::Interrupted`).
+    pub cancel: Option<Arc<AtomicBool>>,
+    /// Counters, when someone reads them.
+    pub progress: Option<Arc<Progress>>,
+}
+
+impl CopyWatch {
+    fn check(&self) -> Result<()> {
+        crate::util::check_interrupted()?;
+        match &self.cancel {
+            Some(flag) if flag.load(Ordering::Relaxed) => Err(crate::error::Error::Interrupted),
+            _ => Ok(()),
+        }
+    }
+
+    fn count(&self, pick: impl Fn(&Progress) -> &std::sync::atomic::AtomicU64, n: u64) {
+        if let Some(p) = &self.progress {
+            Progress::add(pick(p), n);
+        }
+    }
 }
 
 impl Sink<'_> {
@@ -95,6 +126,7 @@ impl Sink<'_> {
                 &p.bytes,
                 WriteSync::Deferred,
             )?;
+            self.watch.count(|p| &p.bytes_stored, p.bytes.len() as u64);
             self.done.push(p.index);
         }
         Ok(())
@@ -138,7 +170,10 @@ fn copy_tree(
     }
     let mut tree: Tree = src.load_tree(src_index, tree_id)?;
     for node in &mut tree.nodes {
-        crate::util::check_interrupted()?;
+        sink.watch.check()?;
+        if node.subtree.is_none() {
+            sink.watch.count(|p| &p.files_done, 1);
+        }
         if let Some(sub) = node.subtree {
             node.subtree = Some(copy_tree(src, src_index, sink, &sub, done, out)?);
         }
@@ -148,11 +183,13 @@ fn copy_tree(
                 Some(id) => *id,
                 None => {
                     let plain = src.read_blob(src_index, &blob)?;
+                    sink.watch.count(|p| &p.bytes_done, plain.len() as u64);
                     let id = sink.dst.key().blob_id(&plain);
                     if sink.has(&id) {
                         out.blobs_present += 1;
                     } else {
                         sink.add(id, BlobType::Data, &plain)?;
+                        sink.watch.count(|p| &p.bytes_added, plain.len() as u64);
                         out.blobs_stored += 1;
                         out.bytes_stored += plain.len() as u64;
                     }
@@ -182,6 +219,17 @@ pub fn copy(
     src: &Repository,
     dst: &Repository,
     ids: &[SnapshotId],
+    progress: impl FnMut(&CopiedSnapshot),
+) -> Result<Vec<CopiedSnapshot>> {
+    copy_watched(src, dst, ids, &CopyWatch::default(), progress)
+}
+
+/// [`copy`], followed and stoppable through `watch`.
+pub fn copy_watched(
+    src: &Repository,
+    dst: &Repository,
+    ids: &[SnapshotId],
+    watch: &CopyWatch,
     mut progress: impl FnMut(&CopiedSnapshot),
 ) -> Result<Vec<CopiedSnapshot>> {
     let _src_lock = src.lock(false, "copy (source)")?;
@@ -219,6 +267,7 @@ pub fn copy(
         builder: None,
         done: Vec::new(),
         compressor: Compressor::new(dst.config().compression_level),
+        watch,
     };
     let mut mapped: HashMap<BlobId, BlobId> = HashMap::new();
     let mut out = Vec::new();

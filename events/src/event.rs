@@ -61,6 +61,9 @@ pub enum JobKind {
     /// Restore a point (or a path in it) into a directory of a host: the
     /// server, or an agent (`job.scheduled` v3 and later).
     Restore,
+    /// Copy a point into the plan's replica repository (added within
+    /// `job.scheduled` v3: a build before it reads such an event as unknown).
+    Copy,
 }
 
 /// Where and what a restore job restores (`JobSpec::restore`).
@@ -199,6 +202,54 @@ pub struct BackupCommitted {
     pub snapshot_time_unix_ns: i64,
     /// Figures.
     pub summary: BackupSummary,
+}
+
+/// Who keeps a locked file from being deleted in a repository.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum LockEnforcement {
+    /// Vouch's own tools (every Vouch command honours the lock records;
+    /// anyone with write access to the storage can still delete).
+    Vouch,
+    /// The storage itself (S3 Object Lock in compliance mode, the immutable
+    /// attribute of a local file system): nobody can delete before the date.
+    Storage,
+}
+
+impl LockEnforcement {
+    /// The name used in the API (`vouch`, `storage`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LockEnforcement::Vouch => "vouch",
+            LockEnforcement::Storage => "storage",
+        }
+    }
+}
+
+/// A point was copied into another repository (a plan's replica): the copy
+/// is a recovery point of its own, `unverified` until checked on its own.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyCommitted {
+    /// The copy job, if it ran as one.
+    pub job: Option<JobId>,
+    /// The plan, if any.
+    pub plan: Option<PlanId>,
+    /// The point copied.
+    pub source: SnapshotId,
+    /// Where the copy was written.
+    pub repository: RepositoryId,
+    /// The copy (its own snapshot id in that repository).
+    pub snapshot: SnapshotId,
+    /// The snapshot's own time (the source's).
+    pub snapshot_time_unix_ns: i64,
+    /// Figures: files and bytes of the point; `added_bytes` and
+    /// `stored_bytes` what the copy stored that the repository lacked.
+    pub summary: BackupSummary,
+    /// The repository's storage is off this host (object storage).
+    pub off_host: bool,
+    /// Who enforces locks in that repository.
+    pub locks_enforced_by: LockEnforcement,
+    /// The copy's lock, written into that repository with it, if any.
+    pub locked_until_unix_ns: Option<i64>,
 }
 
 /// A snapshot was found in a repository with no history in the log (e.g.
@@ -754,8 +805,8 @@ macro_rules! events {
 }
 
 events! {
-    PlanCreated => "plan.created", v 2;
-    PlanChanged => "plan.changed", v 2;
+    PlanCreated => "plan.created", v 3;
+    PlanChanged => "plan.changed", v 3;
     PlanRemoved => "plan.removed", v 1;
     JobScheduled => "job.scheduled", v 3;
     JobStarted => "job.started", v 1;
@@ -794,6 +845,7 @@ events! {
     PointUnlocked => "point.unlocked", v 1;
     AccessRefused => "audit.refused", v 1;
     RestoreCompleted => "restore.completed", v 1;
+    CopyCommitted => "copy.committed", v 1;
 }
 
 impl Event {
@@ -801,6 +853,7 @@ impl Event {
     pub fn point(&self) -> Option<SnapshotId> {
         match self {
             Event::BackupCommitted(e) => Some(e.snapshot),
+            Event::CopyCommitted(e) => Some(e.snapshot),
             Event::PointDiscovered(e) => Some(e.snapshot),
             Event::VerificationStarted(e) => Some(e.point),
             Event::VerificationPassed(e) => Some(e.point),

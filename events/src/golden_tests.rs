@@ -97,6 +97,8 @@ fn first_release_samples_upcast() -> Vec<Event> {
     out.truncate(30);
     for e in &mut out {
         match e {
+            Event::PlanCreated(p) => p.definition.replica = None,
+            Event::PlanChanged(p) => p.definition.replica = None,
             Event::JobScheduled(j) => j.spec = JobSpec::default(),
             Event::RestoreTestPassed(r) => unknown_coverage(&mut r.evidence),
             Event::RestoreTestFailed(r) => {
@@ -321,4 +323,25 @@ fn snapshot_ids_are_hex_in_json_and_bin8_in_msgpack() {
     assert_eq!(back, id);
     let mp = rmp_serde::to_vec(&id).expect("msgpack");
     assert_eq!(&mp[..2], &[0xc4, 32]);
+}
+
+#[test]
+fn plan_v2_golden_lines_upcast_to_plans_without_a_replica() {
+    let golden = golden();
+    let samples = sample_events();
+    for (i, name) in [(0, "plan.created"), (1, "plan.changed")] {
+        let line = golden
+            .get(&format!("{name}@v2"))
+            .unwrap_or_else(|| panic!("no v2 line for {name}"));
+        let got = decode_event(name, 2, &hex::decode(line).expect("hex"));
+        let mut want = samples[i].clone();
+        match &mut want {
+            Event::PlanCreated(p) => p.definition.replica = None,
+            Event::PlanChanged(p) => p.definition.replica = None,
+            other => panic!("sample {i} is {other:?}"),
+        }
+        assert_eq!(got, want, "{name}@v2 upcasts to something else");
+    }
+    // The sample of v3 does carry one, so the test above is not vacuous.
+    assert!(matches!(&samples[1], Event::PlanChanged(p) if p.definition.replica.is_some()));
 }

@@ -30,6 +30,61 @@ pub struct PlanDefinition {
     /// Always written since schema v2 of the plan events; v1 events wrote it
     /// only when true (the v1 upcaster reads both shapes).
     pub paused: bool,
+    /// A second copy: every new point is copied into this repository, and
+    /// the copy is verified and restore-tested on its own (schema v3 of the
+    /// plan events; none when upcast from v2).
+    pub replica: Option<ReplicaPolicy>,
+}
+
+/// Where a plan's points are copied, how the copies are kept, and what the
+/// plan's protection asks of them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaPolicy {
+    /// The repository the copies go to (never the plan's own).
+    pub repository: RepositoryId,
+    /// Each copy is locked against deletion for this long after it is
+    /// made (none: it keeps only the lock its source point had). In a
+    /// repository whose storage retains locked files (S3 Object Lock, the
+    /// immutable attribute) the lock makes the copy immutable.
+    pub lock_for: Option<Duration>,
+    /// What `protected` requires of the copies.
+    pub require: ReplicaRequirement,
+}
+
+/// What a plan's protection requires of its copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReplicaRequirement {
+    /// Nothing: the copies are shown, the plan's own points decide.
+    Nothing,
+    /// A copy inside the RPO that is `recoverable` with fresh restore
+    /// evidence of its own.
+    Proven,
+    /// As `Proven`, and the copy is off this host (object storage) and
+    /// locked in force by its storage (retention the store enforces, not
+    /// only Vouch's tools).
+    ImmutableOffHost,
+}
+
+impl ReplicaRequirement {
+    /// The name used in the API (`nothing`, `proven`, `immutable-off-host`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ReplicaRequirement::Nothing => "nothing",
+            ReplicaRequirement::Proven => "proven",
+            ReplicaRequirement::ImmutableOffHost => "immutable-off-host",
+        }
+    }
+
+    /// The requirement named `s` in the API.
+    pub fn parse(s: &str) -> Option<ReplicaRequirement> {
+        [
+            ReplicaRequirement::Nothing,
+            ReplicaRequirement::Proven,
+            ReplicaRequirement::ImmutableOffHost,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
 }
 
 /// How deep a verification reads.

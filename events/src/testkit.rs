@@ -34,6 +34,7 @@ pub(crate) fn plan_def(rpo_secs: u64, max_evidence_secs: u64) -> PlanDefinition 
         rpo: Duration::from_secs(rpo_secs),
         repository: RepositoryId::new("main"),
         paused: false,
+        replica: None,
     }
 }
 
@@ -65,7 +66,14 @@ pub(crate) fn sample_events() -> Vec<Event> {
         .into(),
         PlanChanged {
             plan: PlanId::new("p1"),
-            definition: plan_def(3_600, 86_400),
+            definition: PlanDefinition {
+                replica: Some(ReplicaPolicy {
+                    repository: RepositoryId::new("offsite"),
+                    lock_for: Some(Duration::from_secs(30 * 86_400)),
+                    require: ReplicaRequirement::ImmutableOffHost,
+                }),
+                ..plan_def(3_600, 86_400)
+            },
         }
         .into(),
         PlanRemoved {
@@ -331,6 +339,25 @@ pub(crate) fn sample_events() -> Vec<Event> {
             agent: Some("web-1".into()),
             files: 12,
             bytes: 3456,
+        }
+        .into(),
+        CopyCommitted {
+            job: Some(JobId::new("copy-1")),
+            plan: Some(PlanId::new("p1")),
+            source: sid(1),
+            repository: RepositoryId::new("offsite"),
+            snapshot: sid(2),
+            snapshot_time_unix_ns: 1_700_000_000_000_000_000,
+            summary: BackupSummary {
+                files: 12,
+                bytes: 3456,
+                added_bytes: 3000,
+                stored_bytes: 1200,
+                duration_ms: 87,
+            },
+            off_host: true,
+            locks_enforced_by: LockEnforcement::Storage,
+            locked_until_unix_ns: Some(1_702_592_000_000_000_000),
         }
         .into(),
     ]

@@ -21,6 +21,8 @@ pub type Upcaster = fn(&[u8]) -> Result<Vec<u8>, String>;
 pub const UPCASTERS: &[(&str, u16, Upcaster)] = &[
     ("plan.created", 1, plan_v1_to_v2),
     ("plan.changed", 1, plan_v1_to_v2),
+    ("plan.created", 2, plan_v2_to_v3),
+    ("plan.changed", 2, plan_v2_to_v3),
     ("job.scheduled", 1, job_scheduled_v1_to_v2),
     ("job.scheduled", 2, job_scheduled_v2_to_v3),
     ("restore_test.passed", 1, restore_test_passed_v1_to_v2),
@@ -59,7 +61,7 @@ fn expect_len(
         Ok(())
     } else {
         Err(format!(
-            "{what} v1 has {} fields, expected {len:?}",
+            "{what} has {} fields, expected {len:?}",
             fields.len()
         ))
     }
@@ -86,6 +88,19 @@ fn plan_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
         Value::from(V1_FULL_EVERY_SECS),
         Value::from(0u32),
     ]));
+    encode(fields)
+}
+
+/// `plan.*` v2 -> v3: the definition gains `replica` (none: a v2 plan had
+/// no second copy).
+fn plan_v2_to_v3(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 2..=2, "plan event")?;
+    let Value::Array(def) = &mut fields[1] else {
+        return Err("plan definition is not an array".into());
+    };
+    expect_len(def, 8..=8, "plan definition")?;
+    def.push(Value::Nil);
     encode(fields)
 }
 

@@ -255,6 +255,7 @@ impl Layout {
             rpo: Duration::from_secs(if changed { 30 } else { 36 } * 3600),
             repository: RepositoryId::new(self.o.repository.as_str()),
             paused,
+            replica: None,
         }
     }
 }

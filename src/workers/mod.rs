@@ -432,6 +432,26 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
                 .map_err(fail)?
                 .into_outcome()
         }
+        JobCommand::Copy {
+            plan,
+            point,
+            source_repository,
+            repository,
+            lock_for,
+        } => copy_job(
+            repos,
+            CopyJob {
+                job,
+                plan,
+                point,
+                source_repository,
+                repository,
+                lock_for,
+            },
+            &cancel,
+            progress,
+        )
+        .map_err(fail),
         JobCommand::Restore {
             point,
             repository,
@@ -736,3 +756,86 @@ pub fn sandbox_name(job: &JobId) -> String {
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+/// What a copy job copies, and where.
+struct CopyJob {
+    job: JobId,
+    plan: vouch_events::PlanId,
+    point: PointId,
+    source_repository: RepositoryId,
+    repository: RepositoryId,
+    lock_for: Option<std::time::Duration>,
+}
+
+/// Copies a point into the plan's replica (resuming a copy a killed run
+/// left: packs are not stored twice, and a manifest written before the
+/// kill is found by its origin), locks the copy for the replica policy's
+/// time, and records `copy.committed` with where it lies and who holds
+/// its lock.
+fn copy_job(
+    repos: &RepoSet,
+    c: CopyJob,
+    cancel: &vouch_actors::service::CancelToken,
+    progress: Arc<Progress>,
+) -> Result<JobOutput, Error> {
+    let src = repos.open(&c.source_repository)?;
+    let dst = repos.open(&c.repository)?;
+    let started = Instant::now();
+    let watch = crate::copy::CopyWatch {
+        cancel: Some(cancel.flag()),
+        progress: Some(progress.clone()),
+    };
+    let source = snapshot_of(&c.point);
+    let done = crate::copy::copy_watched(&src, &dst, &[source], &watch, |_| {})?;
+    let copied = done
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Internal("the copy reported no snapshot".into()))?;
+    let copy = SnapshotId::from_hex(&copied.copy)
+        .map_err(|e| Error::Internal(format!("the copy's id {:?}: {e}", copied.copy)))?;
+    if let Some(lock_for) = c.lock_for {
+        let until = crate::util::now_ns()
+            .saturating_add(i64::try_from(lock_for.as_nanos()).unwrap_or(i64::MAX));
+        let current = dst.point_locks()?.until.get(&copy).copied();
+        if current.is_none_or(|t| t < until) {
+            let by = format!("vouch service: replica of plan {}", c.plan);
+            dst.lock_point(&copy, until, &by)?;
+        }
+    }
+    let locked_until = dst
+        .point_locks()?
+        .in_force(&copy, crate::util::now_ns());
+    let locks_enforced_by = match dst.backend().retention_support()? {
+        crate::backend::Retained::ByStorage => vouch_events::LockEnforcement::Storage,
+        crate::backend::Retained::ByVouch => vouch_events::LockEnforcement::Vouch,
+    };
+    let manifest = dst.load_snapshot(&copy)?;
+    tracing::info!(
+        copy = %copy.short(),
+        repository = %c.repository,
+        stored = copied.bytes_stored,
+        fresh = copied.copied,
+        "point copied"
+    );
+    Ok(JobOutput {
+        events: vec![vouch_events::CopyCommitted {
+            job: Some(c.job),
+            plan: Some(c.plan),
+            source: c.point,
+            repository: c.repository.clone(),
+            snapshot: point_of(&copy),
+            snapshot_time_unix_ns: manifest.time_ns,
+            summary: BackupSummary {
+                files: manifest.summary.files,
+                bytes: manifest.summary.bytes_read,
+                added_bytes: copied.bytes_stored,
+                stored_bytes: Progress::get(&progress.bytes_stored),
+                duration_ms: started.elapsed().as_millis() as u64,
+            },
+            off_host: repos.is_remote(&c.repository),
+            locks_enforced_by,
+            locked_until_unix_ns: locked_until,
+        }
+        .into()],
+    })
+}

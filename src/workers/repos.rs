@@ -99,6 +99,16 @@ impl RepoSet {
             .contains_key(id)
     }
 
+    /// Whether repository `id` is served from storage off this host (object
+    /// storage); false for a local directory, or an id not served.
+    pub fn is_remote(&self, id: &RepositoryId) -> bool {
+        self.specs
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .is_some_and(|s| s.storage.is_remote())
+    }
+
     /// Serves one more repository (an agent's, made at its registration);
     /// false if one of that id is served already.
     pub fn add(&self, spec: RepoSpec) -> bool {

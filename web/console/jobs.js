@@ -4,7 +4,7 @@
 import * as api from './api.js';
 import { esc, errText, flash, fmtBytes, jobBadge, progressText, shortId, throttle, timeEl } from './util.js';
 
-const KINDS = ['backup', 'verify', 'restore-test', 'retention', 'prune', 'read-back', 'reconcile', 'restore'];
+const KINDS = ['backup', 'verify', 'restore-test', 'retention', 'prune', 'read-back', 'reconcile', 'restore', 'copy'];
 
 function progressCell(j, live) {
   const p = live || null;

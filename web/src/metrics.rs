@@ -998,6 +998,7 @@ mod tests {
             rpo: D::from_secs(86_400),
             repository: RepositoryId::new("main"),
             paused: false,
+            replica: None,
         };
         let mut events: Vec<Event> = vec![
             PlanCreated {
@@ -1134,6 +1135,7 @@ mod tests {
             rpo: D::from_secs(86_400),
             repository: RepositoryId::new("main"),
             paused: false,
+            replica: None,
         };
         let id = SnapshotId([1; 32]);
         let plan = PlanId::new("a");

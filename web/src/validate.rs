@@ -385,6 +385,7 @@ pub(crate) fn default_definition() -> PlanDefinition {
         rpo: DEFAULT_RPO,
         repository: RepositoryId::new(DEFAULT_REPOSITORY),
         paused: false,
+        replica: None,
     }
 }
 

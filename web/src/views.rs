@@ -655,6 +655,7 @@ pub(crate) fn event_data(e: &Event) -> Value {
         PointUnlocked,
         AccessRefused,
         RestoreCompleted,
+        CopyCommitted,
     )
     .unwrap_or(Value::Null)
 }

@@ -83,6 +83,30 @@ impl Handler<RunJob> for FakeEngineWorker {
                 },
             }
             .into()],
+            JobCommand::Copy {
+                plan,
+                point,
+                repository,
+                ..
+            } => vec![vouch_events::CopyCommitted {
+                job: Some(msg.job.clone()),
+                plan: Some(plan),
+                source: point,
+                repository,
+                snapshot: SnapshotId(*blake3::hash(msg.job.as_str().as_bytes()).as_bytes()),
+                snapshot_time_unix_ns: now,
+                summary: BackupSummary {
+                    files: 3,
+                    bytes: 3000,
+                    added_bytes: 0,
+                    stored_bytes: 0,
+                    duration_ms: 5,
+                },
+                off_host: true,
+                locks_enforced_by: vouch_events::LockEnforcement::Storage,
+                locked_until_unix_ns: Some(now + 86_400_000_000_000),
+            }
+            .into()],
             JobCommand::Retention { .. }
             | JobCommand::ReadBack { .. }
             | JobCommand::Reconcile { .. }

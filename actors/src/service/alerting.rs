@@ -1488,6 +1488,7 @@ mod tests {
                 rpo: Duration::from_secs(3600),
                 repository: RepositoryId::new("main"),
                 paused: false,
+                replica: None,
             },
         }
         .into()

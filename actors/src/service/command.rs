@@ -79,6 +79,21 @@ pub enum JobCommand {
         /// What to restore and where.
         spec: RestoreSpec,
     },
+    /// Copy a point of a plan into its replica repository (a second copy,
+    /// checked afterwards on its own).
+    Copy {
+        /// The plan.
+        plan: PlanId,
+        /// The point copied.
+        point: SnapshotId,
+        /// Its repository.
+        source_repository: RepositoryId,
+        /// The replica repository the copy goes to.
+        repository: RepositoryId,
+        /// Lock the copy for this long from when it is made (the plan's
+        /// replica policy; it keeps the source's lock in any case).
+        lock_for: Option<std::time::Duration>,
+    },
     /// Make a repository's manifests agree with the log's decisions: delete
     /// the manifests of points the log forgot (retention only decides),
     /// record `point.vanished` for live points whose manifest is gone and
@@ -107,6 +122,7 @@ impl JobCommand {
             JobCommand::Retention { .. } => JobKind::Forget,
             JobCommand::Reconcile { .. } => JobKind::Reconcile,
             JobCommand::Restore { .. } => JobKind::Restore,
+            JobCommand::Copy { .. } => JobKind::Copy,
         }
     }
 
@@ -128,7 +144,8 @@ impl JobCommand {
             JobCommand::Restore { spec: r, .. } => spec.restore = Some(r.clone()),
             JobCommand::Backup { .. }
             | JobCommand::Retention { .. }
-            | JobCommand::Reconcile { .. } => {}
+            | JobCommand::Reconcile { .. }
+            | JobCommand::Copy { .. } => {}
         }
         spec
     }
@@ -136,7 +153,9 @@ impl JobCommand {
     /// The plan it serves.
     pub fn plan(&self) -> Option<&PlanId> {
         match self {
-            JobCommand::Backup { plan, .. } | JobCommand::Retention { plan, .. } => Some(plan),
+            JobCommand::Backup { plan, .. }
+            | JobCommand::Retention { plan, .. }
+            | JobCommand::Copy { plan, .. } => Some(plan),
             JobCommand::Verify { plan, .. }
             | JobCommand::RestoreTest { plan, .. }
             | JobCommand::Restore { plan, .. } => plan.as_ref(),
@@ -153,7 +172,8 @@ impl JobCommand {
             | JobCommand::Retention { repository, .. }
             | JobCommand::ReadBack { repository, .. }
             | JobCommand::Reconcile { repository, .. }
-            | JobCommand::Restore { repository, .. } => repository,
+            | JobCommand::Restore { repository, .. }
+            | JobCommand::Copy { repository, .. } => repository,
         }
     }
 
@@ -175,7 +195,8 @@ impl JobCommand {
         match self {
             JobCommand::Verify { point, .. }
             | JobCommand::RestoreTest { point, .. }
-            | JobCommand::Restore { point, .. } => Some(*point),
+            | JobCommand::Restore { point, .. }
+            | JobCommand::Copy { point, .. } => Some(*point),
             _ => None,
         }
     }
@@ -294,7 +315,7 @@ pub struct RunJob {
 /// The workers, one recipient per kind of job (one actor may serve all).
 #[derive(Clone)]
 pub struct Workers {
-    /// Backups.
+    /// Backups, and copies into a replica.
     pub backup: Recipient<RunJob>,
     /// Verifications.
     pub verify: Recipient<RunJob>,
@@ -308,7 +329,8 @@ impl Workers {
     /// The recipient of a kind of command.
     pub fn for_command(&self, command: &JobCommand) -> &Recipient<RunJob> {
         match command {
-            JobCommand::Backup { .. } => &self.backup,
+            // A copy writes into a repository, as a backup does.
+            JobCommand::Backup { .. } | JobCommand::Copy { .. } => &self.backup,
             JobCommand::Verify { .. } | JobCommand::ReadBack { .. } => &self.verify,
             JobCommand::RestoreTest { .. } | JobCommand::Restore { .. } => &self.restore_test,
             JobCommand::Retention { .. } | JobCommand::Reconcile { .. } => &self.retention,

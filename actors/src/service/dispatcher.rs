@@ -80,7 +80,7 @@ impl JobTimeouts {
     /// The timeout of a kind of job.
     pub fn of(&self, kind: JobKind) -> Duration {
         match kind {
-            JobKind::Backup => self.backup,
+            JobKind::Backup | JobKind::Copy => self.backup,
             JobKind::Verify => self.verify,
             JobKind::RestoreTest | JobKind::Restore => self.restore_test,
             JobKind::Forget | JobKind::Prune => self.retention,
@@ -166,6 +166,7 @@ pub fn kind_name(kind: JobKind) -> &'static str {
         JobKind::ReadBack => "read-back",
         JobKind::Reconcile => "reconcile",
         JobKind::Restore => "restore",
+        JobKind::Copy => "copy",
     }
 }
 
@@ -289,7 +290,8 @@ impl Dispatcher {
             }
             JobCommand::Verify { point, .. }
             | JobCommand::RestoreTest { point, .. }
-            | JobCommand::Restore { point, .. } => point.short(),
+            | JobCommand::Restore { point, .. }
+            | JobCommand::Copy { point, .. } => point.short(),
             JobCommand::ReadBack { repository, .. } | JobCommand::Reconcile { repository, .. } => {
                 repository.to_string()
             }
@@ -360,12 +362,17 @@ impl Dispatcher {
         self.is_open(|c| {
             c.kind() == kind
                 && match kind {
-                    JobKind::Verify | JobKind::RestoreTest => {
+                    JobKind::Verify | JobKind::RestoreTest | JobKind::Copy => {
                         c.point() == point && c.repository() == command.repository()
                     }
                     // No point, no plan: one per repository.
                     JobKind::ReadBack | JobKind::Reconcile => {
                         c.repository() == command.repository()
+                    }
+                    // One retention of a plan per repository: its own,
+                    // and its replica's.
+                    JobKind::Forget => {
+                        c.plan().cloned() == plan && c.repository() == command.repository()
                     }
                     // The same restore asked twice.
                     JobKind::Restore => {
@@ -428,10 +435,20 @@ impl Dispatcher {
 
     /// Whether `q` may start now beside what runs: never two backups of one
     /// plan, never a reconciliation beside a backup into the same
-    /// repository.
+    /// repository, nor beside a copy out of or into it (a copy's manifest
+    /// is written before its commit is recorded, and the point it reads
+    /// must not be deleted under it).
     fn may_start(&self, q: &Queued) -> bool {
         let kind = q.command.kind();
         let repo = q.command.repository();
+        let copy_touches = |c: &JobCommand, repo: &RepositoryId| match c {
+            JobCommand::Copy {
+                source_repository,
+                repository,
+                ..
+            } => source_repository == repo || repository == repo,
+            _ => false,
+        };
         self.running.values().all(|r| {
             let rk = r.command.kind();
             let same_repo = r.command.repository() == repo;
@@ -442,6 +459,10 @@ impl Dispatcher {
                 (JobKind::Backup, JobKind::Reconcile) | (JobKind::Reconcile, JobKind::Backup) => {
                     !same_repo
                 }
+                (JobKind::Copy, JobKind::Reconcile) => {
+                    !copy_touches(&q.command, r.command.repository())
+                }
+                (JobKind::Reconcile, JobKind::Copy) => !copy_touches(&r.command, repo),
                 _ => true,
             }
         })
@@ -510,8 +531,15 @@ impl Dispatcher {
         // What retention must never forget (locked points, the plan's last
         // recoverable one) is read now, at the start, whatever the job
         // carried when it was queued or rebuilt from the log after a crash.
-        if let JobCommand::Retention { plan, protect, .. } = &mut q.command {
+        if let JobCommand::Retention {
+            plan,
+            protect,
+            repository,
+            ..
+        } = &mut q.command
+        {
             let (plan, now) = (plan.clone(), self.clock.now_unix_ns());
+            let repository = repository.clone();
             *protect = Vec::new();
             let job = q.job.clone();
             // Hold the slot while the projections are read.
@@ -519,7 +547,7 @@ impl Dispatcher {
             self.with_projections(
                 ctx,
                 self.seen_seq,
-                move |p| policy::retention_protects(p, &plan, now),
+                move |p| policy::retention_protects(p, &plan, &repository, now),
                 move |act, ctx, res| {
                     act.running.remove(&job);
                     match res {
@@ -1143,6 +1171,20 @@ pub fn rebuild_command(
             }),
             _ => None,
         },
+        // The plan's replica policy as it is now (the lock); none when the
+        // plan no longer names a replica: nothing is copied then.
+        JobKind::Copy => {
+            let pl = plan?;
+            let replica = pl.definition.replica.as_ref()?;
+            let point = j.point?;
+            Some(JobCommand::Copy {
+                plan: pl.id.clone(),
+                point,
+                source_repository: repository_of(p, &point),
+                repository: repository(replica.repository.clone()),
+                lock_for: replica.lock_for,
+            })
+        }
         JobKind::Prune => None,
     }
 }

@@ -28,6 +28,24 @@ pub fn live_points<'a>(p: &'a Projections, plan: &PlanId) -> Vec<&'a Point> {
     v
 }
 
+/// Points of `plan` stored in `repository` that are not expired, its own
+/// and the copies of them (a replica holds only copies), newest snapshot
+/// first.
+pub fn live_points_in<'a>(
+    p: &'a Projections,
+    plan: &PlanId,
+    repository: &RepositoryId,
+) -> Vec<&'a Point> {
+    let mut v: Vec<&Point> = p
+        .points
+        .of_plan(plan)
+        .chain(p.points.copies_of_plan(plan))
+        .filter(|pt| pt.expired.is_none() && &pt.repository == repository)
+        .collect();
+    v.sort_by_key(|pt| std::cmp::Reverse(pt.snapshot_time_unix_ns));
+    v
+}
+
 /// When each plan's latest backup job was scheduled (the scheduler's
 /// "last run"), for every plan that ever had one: one pass over the jobs,
 /// not one per plan.
@@ -45,13 +63,21 @@ pub fn last_backups_scheduled(p: &Projections) -> HashMap<PlanId, i64> {
     last
 }
 
-/// The kinds of job scheduled or running for each plan, in one pass.
-fn open_jobs(p: &Projections) -> HashSet<(JobKind, PlanId)> {
+/// The kinds of job scheduled or running for each plan, in one pass, with
+/// whether the job works on a copy (a check of the plan's replica does not
+/// stand for a check of its own points, nor the reverse).
+fn open_jobs(p: &Projections) -> HashSet<(JobKind, PlanId, bool)> {
     p.jobs
         .jobs
         .values()
         .filter(|j| !j.state.is_terminal())
-        .filter_map(|j| j.plan.clone().map(|plan| (j.kind, plan)))
+        .filter_map(|j| {
+            let on_copy = j
+                .point
+                .and_then(|id| p.points.points.get(&id))
+                .is_some_and(Point::is_copy);
+            j.plan.clone().map(|plan| (j.kind, plan, on_copy))
+        })
         .collect()
 }
 
@@ -59,13 +85,14 @@ fn open_jobs(p: &Projections) -> HashSet<(JobKind, PlanId)> {
 /// its damaged packs sends to a full verification (newest first).
 pub const SUSPECT_POINTS_BOUND: usize = 32;
 
-/// The sample a restore test of `plan` should take at `now_ns` (none: a
-/// complete test): complete when the plan's proof policy asks for one at
-/// least every `full_every` and the last complete restore test that its
-/// protection counts (of a recoverable point of its current definition)
-/// is older than that, or there is none; the plan's `sample_files`
-/// otherwise.
-pub fn restore_sample(p: &Projections, plan: &Plan, now_ns: i64) -> Option<u64> {
+/// The sample a restore test of `point` of `plan` should take at `now_ns`
+/// (none: a complete test): complete when the plan's proof policy asks for
+/// one at least every `full_every` and the last complete restore test that
+/// its protection counts (of a recoverable point of its current
+/// definition, among the plan's own points, or among its copies for a
+/// copy: each is proven on its own) is older than that, or there is none;
+/// the plan's `sample_files` otherwise.
+pub fn restore_sample(p: &Projections, plan: &Plan, point: &Point, now_ns: i64) -> Option<u64> {
     let def = &plan.definition.restore_test;
     let sample = def.sample_files?;
     let Some(full_every) = def.full_every else {
@@ -74,9 +101,13 @@ pub fn restore_sample(p: &Projections, plan: &Plan, now_ns: i64) -> Option<u64> 
     // What the plan's protection counts (`plan_protection`): a complete
     // restore test of a recoverable point of its current definition. A
     // sampled test after a complete one does not hide it.
-    let last_complete = p
-        .points
-        .of_plan(&plan.id)
+    let points = if point.is_copy() {
+        p.points.copies_of_plan(&plan.id)
+    } else {
+        p.points.of_plan(&plan.id)
+    };
+    let last_complete = points
+        .filter(|pt| pt.repository == point.repository)
         .filter(|pt| pt.since.seq > plan.epoch.seq && pt.state == PointState::Recoverable)
         .filter_map(|pt| pt.last_complete_restore)
         .map(|at| at.unix_ns)
@@ -172,6 +203,49 @@ pub fn follow_ups(
                         "after backup".into(),
                     ));
                 }
+                if let Some(replica) = &def.replica {
+                    out.push((
+                        JobCommand::Copy {
+                            plan: plan.id.clone(),
+                            point: c.snapshot,
+                            source_repository: c.repository.clone(),
+                            repository: replica.repository.clone(),
+                            lock_for: replica.lock_for,
+                        },
+                        "after backup".into(),
+                    ));
+                }
+            }
+            // A copy is a point of its own: it is verified (then
+            // restore-tested, by the rule below) as a new backup is, and the
+            // plan's keep rules apply in the replica too.
+            (JobKind::Copy, Event::CopyCommitted(c)) => {
+                let Some(plan) = c.plan.as_ref().and_then(|id| p.plans.plans.get(id)) else {
+                    continue;
+                };
+                let def = &plan.definition;
+                if def.verification.after_backup {
+                    out.push((
+                        JobCommand::Verify {
+                            point: c.snapshot,
+                            plan: Some(plan.id.clone()),
+                            repository: c.repository.clone(),
+                            depth: def.verification.depth,
+                        },
+                        "after copy".into(),
+                    ));
+                }
+                if !def.retention.is_empty() {
+                    out.push((
+                        JobCommand::Retention {
+                            plan: plan.id.clone(),
+                            repository: c.repository.clone(),
+                            keep: def.retention.clone(),
+                            protect: Vec::new(),
+                        },
+                        "after copy".into(),
+                    ));
+                }
             }
             (JobKind::Verify, Event::VerificationPassed(v)) => {
                 let Some(point) = p.points.points.get(&v.point) else {
@@ -185,7 +259,7 @@ pub fn follow_ups(
                                 point: v.point,
                                 plan: Some(plan.id.clone()),
                                 repository: point.repository.clone(),
-                                sample_files: restore_sample(p, plan, now_ns),
+                                sample_files: restore_sample(p, plan, point, now_ns),
                             },
                             "after verification".into(),
                         ));
@@ -254,10 +328,16 @@ pub fn reconcile_lists(
     (expired, live)
 }
 
-/// Points retention must keep whatever its rules say: every point locked at
-/// `now`, and the plan's newest recoverable point.
-pub fn retention_protects(p: &Projections, plan: &PlanId, now_ns: i64) -> Vec<SnapshotId> {
-    let points = live_points(p, plan);
+/// Points retention of `plan` in `repository` must keep whatever its rules
+/// say: every point of the plan there (its own, or copies in its replica)
+/// locked at `now`, and the newest recoverable one.
+pub fn retention_protects(
+    p: &Projections,
+    plan: &PlanId,
+    repository: &RepositoryId,
+    now_ns: i64,
+) -> Vec<SnapshotId> {
+    let points = live_points_in(p, plan, repository);
     let mut keep: Vec<SnapshotId> = points
         .iter()
         .filter(|pt| pt.locked_until_unix_ns.is_some_and(|u| u > now_ns))
@@ -274,44 +354,55 @@ pub fn retention_protects(p: &Projections, plan: &PlanId, now_ns: i64) -> Vec<Sn
 /// Periodic proof due at `now`: re-verify a plan's newest point when its
 /// latest verification is older than the plan's `verification.every`, and
 /// restore-test its newest verified point when the latest restore test is
-/// older than `restore_test.every`. Nothing is proposed for a plan that
-/// already has such a job open.
+/// older than `restore_test.every`; the same for the newest copy in the
+/// plan's replica, which is proven on its own. Nothing is proposed where
+/// such a job is already open (for the plan's own points, or its copies).
 pub fn periodic_checks(p: &Projections, now_ns: i64) -> Vec<JobCommand> {
     let mut out = Vec::new();
     let open = open_jobs(p);
-    let job_open = |kind: JobKind, plan: &PlanId| open.contains(&(kind, plan.clone()));
     for plan in active_plans(p) {
         let def = &plan.definition;
-        let points = live_points(p, &plan.id);
-        let Some(newest) = points.first() else {
-            continue;
-        };
-        if let Some(every) = def.verification.every {
-            let last = newest.last_verification.as_ref().map(|v| v.at.unix_ns);
-            let stale = last.is_none_or(|t| now_ns.saturating_sub(t) >= duration_to_ns(every));
-            if stale && !job_open(JobKind::Verify, &plan.id) {
-                out.push(JobCommand::Verify {
-                    point: newest.id,
-                    plan: Some(plan.id.clone()),
-                    repository: newest.repository.clone(),
-                    depth: def.verification.depth,
-                });
-            }
+        let mut groups = vec![(live_points(p, &plan.id), false)];
+        if let Some(replica) = &def.replica {
+            let copies: Vec<&Point> = live_points_in(p, &plan.id, &replica.repository)
+                .into_iter()
+                .filter(|pt| pt.is_copy())
+                .collect();
+            groups.push((copies, true));
         }
-        if let Some(every) = def.restore_test.every {
-            let candidate = points
-                .iter()
-                .find(|pt| matches!(pt.state, PointState::Verified | PointState::Recoverable));
-            if let Some(pt) = candidate {
-                let last = pt.last_restore_test.as_ref().map(|r| r.at.unix_ns);
+        for (points, copies) in groups {
+            let job_open = |kind: JobKind| open.contains(&(kind, plan.id.clone(), copies));
+            let Some(newest) = points.first() else {
+                continue;
+            };
+            if let Some(every) = def.verification.every {
+                let last = newest.last_verification.as_ref().map(|v| v.at.unix_ns);
                 let stale = last.is_none_or(|t| now_ns.saturating_sub(t) >= duration_to_ns(every));
-                if stale && !job_open(JobKind::RestoreTest, &plan.id) {
-                    out.push(JobCommand::RestoreTest {
-                        point: pt.id,
+                if stale && !job_open(JobKind::Verify) {
+                    out.push(JobCommand::Verify {
+                        point: newest.id,
                         plan: Some(plan.id.clone()),
-                        repository: pt.repository.clone(),
-                        sample_files: restore_sample(p, plan, now_ns),
+                        repository: newest.repository.clone(),
+                        depth: def.verification.depth,
                     });
+                }
+            }
+            if let Some(every) = def.restore_test.every {
+                let candidate = points
+                    .iter()
+                    .find(|pt| matches!(pt.state, PointState::Verified | PointState::Recoverable));
+                if let Some(pt) = candidate {
+                    let last = pt.last_restore_test.as_ref().map(|r| r.at.unix_ns);
+                    let stale =
+                        last.is_none_or(|t| now_ns.saturating_sub(t) >= duration_to_ns(every));
+                    if stale && !job_open(JobKind::RestoreTest) {
+                        out.push(JobCommand::RestoreTest {
+                            point: pt.id,
+                            plan: Some(plan.id.clone()),
+                            repository: pt.repository.clone(),
+                            sample_files: restore_sample(p, plan, pt, now_ns),
+                        });
+                    }
                 }
             }
         }
@@ -443,6 +534,7 @@ mod tests {
                 rpo: Duration::from_secs(3600),
                 repository: RepositoryId::new(repository),
                 paused: false,
+                replica: None,
             },
         }
         .into()
@@ -960,13 +1052,23 @@ mod tests {
             (33, lock(4, 50)),
         ]);
         assert_eq!(
-            retention_protects(&p, &PlanId::new("p-main"), 100 * S),
+            retention_protects(
+                &p,
+                &PlanId::new("p-main"),
+                &RepositoryId::new("main"),
+                100 * S
+            ),
             vec![SnapshotId([1; 32]), SnapshotId([3; 32])],
             "the recoverable point and the lock still in force, not the lapsed one"
         );
         // A lock runs until its time, exclusive (as the projection has it).
         assert_eq!(
-            retention_protects(&p, &PlanId::new("p-main"), 1000 * S),
+            retention_protects(
+                &p,
+                &PlanId::new("p-main"),
+                &RepositoryId::new("main"),
+                1000 * S
+            ),
             vec![SnapshotId([1; 32])]
         );
     }

@@ -25,6 +25,7 @@ fn job_of(e: &Event) -> Option<&JobId> {
         Event::LeaseGranted(e) => Some(&e.job),
         Event::LeaseExpired(e) => Some(&e.job),
         Event::BackupCommitted(e) => e.job.as_ref(),
+        Event::CopyCommitted(e) => e.job.as_ref(),
         Event::VerificationStarted(e) => e.job.as_ref(),
         Event::VerificationPassed(e) => e.job.as_ref(),
         Event::VerificationFailed(e) => e.job.as_ref(),
@@ -40,6 +41,7 @@ fn job_of(e: &Event) -> Option<&JobId> {
 fn repository_of(e: &Event) -> Option<&RepositoryId> {
     match e {
         Event::BackupCommitted(e) => Some(&e.repository),
+        Event::CopyCommitted(e) => Some(&e.repository),
         Event::PointDiscovered(e) => Some(&e.repository),
         Event::PacksReadBack(e) => Some(&e.repository),
         Event::PointVanished(e) => Some(&e.repository),
@@ -91,6 +93,24 @@ fn foreign_point(
         // Retention decides over the plan's points, which the command does
         // not list; the projection refuses forgetting a locked point.
         JobCommand::Retention { .. } => None,
+        // A copy records the copy of its own point, and nothing else.
+        JobCommand::Copy {
+            point: own, plan, ..
+        } => match e {
+            Event::CopyCommitted(c) if c.source == *own && c.plan.as_ref() == Some(plan) => None,
+            Event::CopyCommitted(c) if c.source != *own => Some(format!(
+                "{ty} copies point {}, the job's is {}",
+                c.source.short(),
+                own.short()
+            )),
+            Event::CopyCommitted(_) => {
+                Some(format!("{ty} names another plan than the job's {plan}"))
+            }
+            _ => Some(format!(
+                "{ty} is about point {}; a copy records only its copy",
+                point.short()
+            )),
+        },
     }
 }
 
@@ -232,6 +252,7 @@ mod tests {
                 rpo: std::time::Duration::from_secs(1),
                 repository: RepositoryId::new("main"),
                 paused: false,
+                replica: None,
             },
         };
         assert_eq!(foreign(&j, &backup, &[committed("p", "main", 3)]), None);
@@ -250,5 +271,43 @@ mod tests {
         }
         .into();
         assert!(foreign(&j, &read_back, &[forgot]).is_some());
+    }
+
+    fn copied(plan: &str, repo: &str, source: u8, copy: u8) -> Event {
+        vouch_events::CopyCommitted {
+            job: Some(JobId::new("j")),
+            plan: Some(PlanId::new(plan)),
+            source: SnapshotId([source; 32]),
+            repository: RepositoryId::new(repo),
+            snapshot: SnapshotId([copy; 32]),
+            snapshot_time_unix_ns: 1,
+            summary: BackupSummary::default(),
+            off_host: true,
+            locks_enforced_by: vouch_events::LockEnforcement::Storage,
+            locked_until_unix_ns: None,
+        }
+        .into()
+    }
+
+    #[test]
+    fn a_copy_records_only_the_copy_of_its_own_point() {
+        let j = JobId::new("j");
+        let copy = JobCommand::Copy {
+            plan: PlanId::new("p"),
+            point: SnapshotId([1; 32]),
+            source_repository: RepositoryId::new("main"),
+            repository: RepositoryId::new("offsite"),
+            lock_for: None,
+        };
+        assert_eq!(foreign(&j, &copy, &[copied("p", "offsite", 1, 2)]), None);
+        let other_source = foreign(&j, &copy, &[copied("p", "offsite", 3, 2)]);
+        assert!(other_source.is_some_and(|r| r.contains("copies point")));
+        assert!(
+            foreign(&j, &copy, &[copied("q", "offsite", 1, 2)]).is_some_and(|r| r.contains("plan"))
+        );
+        let elsewhere = foreign(&j, &copy, &[copied("p", "main", 1, 2)]);
+        assert!(elsewhere.is_some_and(|r| r.contains("repository")));
+        assert!(foreign(&j, &copy, &[copied("p", "offsite", 1, 2), passed(2, "j")]).is_some());
+        assert!(foreign(&j, &copy, &[committed("p", "offsite", 2)]).is_some());
     }
 }

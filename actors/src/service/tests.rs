@@ -1008,6 +1008,7 @@ async fn repositories_are_reconciled_at_start_and_every_reconcile_every() {
                 rpo: day,
                 repository: RepositoryId::new("main"),
                 paused: true,
+                replica: None,
             },
         }
         .into()])
@@ -1569,6 +1570,7 @@ fn docs_plan() -> Event {
             rpo: Duration::from_secs(3600),
             repository: RepositoryId::new("main"),
             paused: true,
+            replica: None,
         },
     }
     .into()

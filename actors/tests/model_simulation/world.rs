@@ -403,8 +403,13 @@ impl Model {
             let mut q = self.queue.remove(pos);
             // Read at the start, whatever the job carried.
             match &mut q.command {
-                JobCommand::Retention { plan, protect, .. } => {
-                    *protect = retention_protects(&self.proj, plan, now);
+                JobCommand::Retention {
+                    plan,
+                    protect,
+                    repository,
+                    ..
+                } => {
+                    *protect = retention_protects(&self.proj, plan, repository, now);
                 }
                 JobCommand::Reconcile {
                     repository,
@@ -983,6 +988,7 @@ impl Model {
             rpo: Duration::from_secs([2 * HOUR, 6 * HOUR, 12 * HOUR][self.rng.below(3)]),
             repository: RepositoryId::new(["main", "offsite"][self.rng.below(2)]),
             paused: self.rng.chance(1, 20),
+            replica: None,
         }
     }
 

@@ -808,6 +808,7 @@ mod tests {
                 rpo: Duration::from_secs(86_400),
                 repository: RepositoryId::new("main"),
                 paused: false,
+                replica: None,
             },
         }
         .into()

@@ -188,8 +188,9 @@ pub fn ending(
                 .collect();
             ok(events)
         }
-        // The simulation never asks for restores onto a host.
-        JobCommand::Restore { .. } => fail("io", true, Vec::new()),
+        // The simulation never asks for restores onto a host, and its plans
+        // name no replica (copies are tested in `tests/replica.rs`).
+        JobCommand::Restore { .. } | JobCommand::Copy { .. } => fail("io", true, Vec::new()),
         JobCommand::Reconcile { .. } => {
             // Manifests are the simulator's to lose (`point.vanished`
             // steps); a reconcile finds nothing new, or fails on I/O.

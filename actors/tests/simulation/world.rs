@@ -676,6 +676,7 @@ impl World {
             rpo: Duration::from_secs([2 * HOUR, 6 * HOUR, 12 * HOUR][self.rng.below(3)]),
             repository: RepositoryId::new(["main", "offsite"][self.rng.below(2)]),
             paused: false,
+            replica: None,
         }
     }
 

@@ -14,6 +14,8 @@ mod read_back;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_copies;
+#[cfg(test)]
 mod tests_findings;
 
 use std::collections::BTreeMap;
@@ -28,7 +30,8 @@ pub use plans::{
     plan_protection, rollup, Plan, PlanProtection, PlansProjection, Protection, CLOCK_TOLERANCE_NS,
 };
 pub use points::{
-    Cap, Point, PointOrigin, PointState, PointsProjection, RestoreOutcome, VerificationOutcome,
+    Cap, CopyFacts, Point, PointOrigin, PointState, PointsProjection, RestoreOutcome,
+    VerificationOutcome,
 };
 pub use read_back::{ReadBackProjection, RepositoryReadBack, SliceDamage};
 
@@ -124,7 +127,8 @@ fn leading_str(payload: &[u8]) -> Option<&str> {
 /// 4: caps, open failures and coverage on points, plan epochs, unknown
 ///    scopes, the rules tag ([`PROJECTION_RULES`]).
 /// 5: the newest recorded time (`latest_recorded_unix_ns`, the clock cap).
-pub const PROJECTION_SNAPSHOT_VERSION: u16 = 5;
+/// 6: copies (`copy.committed`: `Point::copy`, `PointOrigin::Copied`).
+pub const PROJECTION_SNAPSHOT_VERSION: u16 = 6;
 
 /// A digest of the projection's source code, computed by the build
 /// script: a snapshot folded by other rules is not trusted (its derived
@@ -305,7 +309,7 @@ impl Projections {
             "job" => job_scope(leading_str(&u.payload)),
             // `backup.*` payloads lead with an optional job: `[job?, ...]`
             // (nil when none, which `leading_str` reads as no string).
-            "backup" => job_scope(leading_str(&u.payload)),
+            "backup" | "copy" => job_scope(leading_str(&u.payload)),
             "plan" => match leading_str(&u.payload) {
                 Some(plan) => UnknownScope::Plan(PlanId::new(plan)),
                 None => UnknownScope::All,

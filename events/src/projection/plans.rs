@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::event::Event;
 use crate::ids::PlanId;
-use crate::plan::PlanDefinition;
+use crate::plan::{PlanDefinition, ReplicaRequirement};
 use crate::projection::jobs::{JobState, JobsProjection};
 use crate::projection::points::{Point, PointState, PointsProjection};
 use crate::projection::{Inconsistency, Recorded};
@@ -201,7 +201,7 @@ pub fn plan_protection(
         evidence_start,
         window_start,
     );
-    match empty_newest {
+    let found = match empty_newest {
         Some(newest) if found.status >= Protection::AtRisk => verdict(
             Protection::AtRisk,
             format!(
@@ -210,7 +210,77 @@ pub fn plan_protection(
             ),
         ),
         _ => found,
+    };
+    if found.status < Protection::Protected {
+        return found;
     }
+    match missing_copy(p, points, now_unix_ns, window_start, evidence_start) {
+        Some(why) => verdict(Protection::AtRisk, why),
+        None => found,
+    }
+}
+
+/// What the plan's replica policy requires for `protected` and its copies
+/// lack (none: nothing is required, or a copy meets it): a copy in the
+/// replica repository, recorded after the plan's epoch, taken within the
+/// RPO, `recoverable` with restore evidence of its own within
+/// `max_evidence_age`; for `ImmutableOffHost` also off this host and held
+/// by a lock its storage enforces, in force now.
+fn missing_copy(
+    p: &Plan,
+    points: &PointsProjection,
+    now_unix_ns: i64,
+    window_start: i64,
+    evidence_start: i64,
+) -> Option<String> {
+    let replica = p.definition.replica.as_ref()?;
+    let immutable = match replica.require {
+        ReplicaRequirement::Nothing => return None,
+        ReplicaRequirement::Proven => false,
+        ReplicaRequirement::ImmutableOffHost => true,
+    };
+    let candidates: Vec<&Point> = points
+        .copies_of_plan(&p.id)
+        .filter(|pt| pt.since.seq > p.epoch.seq && pt.repository == replica.repository)
+        .filter(|pt| pt.snapshot_time_unix_ns.min(pt.since.unix_ns) >= window_start)
+        .collect();
+    let proven = |pt: &&&Point| {
+        pt.state == PointState::Recoverable
+            && pt
+                .last_restore_test
+                .as_ref()
+                .is_some_and(|r| r.at.unix_ns >= evidence_start)
+    };
+    let repo = replica.repository.as_str();
+    let Some(_) = candidates.iter().find(proven) else {
+        return Some(if candidates.is_empty() {
+            format!("the plan requires a proven copy in {repo} inside the RPO, and it has no copy there inside the RPO")
+        } else {
+            format!("the plan requires a proven copy in {repo} inside the RPO: its copies there are not proven restorable (or the proof is stale)")
+        });
+    };
+    if !immutable {
+        return None;
+    }
+    let fit = candidates
+        .iter()
+        .filter(proven)
+        .any(|pt| pt.copy.as_ref().is_some_and(|c| c.off_host) && pt.immutable_at(now_unix_ns));
+    if fit {
+        return None;
+    }
+    let why = if candidates
+        .iter()
+        .filter(proven)
+        .all(|pt| !pt.copy.as_ref().is_some_and(|c| c.off_host))
+    {
+        "is on this host"
+    } else {
+        "is not locked by its storage now (no lock in force, or locks enforced only by Vouch)"
+    };
+    Some(format!(
+        "the plan requires an immutable off-host copy in {repo}: its proven copy inside the RPO {why}"
+    ))
 }
 
 /// What the plan's points of its current definition say.

@@ -6,7 +6,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{AnomalySignal, BackupSummary, Event, RestoreEvidence, UnknownEvent};
+use crate::event::{
+    AnomalySignal, BackupSummary, Event, LockEnforcement, RestoreEvidence, UnknownEvent,
+};
 use crate::ids::{JobId, PlanId, RepositoryId, SnapshotId};
 use crate::plan::VerifyDepth;
 use crate::projection::{Inconsistency, Recorded};
@@ -103,6 +105,21 @@ pub enum PointOrigin {
     Committed,
     /// A `point.discovered` event (no history).
     Discovered,
+    /// A `copy.committed` event: a copy of another point, in another
+    /// repository (a plan's replica). It is checked on its own, like a
+    /// committed point.
+    Copied,
+}
+
+/// Where a copy came from and how it is kept (`copy.committed`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CopyFacts {
+    /// The point it is a copy of.
+    pub source: SnapshotId,
+    /// Its repository's storage is off this host.
+    pub off_host: bool,
+    /// Who enforces locks in its repository.
+    pub locks_enforced_by: LockEnforcement,
 }
 
 /// The outcome of the latest verification.
@@ -175,6 +192,8 @@ pub struct Point {
     pub since: Recorded,
     /// Backup figures (committed points).
     pub summary: Option<BackupSummary>,
+    /// What it is a copy of, for a copy (`PointOrigin::Copied`).
+    pub copy: Option<CopyFacts>,
     /// The latest verification.
     pub last_verification: Option<VerificationOutcome>,
     /// The latest restore test.
@@ -235,6 +254,7 @@ impl Point {
             origin,
             since,
             summary,
+            copy: None,
             last_verification: None,
             last_restore_test: None,
             locked_until_unix_ns: None,
@@ -319,7 +339,7 @@ impl Point {
             return PointState::Verified;
         }
         match self.origin {
-            PointOrigin::Committed => PointState::Unverified,
+            PointOrigin::Committed | PointOrigin::Copied => PointState::Unverified,
             PointOrigin::Discovered => PointState::Unknown,
         }
     }
@@ -327,6 +347,21 @@ impl Point {
     /// Whether the point has any anomaly flag.
     pub fn flagged(&self) -> bool {
         !self.anomalies.is_empty()
+    }
+
+    /// Whether it is a copy of another point (a replica's).
+    pub fn is_copy(&self) -> bool {
+        self.copy.is_some()
+    }
+
+    /// Whether its storage keeps it from deletion at `now_ns`: a lock in
+    /// force that the storage itself enforces (only a copy records who
+    /// enforces its repository's locks).
+    pub fn immutable_at(&self, now_ns: i64) -> bool {
+        self.copy
+            .as_ref()
+            .is_some_and(|c| c.locks_enforced_by == LockEnforcement::Storage)
+            && self.locked_until_unix_ns.is_some_and(|u| u > now_ns)
     }
 }
 
@@ -346,6 +381,9 @@ pub struct PointsProjection {
     /// ([`PointsProjection::rebuild_index`]).
     #[serde(skip)]
     by_plan: BTreeMap<PlanId, BTreeSet<SnapshotId>>,
+    /// Index: the copies of each plan's points. Derived like `by_plan`.
+    #[serde(skip)]
+    copies_by_plan: BTreeMap<PlanId, BTreeSet<SnapshotId>>,
     /// How many points `by_plan` holds (with or without a plan): when it
     /// differs from `points.len()`, the index is not trusted.
     #[serde(skip)]
@@ -357,19 +395,39 @@ pub struct PointsProjection {
 }
 
 impl PointsProjection {
-    /// The points of `plan`, by id (the order of `points`). Uses the
-    /// per-plan index: O(points of the plan), not O(all points).
+    /// The points of `plan`, by id (the order of `points`): its own, not
+    /// the copies in its replica ([`PointsProjection::copies_of_plan`]).
+    /// Uses the per-plan index: O(points of the plan), not O(all points).
     pub fn of_plan<'a>(&'a self, plan: &PlanId) -> Box<dyn Iterator<Item = &'a Point> + 'a> {
+        self.indexed_of(plan, false)
+    }
+
+    /// The copies of `plan`'s points (in any replica repository it had), by
+    /// id.
+    pub fn copies_of_plan<'a>(&'a self, plan: &PlanId) -> Box<dyn Iterator<Item = &'a Point> + 'a> {
+        self.indexed_of(plan, true)
+    }
+
+    fn indexed_of<'a>(
+        &'a self,
+        plan: &PlanId,
+        copies: bool,
+    ) -> Box<dyn Iterator<Item = &'a Point> + 'a> {
         if self.indexed != self.points.len() {
             // Not indexed (built by hand): the same answer, the slow way.
             let plan = plan.clone();
             return Box::new(
                 self.points
                     .values()
-                    .filter(move |pt| pt.plan.as_ref() == Some(&plan)),
+                    .filter(move |pt| pt.plan.as_ref() == Some(&plan) && pt.is_copy() == copies),
             );
         }
-        match self.by_plan.get(plan) {
+        let index = if copies {
+            &self.copies_by_plan
+        } else {
+            &self.by_plan
+        };
+        match index.get(plan) {
             Some(ids) => Box::new(ids.iter().filter_map(|id| self.points.get(id))),
             None => Box::new(std::iter::empty()),
         }
@@ -405,20 +463,31 @@ impl PointsProjection {
     /// decoded).
     pub(crate) fn rebuild_index(&mut self) {
         self.by_plan.clear();
+        self.copies_by_plan.clear();
         self.by_since.clear();
         for pt in self.points.values() {
             self.by_since.insert(pt.since.seq, pt.id);
             if let Some(plan) = &pt.plan {
-                self.by_plan.entry(plan.clone()).or_default().insert(pt.id);
+                let index = if pt.is_copy() {
+                    &mut self.copies_by_plan
+                } else {
+                    &mut self.by_plan
+                };
+                index.entry(plan.clone()).or_default().insert(pt.id);
             }
         }
         self.indexed = self.points.len();
     }
 
-    fn index(&mut self, id: SnapshotId, plan: Option<&PlanId>, at: Recorded) {
+    fn index(&mut self, id: SnapshotId, plan: Option<&PlanId>, at: Recorded, copy: bool) {
         self.by_since.insert(at.seq, id);
         if let Some(plan) = plan {
-            self.by_plan.entry(plan.clone()).or_default().insert(id);
+            let index = if copy {
+                &mut self.copies_by_plan
+            } else {
+                &mut self.by_plan
+            };
+            index.entry(plan.clone()).or_default().insert(id);
         }
         self.indexed += 1;
     }
@@ -503,7 +572,80 @@ impl PointsProjection {
                     Some(e.summary.clone()),
                 );
                 self.points.insert(e.snapshot, p);
-                self.index(e.snapshot, e.plan.as_ref(), at);
+                self.index(e.snapshot, e.plan.as_ref(), at, false);
+                None
+            }
+            Event::CopyCommitted(e) => {
+                if e.snapshot == e.source {
+                    return bad(Some(e.snapshot), "copy of a point onto itself".into());
+                }
+                match self.points.get(&e.source) {
+                    None => {
+                        return bad(
+                            Some(e.snapshot),
+                            "copy of a point the log never knew".into(),
+                        )
+                    }
+                    Some(src) if src.repository == e.repository => {
+                        return bad(
+                            Some(e.snapshot),
+                            "copy into the repository of its source".into(),
+                        )
+                    }
+                    Some(_) => {}
+                }
+                let facts = CopyFacts {
+                    source: e.source,
+                    off_host: e.off_host,
+                    locks_enforced_by: e.locks_enforced_by,
+                };
+                if let Some(p) = self.points.get_mut(&e.snapshot) {
+                    // Found by a reconciliation of the replica before the
+                    // copy's commit was recorded (its manifest is written
+                    // first): the log now learns what it is.
+                    if p.origin != PointOrigin::Discovered || p.summary.is_some() {
+                        return bad(Some(e.snapshot), "point committed again".into());
+                    }
+                    if p.repository != e.repository {
+                        return bad(
+                            Some(e.snapshot),
+                            "copy committed to another repository than it was found in".into(),
+                        );
+                    }
+                    if let Some(plan) = &p.plan {
+                        if let Some(ids) = self.by_plan.get_mut(plan) {
+                            ids.remove(&e.snapshot);
+                        }
+                    }
+                    p.origin = PointOrigin::Copied;
+                    p.summary = Some(e.summary.clone());
+                    p.copy = Some(facts);
+                    p.plan = p.plan.take().or_else(|| e.plan.clone());
+                    if let Some(plan) = &p.plan {
+                        self.copies_by_plan
+                            .entry(plan.clone())
+                            .or_default()
+                            .insert(e.snapshot);
+                    }
+                    if e.locked_until_unix_ns > p.locked_until_unix_ns {
+                        p.locked_until_unix_ns = e.locked_until_unix_ns;
+                    }
+                    p.state = p.derive_state();
+                    return None;
+                }
+                let mut p = Point::new(
+                    e.snapshot,
+                    e.repository.clone(),
+                    e.plan.clone(),
+                    e.snapshot_time_unix_ns,
+                    PointOrigin::Copied,
+                    at,
+                    Some(e.summary.clone()),
+                );
+                p.copy = Some(facts);
+                p.locked_until_unix_ns = e.locked_until_unix_ns;
+                self.points.insert(e.snapshot, p);
+                self.index(e.snapshot, e.plan.as_ref(), at, true);
                 None
             }
             Event::PointDiscovered(e) => {
@@ -512,7 +654,7 @@ impl PointsProjection {
                 if self.points.contains_key(&e.snapshot) {
                     return None;
                 }
-                self.index(e.snapshot, e.plan.as_ref(), at);
+                self.index(e.snapshot, e.plan.as_ref(), at, false);
                 self.points.insert(
                     e.snapshot,
                     Point::new(
@@ -576,7 +718,10 @@ impl PointsProjection {
                 None
             }
             Event::JobScheduled(e) => {
-                if let Some(point) = e.point {
+                // A copy job reads its point but is no check of it: its
+                // failure (the replica's storage down) says nothing about
+                // the point.
+                if let (Some(point), false) = (e.point, e.kind == crate::event::JobKind::Copy) {
                     self.job_points.insert(e.job.clone(), point);
                 }
                 None

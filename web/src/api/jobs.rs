@@ -19,7 +19,7 @@ pub(crate) const JOB_STATES: [&str; 5] =
     ["scheduled", "running", "succeeded", "failed", "abandoned"];
 /// The job kinds of the API (`vouch_actors::service::kind_name`), one per
 /// `JobKind` (the test below fails when a kind is missing).
-pub(crate) const JOB_KINDS: [&str; 8] = [
+pub(crate) const JOB_KINDS: [&str; 9] = [
     "backup",
     "verify",
     "restore-test",
@@ -28,6 +28,7 @@ pub(crate) const JOB_KINDS: [&str; 8] = [
     "read-back",
     "reconcile",
     "restore",
+    "copy",
 ];
 
 fn job_state_schema() -> utoipa::openapi::Object {
@@ -211,6 +212,7 @@ mod tests {
             JobKind::ReadBack,
             JobKind::Reconcile,
             JobKind::Restore,
+            JobKind::Copy,
         ];
         for k in &all {
             match k {
@@ -221,7 +223,8 @@ mod tests {
                 | JobKind::Prune
                 | JobKind::ReadBack
                 | JobKind::Reconcile
-                | JobKind::Restore => {}
+                | JobKind::Restore
+                | JobKind::Copy => {}
             }
         }
         all
