@@ -802,9 +802,7 @@ fn copy_job(
             dst.lock_point(&copy, until, &by)?;
         }
     }
-    let locked_until = dst
-        .point_locks()?
-        .in_force(&copy, crate::util::now_ns());
+    let locked_until = dst.point_locks()?.in_force(&copy, crate::util::now_ns());
     let locks_enforced_by = match dst.backend().retention_support()? {
         crate::backend::Retained::ByStorage => vouch_events::LockEnforcement::Storage,
         crate::backend::Retained::ByVouch => vouch_events::LockEnforcement::Vouch,

@@ -7,7 +7,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 use vouch_actors::Schedule;
 use vouch_events::{
-    KeepPolicy, PlanDefinition, RepositoryId, RestoreTestPolicy, VerificationPolicy, VerifyDepth,
+    KeepPolicy, PlanDefinition, ReplicaPolicy, ReplicaRequirement, RepositoryId, RestoreTestPolicy,
+    VerificationPolicy, VerifyDepth,
 };
 
 use crate::api::grammar;
@@ -267,6 +268,44 @@ pub struct RestoreTestInput {
     pub full_every: Option<Option<String>>,
 }
 
+fn lock_for_schema() -> utoipa::openapi::Object {
+    grammar::duration_schema(
+        "Each copy is locked against deletion for this long after it is made; \
+         null: it keeps only its source point's lock.",
+        true,
+    )
+}
+
+fn require_schema() -> utoipa::openapi::Object {
+    grammar::enum_schema(
+        "What `protected` requires of the copies: `nothing` (they are shown, the plan's \
+         own points decide), `proven` (a copy inside the RPO, recoverable with fresh \
+         restore evidence of its own), `immutable-off-host` (as `proven`, and off this \
+         host, held by a lock its storage enforces).",
+        &REPLICA_REQUIREMENTS,
+    )
+}
+
+/// The names of [`ReplicaRequirement`]s in the API.
+pub(crate) const REPLICA_REQUIREMENTS: [&str; 3] = ["nothing", "proven", "immutable-off-host"];
+
+/// A plan's second copy: every new point is copied into `repository`, and
+/// the copy is verified and restore-tested on its own.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReplicaInput {
+    /// The repository the copies go to; not the plan's own.
+    #[schema(min_length = 1, max_length = 255)]
+    pub repository: String,
+    /// Lock each copy for this long (default: null).
+    #[serde(default, deserialize_with = "double")]
+    #[schema(schema_with = lock_for_schema)]
+    pub lock_for: Option<Option<String>>,
+    /// What `protected` requires of the copies (default: `nothing`).
+    #[serde(default)]
+    #[schema(schema_with = require_schema)]
+    pub require: Option<String>,
+}
+
 /// The input of `PUT /api/v1/plans/{id}` (and, with `id` and `source`
 /// required, of `POST`, see [`NewPlan`]): a plan without its derived fields.
 /// Missing or null fields take the defaults of `GET /api/v1/plans/defaults`
@@ -309,6 +348,10 @@ pub struct PlanInput {
     /// Restore-test policy.
     #[serde(default, deserialize_with = "object")]
     pub restore_test: Option<RestoreTestInput>,
+    /// A second copy (null or missing: none).
+    #[serde(default, deserialize_with = "object")]
+    #[schema(nullable)]
+    pub replica: Option<ReplicaInput>,
 }
 
 /// The body of `POST /api/v1/plans`, for the OpenAPI document only (the
@@ -453,6 +496,11 @@ pub(crate) fn input_of(d: &PlanDefinition) -> PlanInput {
             max_evidence_age: Some(human(d.restore_test.max_evidence_age)),
             sample_files: Some(d.restore_test.sample_files),
             full_every: Some(d.restore_test.full_every.map(human)),
+        }),
+        replica: d.replica.map(|r| ReplicaInput {
+            repository: r.repository.to_string(),
+            lock_for: Some(r.lock_for.map(human)),
+            require: Some(r.require.as_str().to_owned()),
         }),
     }
 }
@@ -648,6 +696,38 @@ pub(crate) fn definition(
         }
         def.restore_test = pol;
     }
+    def.replica = input.replica.map(|r| {
+        if r.repository.is_empty() || r.repository.chars().count() > grammar::REPOSITORY_MAX_LEN {
+            errors.insert(
+                "replica.repository".into(),
+                format!("must be 1 to {} characters", grammar::REPOSITORY_MAX_LEN),
+            );
+        } else if r.repository == def.repository.as_str() {
+            errors.insert(
+                "replica.repository".into(),
+                "is the plan's own repository: a second copy must be in another one".into(),
+            );
+        }
+        let lock_for = match r.lock_for {
+            Some(Some(d)) => duration("replica.lock_for", &d, &mut errors),
+            _ => None,
+        };
+        let require = match r.require.as_deref() {
+            None => ReplicaRequirement::Nothing,
+            Some(s) => ReplicaRequirement::parse(s).unwrap_or_else(|| {
+                errors.insert(
+                    "replica.require".into(),
+                    format!("{s:?}: expected one of {}", REPLICA_REQUIREMENTS.join(", ")),
+                );
+                ReplicaRequirement::Nothing
+            }),
+        };
+        ReplicaPolicy {
+            repository: RepositoryId::new(r.repository),
+            lock_for,
+            require,
+        }
+    });
     if errors.is_empty() {
         Ok((id, def))
     } else {

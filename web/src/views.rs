@@ -192,6 +192,111 @@ pub struct PlanView {
     pub next_run_at: Option<String>,
     /// When the plan was created.
     pub created_at: String,
+    /// Its second copy, if it has one.
+    pub replica: Option<ReplicaView>,
+    /// Where copies of its points are (each repository holding live
+    /// copies, and the replica's even when it holds none yet).
+    pub copies: Vec<CopiesView>,
+}
+
+/// A plan's second copy.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ReplicaView {
+    /// The repository the copies go to.
+    pub repository: String,
+    /// Each copy is locked this long after it is made (humantime; null: it
+    /// keeps only its source point's lock).
+    pub lock_for: Option<String>,
+    /// What `protected` requires of the copies: `nothing`, `proven` or
+    /// `immutable-off-host`.
+    pub require: String,
+}
+
+/// The copies of a plan's points in one repository.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CopiesView {
+    /// The repository.
+    pub repository: String,
+    /// Whether it is the plan's current replica.
+    pub current: bool,
+    /// `remote` (object storage, off this host), `local` (a directory on
+    /// this host), or null when no copy was recorded there yet.
+    pub location: Option<String>,
+    /// Who enforces locks there: `storage` (the store refuses deletion
+    /// before the date) or `vouch` (Vouch's tools only); null when not
+    /// known yet.
+    pub locks_enforced_by: Option<String>,
+    /// Live (not forgotten) copies there.
+    pub live: u64,
+    /// Of which `recoverable`.
+    pub recoverable: u64,
+    /// The newest live copy.
+    pub newest: Option<CopyView>,
+}
+
+/// One copy of a point.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CopyView {
+    /// The copy's point id (64 hex digits).
+    pub point: String,
+    /// The point it is a copy of.
+    pub source: String,
+    /// Its own state, from its own checks.
+    pub state: String,
+    /// The snapshot's time (its source's).
+    pub snapshot_at: String,
+    /// Locked against deletion until then.
+    pub locked_until: Option<String>,
+    /// Whether its storage keeps it from deletion now (a lock in force that
+    /// the storage enforces).
+    pub immutable: bool,
+}
+
+/// What the copies of `plan` look like at `now_ns`, by repository.
+pub(crate) fn copies_view(p: &Projections, plan: &Plan, now_ns: i64) -> Vec<CopiesView> {
+    let replica = plan.definition.replica.as_ref().map(|r| &r.repository);
+    let mut by_repo: BTreeMap<String, Vec<&vouch_events::Point>> = BTreeMap::new();
+    if let Some(r) = replica {
+        by_repo.entry(r.to_string()).or_default();
+    }
+    for pt in p.points.copies_of_plan(&plan.id) {
+        if pt.expired.is_none() {
+            by_repo
+                .entry(pt.repository.to_string())
+                .or_default()
+                .push(pt);
+        }
+    }
+    by_repo
+        .into_iter()
+        .map(|(repository, mut copies)| {
+            copies.sort_by_key(|pt| std::cmp::Reverse((pt.snapshot_time_unix_ns, pt.since.seq)));
+            let facts = copies.first().and_then(|pt| pt.copy.as_ref());
+            CopiesView {
+                current: replica.is_some_and(|r| r.as_str() == repository),
+                location: facts.map(|c| if c.off_host { "remote" } else { "local" }.to_owned()),
+                locks_enforced_by: facts.map(|c| c.locks_enforced_by.as_str().to_owned()),
+                live: copies.len() as u64,
+                recoverable: copies
+                    .iter()
+                    .filter(|pt| pt.state == PointState::Recoverable)
+                    .count() as u64,
+                newest: copies.first().map(|pt| CopyView {
+                    point: pt.id.to_hex(),
+                    source: pt
+                        .copy
+                        .as_ref()
+                        .map(|c| c.source.to_hex())
+                        .unwrap_or_default(),
+                    state: pt.state.as_str().to_owned(),
+                    snapshot_at: rfc3339(pt.snapshot_time_unix_ns),
+                    locked_until: pt.locked_until_unix_ns.map(rfc3339),
+                    immutable: pt.immutable_at(now_ns),
+                }),
+                repository,
+            }
+        })
+        .collect()
 }
 
 /// A plan as projections and the service's clock show it.
@@ -242,6 +347,12 @@ pub(crate) fn plan_view(
         last_run,
         next_run_at: next_run_ns.map(rfc3339),
         created_at: rfc3339(plan.created.unix_ns),
+        replica: d.replica.as_ref().map(|r| ReplicaView {
+            repository: r.repository.to_string(),
+            lock_for: r.lock_for.map(human),
+            require: r.require.as_str().to_owned(),
+        }),
+        copies: copies_view(p, plan, now_ns),
     }
 }
 
@@ -407,6 +518,20 @@ pub struct PointView {
     pub locked_until: Option<String>,
     /// Anomaly signals.
     pub anomalies: Vec<AnomalyView>,
+    /// What it is a copy of, for a copy in a plan's replica (null: a point
+    /// of its own).
+    pub copy_of: Option<CopyOfView>,
+}
+
+/// Where a copy came from and how it is kept.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CopyOfView {
+    /// The point it is a copy of (64 hex digits).
+    pub source: String,
+    /// `remote` (object storage, off this host) or `local`.
+    pub location: String,
+    /// Who enforces locks in its repository: `storage` or `vouch`.
+    pub locks_enforced_by: String,
 }
 
 /// What a restore test covered.
@@ -469,6 +594,11 @@ pub(crate) fn point_view(pt: &vouch_events::Point) -> PointView {
                 detail: a.detail.clone(),
             })
             .collect(),
+        copy_of: pt.copy.as_ref().map(|c| CopyOfView {
+            source: c.source.to_hex(),
+            location: if c.off_host { "remote" } else { "local" }.to_owned(),
+            locks_enforced_by: c.locks_enforced_by.as_str().to_owned(),
+        }),
     }
 }
 

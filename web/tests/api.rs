@@ -1876,3 +1876,88 @@ async fn an_agent_sees_nothing_of_an_earlier_plan_with_the_same_id() {
     assert_eq!(status, StatusCode::OK);
     s.stop().await;
 }
+
+#[actix_web::test]
+async fn a_plan_with_a_replica_shows_its_copies_and_protection_waits_for_their_proof() {
+    let s = Server::start().await;
+    // What a replica may not be.
+    let mut bad = plan("home", "/home");
+    bad["repository"] = json!("main");
+    bad["replica"] = json!({"repository": "main", "lock_for": "0s", "require": "maybe"});
+    let (status, v) = s.post("/api/v1/plans", OPERATOR, bad).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    for f in ["replica.repository", "replica.lock_for", "replica.require"] {
+        assert!(v["fields"][f].is_string(), "{f} missing in {v}");
+    }
+    let mut good = plan("home", "/home");
+    good["replica"] =
+        json!({"repository": "offsite", "lock_for": "30days", "require": "immutable-off-host"});
+    let (status, v) = s.post("/api/v1/plans", OPERATOR, good).await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    assert_eq!(v["replica"]["repository"], "offsite");
+    assert_eq!(v["replica"]["lock_for"], "30days");
+    assert_eq!(v["replica"]["require"], "immutable-off-host");
+    // The replica is listed before any copy is there.
+    assert_eq!(v["copies"][0]["repository"], "offsite");
+    assert_eq!(v["copies"][0]["current"], true);
+    assert_eq!(v["copies"][0]["live"], 0);
+    assert!(v["copies"][0]["location"].is_null(), "{v}");
+    // A plan read back and sent again keeps its replica.
+    let (status, again) = s
+        .call(
+            Method::PUT,
+            "/api/v1/plans/home",
+            Some(OPERATOR),
+            Some(v.clone()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["replica"], v["replica"]);
+
+    let (status, _) = s
+        .post("/api/v1/plans/home/run", OPERATOR, json!(null))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    // Backup, copy, and each is verified and restore-tested on its own.
+    let plan_view = until(&s, "/api/v1/plans/home", |p| {
+        p["copies"][0]["recoverable"] == 1 && p["protection"]["status"] == "protected"
+    })
+    .await;
+    let copies = &plan_view["copies"][0];
+    assert_eq!(copies["location"], "remote");
+    assert_eq!(copies["locks_enforced_by"], "storage");
+    assert_eq!(copies["newest"]["immutable"], true);
+    assert_eq!(copies["newest"]["state"], "recoverable");
+    let copy = copies["newest"]["point"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let source = copies["newest"]["source"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert_ne!(copy, source);
+    let (_, c) = s.get(&format!("/api/v1/points/{copy}"), VIEWER).await;
+    assert_eq!(c["repository"], "offsite");
+    assert_eq!(c["copy_of"]["source"], source.as_str());
+    let (_, own) = s.get(&format!("/api/v1/points/{source}"), VIEWER).await;
+    assert_eq!(own["repository"], "default");
+    assert!(own["copy_of"].is_null());
+    // Its own proof: a verification and a restore test of the copy.
+    let types: Vec<String> = c["history"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| e["type"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    for t in [
+        "copy.committed",
+        "verification.passed",
+        "restore_test.passed",
+    ] {
+        assert!(types.iter().any(|x| x == t), "{t} missing in {types:?}");
+    }
+    let (_, jobs) = s.get("/api/v1/jobs?plan=home&kind=copy", VIEWER).await;
+    assert_eq!(jobs.as_array().map(Vec::len), Some(1), "{jobs}");
+    s.stop().await;
+}

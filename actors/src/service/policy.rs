@@ -1106,4 +1106,202 @@ mod tests {
             (vec![SnapshotId([1; 32])], vec![SnapshotId([2; 32])])
         );
     }
+
+    fn replicated_plan() -> Event {
+        let Event::PlanCreated(mut c) = tested_plan(Some(10), Some(Duration::from_secs(600)))
+        else {
+            unreachable!()
+        };
+        c.definition.verification.every = Some(Duration::from_secs(60));
+        c.definition.retention = KeepPolicy {
+            last: Some(2),
+            ..KeepPolicy::default()
+        };
+        c.definition.replica = Some(vouch_events::ReplicaPolicy {
+            repository: RepositoryId::new("offsite"),
+            lock_for: Some(Duration::from_secs(3600)),
+            require: vouch_events::ReplicaRequirement::Proven,
+        });
+        c.into()
+    }
+
+    fn copied(source: u8, copy: u8, secs: i64) -> Event {
+        vouch_events::CopyCommitted {
+            job: None,
+            plan: Some(PlanId::new("p-main")),
+            source: SnapshotId([source; 32]),
+            repository: RepositoryId::new("offsite"),
+            snapshot: SnapshotId([copy; 32]),
+            snapshot_time_unix_ns: secs * S,
+            summary: vouch_events::BackupSummary {
+                files: 5,
+                ..Default::default()
+            },
+            off_host: true,
+            locks_enforced_by: vouch_events::LockEnforcement::Storage,
+            locked_until_unix_ns: None,
+        }
+        .into()
+    }
+
+    #[test]
+    fn a_backup_of_a_plan_with_a_replica_is_copied_and_the_copy_checked_on_its_own() {
+        let p = state(&[
+            (0, replicated_plan()),
+            (10, commit(1, "main", "p-main", 10, 5)),
+        ]);
+        let after_backup = follow_ups(
+            &p,
+            JobKind::Backup,
+            &[commit(1, "main", "p-main", 10, 5)],
+            2,
+            11 * S,
+        );
+        let copy = after_backup.iter().find_map(|(c, _)| match c {
+            JobCommand::Copy {
+                point,
+                source_repository,
+                repository,
+                lock_for,
+                ..
+            } => Some((
+                *point,
+                source_repository.clone(),
+                repository.clone(),
+                *lock_for,
+            )),
+            _ => None,
+        });
+        assert_eq!(
+            copy,
+            Some((
+                SnapshotId([1; 32]),
+                RepositoryId::new("main"),
+                RepositoryId::new("offsite"),
+                Some(Duration::from_secs(3600))
+            ))
+        );
+        // The copy is verified, and retention applies in the replica too.
+        let p = state(&[
+            (0, replicated_plan()),
+            (10, commit(1, "main", "p-main", 10, 5)),
+            (12, copied(1, 2, 10)),
+        ]);
+        let after_copy = follow_ups(&p, JobKind::Copy, &[copied(1, 2, 10)], 3, 13 * S);
+        let kinds: Vec<(JobKind, String, Option<SnapshotId>)> = after_copy
+            .iter()
+            .map(|(c, _)| (c.kind(), c.repository().to_string(), c.point()))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (JobKind::Verify, "offsite".into(), Some(SnapshotId([2; 32]))),
+                (JobKind::Forget, "offsite".into(), None),
+            ]
+        );
+        // Its restore test follows its own verification, complete: the
+        // copies have no complete test yet, whatever the plan's own points
+        // had.
+        let p = state(&[
+            (0, replicated_plan()),
+            (10, commit(1, "main", "p-main", 10, 5)),
+            (11, verify_passed(1)),
+            (12, restore_passed(1, true)),
+            (13, copied(1, 2, 10)),
+            (14, verify_passed(2)),
+        ]);
+        let tests: Vec<(SnapshotId, Option<u64>)> =
+            follow_ups(&p, JobKind::Verify, &[verify_passed(2)], 6, 15 * S)
+                .into_iter()
+                .filter_map(|(c, _)| match c {
+                    JobCommand::RestoreTest {
+                        point,
+                        sample_files,
+                        repository,
+                        ..
+                    } => {
+                        assert_eq!(repository, RepositoryId::new("offsite"));
+                        Some((point, sample_files))
+                    }
+                    _ => None,
+                })
+                .collect();
+        assert_eq!(tests, vec![(SnapshotId([2; 32]), None)]);
+        // The plan's own point had its complete test: a sample for it.
+        assert_eq!(restore_samples(&p, 15), vec![Some(10)]);
+    }
+
+    #[test]
+    fn periodic_checks_prove_the_newest_copy_as_well_as_the_plans_own_point() {
+        let p = state(&[
+            (0, replicated_plan()),
+            (10, commit(1, "main", "p-main", 10, 5)),
+            (11, verify_passed(1)),
+            (12, restore_passed(1, true)),
+            (13, copied(1, 2, 10)),
+            (14, verify_passed(2)),
+            (15, restore_passed(2, true)),
+        ]);
+        let mut due: Vec<(JobKind, SnapshotId)> = periodic_checks(&p, 1000 * S)
+            .iter()
+            .filter_map(|c| c.point().map(|pt| (c.kind(), pt)))
+            .collect();
+        due.sort_by_key(|(k, pt)| (format!("{k:?}"), *pt));
+        assert_eq!(
+            due,
+            vec![
+                (JobKind::RestoreTest, SnapshotId([1; 32])),
+                (JobKind::RestoreTest, SnapshotId([2; 32])),
+                (JobKind::Verify, SnapshotId([1; 32])),
+                (JobKind::Verify, SnapshotId([2; 32])),
+            ]
+        );
+        // An open check of the copy does not hold back the plan's own.
+        let open: Event = vouch_events::JobScheduled {
+            job: vouch_events::JobId::new("v-copy"),
+            kind: JobKind::Verify,
+            plan: Some(PlanId::new("p-main")),
+            point: Some(SnapshotId([2; 32])),
+            due_unix_ns: 0,
+            attempt: 1,
+            spec: Default::default(),
+        }
+        .into();
+        let p = state(&[
+            (0, replicated_plan()),
+            (10, commit(1, "main", "p-main", 10, 5)),
+            (13, copied(1, 2, 10)),
+            (16, open),
+        ]);
+        let verifies: Vec<SnapshotId> = periodic_checks(&p, 1000 * S)
+            .iter()
+            .filter(|c| c.kind() == JobKind::Verify)
+            .filter_map(JobCommand::point)
+            .collect();
+        assert_eq!(verifies, vec![SnapshotId([1; 32])]);
+    }
+
+    #[test]
+    fn retention_in_the_replica_protects_the_newest_recoverable_copy_not_the_plans_point() {
+        let p = state(&[
+            (0, replicated_plan()),
+            (10, commit(1, "main", "p-main", 10, 5)),
+            (11, verify_passed(1)),
+            (12, restore_passed(1, true)),
+            (13, copied(1, 2, 10)),
+            (14, verify_passed(2)),
+            (15, restore_passed(2, true)),
+            (20, commit(3, "main", "p-main", 20, 5)),
+            (21, copied(3, 4, 20)),
+        ]);
+        let plan = PlanId::new("p-main");
+        assert_eq!(
+            retention_protects(&p, &plan, &RepositoryId::new("offsite"), 30 * S),
+            vec![SnapshotId([2; 32])]
+        );
+        assert_eq!(
+            retention_protects(&p, &plan, &RepositoryId::new("main"), 30 * S),
+            vec![SnapshotId([1; 32])]
+        );
+    }
 }
