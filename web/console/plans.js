@@ -3,7 +3,7 @@
 // by the field they belong to.
 
 import * as api from './api.js';
-import { esc, errText, flash, jobBadge, protectionBadge, timeEl } from './util.js';
+import { esc, errText, flash, fmtTime, jobBadge, protectionBadge, stateBadge, timeEl } from './util.js';
 
 export async function render(main, route, ctx) {
   const id = route.parts[0];
@@ -116,6 +116,13 @@ ${field('restore_test.max_evidence_age', 'Evidence is good for', 'text', 'After 
 ${field('restore_test.sample_files', 'Files restored at most', 'number', 'Over this many files a sample is restored, and the evidence says which.', 'min="1" step="1"')}
 <p class="field-error" id="f-restore_test-error"></p>
 </fieldset>
+<fieldset class="group" data-field="replica"><legend>Second copy <small class="muted">(empty repository = none)</small></legend>
+${field('replica.repository', 'Copy every new point into repository', 'text', 'Another configured repository, ideally off this host (an s3: location) with Object Lock.')}
+${field('replica.lock_for', 'Lock each copy for', 'text', 'A duration such as "30days"; on a store with Object Lock the copy is immutable that long. Empty: no lock of its own.')}
+${field('replica.require', 'Protected requires', 'text', '"nothing", "proven" (a recoverable copy inside the RPO) or "immutable-off-host".', 'list="requirements"')}
+<datalist id="requirements"><option value="nothing"><option value="proven"><option value="immutable-off-host"></datalist>
+<p class="field-error" id="f-replica-error"></p>
+</fieldset>
 </fieldset>
 ${canEdit ? `<div class="buttons"><button type="submit" id="plan-save">${isNew ? 'Create plan' : 'Save changes'}</button> <a href="#/plans" class="button secondary">Cancel</a></div>` : '<p class="muted">Your role may read plans but not change them.</p>'}
 </form>`;
@@ -129,7 +136,16 @@ function fill(form, plan) {
   }
 }
 
-const DERIVED = ['protection', 'last_recoverable_at', 'last_run', 'next_run_at', 'created_at'];
+const DERIVED = ['protection', 'last_recoverable_at', 'last_run', 'next_run_at', 'created_at', 'copies'];
+
+/** One repository holding copies of the plan's points: where, how held, the newest. */
+function copiesFact(c) {
+  const where = c.location === 'remote' ? 'off this host' : c.location === 'local' ? 'on this host' : 'no copy yet';
+  const newest = c.newest
+    ? `newest <a href="#/points/${esc(c.newest.point)}"><code>${esc(c.newest.point.slice(0, 12))}</code></a> ${stateBadge(c.newest.state)} ${c.newest.immutable ? `<span class="badge locked">immutable</span> until ${esc(fmtTime(c.newest.locked_until))}` : c.newest.locked_until ? `locked by Vouch until ${esc(fmtTime(c.newest.locked_until))}` : 'not locked'}`
+    : '';
+  return `<div data-copies="${esc(c.repository)}"><dt>Copies in ${esc(c.repository)}${c.current ? '' : ' <small class="muted">(former replica)</small>'}</dt><dd>${esc(where)}${c.locks_enforced_by ? ` · locks enforced by ${esc(c.locks_enforced_by)}` : ''} · ${c.recoverable} of ${c.live} recoverable${newest ? ' · ' + newest : ''}</dd></div>`;
+}
 
 /**
  * The input for POST/PUT: the form's values laid over `base` (the plan as
@@ -149,6 +165,8 @@ function collect(form, base) {
     for (const k of path.slice(0, -1)) o = o[k] && typeof o[k] === 'object' ? o[k] : (o[k] = {});
     o[path[path.length - 1]] = v;
   }
+  // No repository: no second copy.
+  if (!out.replica || !out.replica.repository) out.replica = null;
   return out;
 }
 
@@ -201,6 +219,7 @@ ${isNew ? '' : `<dl class="facts">
 <div><dt>Last run</dt><dd>${p.last_run ? `${jobBadge(p.last_run.state)} ${timeEl(p.last_run.at)} <a href="#/jobs?plan=${esc(enc)}">jobs</a>` : '<span class="muted">never</span>'}</dd></div>
 <div><dt>Next run</dt><dd>${p.paused ? '<span class="badge paused">paused</span>' : timeEl(p.next_run_at)}</dd></div>
 <div><dt>Recovery points</dt><dd><a href="#/points?plan=${esc(enc)}">list</a> · <a href="#/charts?plan=${esc(enc)}">charts</a></dd></div>
+${(p.copies || []).map(copiesFact).join('')}
 </dl>`}
 ${formHtml(isNew, ctx.canOperate)}`;
   const form = main.querySelector('#plan-form');

@@ -256,6 +256,7 @@ ${dl([
     ['Taken', `${esc(fmtTime(point.snapshot_at))}`],
     ['Committed', `${esc(fmtTime(point.committed_at))}`],
     ['Repository', esc(point.repository)],
+    ...(point.copy_of ? [['Copy of', `<a href="#/points/${esc(point.copy_of.source)}"><code>${esc(point.copy_of.source.slice(0, 12))}</code></a> · ${point.copy_of.location === 'remote' ? 'off this host' : 'on this host'} · locks enforced by ${esc(point.copy_of.locks_enforced_by)}`]] : []),
     ['Files', s ? fmtCount(s.files) : '—'],
     ['Size', s ? fmtBytes(s.bytes) : '—'],
     ['Added by this run', s ? fmtBytes(s.added_bytes) : '—'],
