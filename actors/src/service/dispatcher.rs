@@ -1353,3 +1353,121 @@ impl Handler<Wake> for Dispatcher {
         self.dispatch(ctx);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use vouch_events::{
+        BackupCommitted, BackupSummary, JobScheduled, PlanCreated, PlanDefinition, PlanId,
+        Projections, Recorded, ReplicaPolicy, ReplicaRequirement,
+    };
+
+    use super::*;
+
+    fn definition(replica: Option<ReplicaPolicy>) -> PlanDefinition {
+        PlanDefinition {
+            source: "/srv".into(),
+            schedule: "0 3 * * *".into(),
+            retention: vouch_events::KeepPolicy::default(),
+            verification: vouch_events::VerificationPolicy {
+                after_backup: true,
+                every: None,
+                depth: VerifyDepth::Structure,
+            },
+            restore_test: vouch_events::RestoreTestPolicy {
+                every: None,
+                max_evidence_age: Duration::from_secs(3600),
+                sample_files: None,
+                full_every: None,
+            },
+            rpo: Duration::from_secs(3600),
+            repository: RepositoryId::new("main"),
+            paused: false,
+            replica,
+        }
+    }
+
+    fn projections(events: Vec<Event>) -> Projections {
+        let mut p = Projections::new();
+        for (i, e) in events.iter().enumerate() {
+            let seq = i as u64 + 1;
+            p.apply_event(
+                Recorded {
+                    seq,
+                    unix_ns: seq as i64,
+                },
+                e,
+            );
+        }
+        p
+    }
+
+    /// A copy job cut short by a restart is rebuilt from the log: its
+    /// point, the point's repository as source, the replica it was
+    /// scheduled for, and the plan's current lock time; none once the plan
+    /// names no replica.
+    #[test]
+    fn a_copy_job_is_rebuilt_from_the_log_after_a_restart() {
+        let replica = ReplicaPolicy {
+            repository: RepositoryId::new("offsite"),
+            lock_for: Some(Duration::from_secs(600)),
+            require: ReplicaRequirement::Proven,
+        };
+        let point = SnapshotId([7; 32]);
+        let spec = JobSpec {
+            repository: Some(RepositoryId::new("offsite")),
+            why: "after backup".into(),
+            ..JobSpec::default()
+        };
+        let events = |def: PlanDefinition| -> Vec<Event> {
+            vec![
+                PlanCreated {
+                    plan: PlanId::new("p"),
+                    definition: def,
+                }
+                .into(),
+                BackupCommitted {
+                    job: None,
+                    plan: Some(PlanId::new("p")),
+                    repository: RepositoryId::new("main"),
+                    snapshot: point,
+                    snapshot_time_unix_ns: 1,
+                    summary: BackupSummary::default(),
+                }
+                .into(),
+                JobScheduled {
+                    job: JobId::new("c"),
+                    kind: JobKind::Copy,
+                    plan: Some(PlanId::new("p")),
+                    point: Some(point),
+                    due_unix_ns: 3,
+                    attempt: 1,
+                    spec: spec.clone(),
+                }
+                .into(),
+            ]
+        };
+        let p = projections(events(definition(Some(replica.clone()))));
+        let job = &p.jobs.jobs[&JobId::new("c")];
+        match rebuild_command(&p, job, Some(&spec)) {
+            Some(JobCommand::Copy {
+                plan,
+                point: pt,
+                source_repository,
+                repository,
+                lock_for,
+            }) => {
+                assert_eq!(plan, PlanId::new("p"));
+                assert_eq!(pt, point);
+                assert_eq!(source_repository, RepositoryId::new("main"));
+                assert_eq!(repository, RepositoryId::new("offsite"));
+                assert_eq!(lock_for, Some(Duration::from_secs(600)));
+            }
+            other => panic!("rebuilt as {other:?}"),
+        }
+        let p = projections(events(definition(None)));
+        let job = &p.jobs.jobs[&JobId::new("c")];
+        assert!(rebuild_command(&p, job, Some(&spec)).is_none());
+    }
+}
