@@ -288,10 +288,15 @@ pub fn follow_ups(
     out
 }
 
-/// Every repository in use: by a plan, or by a live point.
+/// Every repository in use: by a plan (its own, or its replica), or by a
+/// live point.
 pub fn repositories_in_use(p: &Projections) -> std::collections::BTreeSet<RepositoryId> {
     let mut out: std::collections::BTreeSet<RepositoryId> = active_plans(p)
-        .map(|pl| pl.definition.repository.clone())
+        .flat_map(|pl| {
+            let d = &pl.definition;
+            std::iter::once(d.repository.clone())
+                .chain(d.replica.as_ref().map(|r| r.repository.clone()))
+        })
         .collect();
     out.extend(
         p.points

@@ -744,11 +744,75 @@ fn arb_evidence() -> impl Strategy<Value = RestoreEvidence> {
     })
 }
 
+/// A plan definition with a replica that asks `require` of its copies.
+fn replicated(require: crate::plan::ReplicaRequirement) -> crate::PlanDefinition {
+    crate::PlanDefinition {
+        replica: Some(crate::plan::ReplicaPolicy {
+            repository: RepositoryId::new("offsite"),
+            lock_for: None,
+            require,
+        }),
+        ..plan_def(24 * 3600, 48 * 3600)
+    }
+}
+
+fn arb_requirement() -> impl Strategy<Value = crate::plan::ReplicaRequirement> {
+    use crate::plan::ReplicaRequirement::*;
+    prop_oneof![Just(Nothing), Just(Proven), Just(ImmutableOffHost)]
+}
+
+/// A copy of `source` as point `copy` of plan 1, in the replica.
+fn copy_of(source: u8, copy: u8, off_host: bool, by_storage: bool, locked_h: i64) -> Event {
+    CopyCommitted {
+        job: None,
+        plan: Some(plan_id(1)),
+        source: sid(source),
+        repository: RepositoryId::new("offsite"),
+        snapshot: sid(copy),
+        snapshot_time_unix_ns: T0,
+        summary: BackupSummary {
+            files: 3,
+            bytes: 300,
+            ..BackupSummary::default()
+        },
+        off_host,
+        locks_enforced_by: if by_storage {
+            LockEnforcement::Storage
+        } else {
+            LockEnforcement::Vouch
+        },
+        locked_until_unix_ns: (locked_h > 0).then_some(T0 + locked_h * HOUR),
+    }
+    .into()
+}
+
 fn arb_history_event() -> impl Strategy<Value = Event> {
     let point = 1..=POINTS;
     let plan = 1..=PLANS;
     prop_oneof![
         2 => plan.clone().prop_map(plan_created),
+        1 => (plan.clone(), arb_requirement()).prop_map(|(n, r)| PlanChanged {
+            plan: plan_id(n),
+            definition: replicated(r),
+        }
+        .into()),
+        2 => (point.clone(), point.clone(), any::<bool>(), any::<bool>(), 0i64..40)
+            .prop_map(|(src, copy, off, storage, locked)| copy_of(src, copy, off, storage, locked)),
+        1 => point.clone().prop_map(|pt| JobScheduled {
+            job: JobId::new(format!("c{pt}")),
+            kind: JobKind::Copy,
+            plan: Some(plan_id(1)),
+            point: Some(sid(pt)),
+            due_unix_ns: T0,
+            attempt: 1,
+            spec: JobSpec::default(),
+        }
+        .into()),
+        1 => point.clone().prop_map(|pt| JobStarted {
+            job: JobId::new(format!("c{pt}")),
+            agent: None,
+        }
+        .into()),
         1 => plan.clone().prop_map(|n| PlanChanged {
             plan: plan_id(n),
             definition: plan_def(24 * 3600, 48 * 3600),
@@ -824,7 +888,7 @@ fn arb_negative_fact() -> impl Strategy<Value = Event> {
             cause: "damaged".into(),
         }
         .into()),
-        (point.clone(), "[vr]").prop_map(|(pt, k)| job_failed(&format!("{k}{pt}"))),
+        (point.clone(), "[vrc]").prop_map(|(pt, k)| job_failed(&format!("{k}{pt}"))),
         (1..=PLANS).prop_map(|n| job_failed(&format!("b{n}"))),
         (point.clone(), any::<bool>())
             .prop_map(|(pt, known)| read_back(&["01"], known.then(|| vec![pt]))),
@@ -842,6 +906,7 @@ fn arb_negative_fact() -> impl Strategy<Value = Event> {
                 "plan.changed",
                 "backup.committed",
                 "repository.read_back",
+                "copy.committed",
                 "teleport.x"
             ]),
             point.clone(),
@@ -854,6 +919,7 @@ fn arb_negative_fact() -> impl Strategy<Value = Event> {
                         v
                     }
                     Some("job") => leading(&format!("v{pt}")),
+                    Some("copy") => leading(&format!("c{pt}")),
                     Some("plan") => leading("p1"),
                     Some("repository") => leading("main"),
                     _ => vec![0x90],
@@ -932,6 +998,22 @@ proptest! {
             if p.plan_protection(&plan.id, T0 + HOUR).status == Protection::Protected {
                 prop_assert!(p.points.of_plan(&plan.id).any(|pt| pt.state == PointState::Recoverable
                     && pt.since.seq > plan.epoch.seq));
+                // A replica requirement rests on a proven copy of its own.
+                let required = plan.definition.replica.as_ref().filter(|r| {
+                    r.require != crate::plan::ReplicaRequirement::Nothing
+                });
+                if let Some(r) = required {
+                    let immutable = r.require == crate::plan::ReplicaRequirement::ImmutableOffHost;
+                    let proven_copy = p.points.copies_of_plan(&plan.id).any(|pt| {
+                        pt.state == PointState::Recoverable
+                            && pt.repository == r.repository
+                            && pt.since.seq > plan.epoch.seq
+                            && (!immutable
+                                || (pt.immutable_at(T0 + HOUR)
+                                    && pt.copy.as_ref().is_some_and(|c| c.off_host)))
+                    });
+                    prop_assert!(proven_copy, "protected without the copy its replica policy requires");
+                }
             }
         }
     }
