@@ -389,6 +389,45 @@ pub fn protected_at_most_until(p: &Projections, plan: &vouch_events::Plan) -> i6
     until
 }
 
+/// `CopyFailed`: the latest copy job of `plan` that ended failed or was
+/// abandoned (a later success clears it). Critical when the plan's
+/// protection requires its copies, a warning otherwise.
+fn copy_failed(p: &Projections, plan: &vouch_events::Plan) -> Option<Incident> {
+    let replica = plan.definition.replica.as_ref()?;
+    let last = p
+        .jobs
+        .jobs
+        .values()
+        .filter(|j| j.kind == vouch_events::JobKind::Copy && j.plan.as_ref() == Some(&plan.id))
+        .filter(|j| j.state.is_terminal())
+        .max_by_key(|j| j.updated.seq)?;
+    if !matches!(last.state, JobState::Failed | JobState::Abandoned) {
+        return None;
+    }
+    let id = plan.id.to_string();
+    let why = last
+        .last_error
+        .as_ref()
+        .map_or_else(|| "no reason recorded".to_owned(), |e| e.message.clone());
+    Some(Incident {
+        subject: format!("plan {id}: copy to {} failed", replica.repository),
+        severity: if replica.require == vouch_events::ReplicaRequirement::Nothing {
+            Severity::Warning
+        } else {
+            Severity::Critical
+        },
+        message: format!(
+            "the latest copy of a point of plan {id} into {} ({}) failed: {why}",
+            replica.repository, last.id
+        ),
+        rule: "CopyFailed",
+        labels: labels(&[
+            ("plan", id.clone()),
+            ("repository", replica.repository.to_string()),
+        ]),
+    })
+}
+
 /// [`incidents`], with when each plan was first seen not protected.
 pub fn incidents_with(
     p: &Projections,
@@ -470,9 +509,22 @@ pub fn incidents_with(
                 });
             }
         }
-        for pt in live {
+        if let Some(incident) = copy_failed(p, plan) {
+            out.push(incident);
+        }
+        // Copies in its replica are points of their own: their checks
+        // alert as the plan's own points' do.
+        let copies: Vec<&vouch_events::Point> = p
+            .points
+            .copies_of_plan(&plan.id)
+            .filter(|pt| pt.expired.is_none())
+            .collect();
+        for pt in live.into_iter().chain(copies) {
             let point = pt.id.to_hex();
-            let short = pt.id.short();
+            let short = match &pt.copy {
+                Some(_) => format!("{} (copy in {})", pt.id.short(), pt.repository),
+                None => pt.id.short(),
+            };
             match pt.state {
                 PointState::Corrupt => out.push(Incident {
                     subject: format!("point {short} of plan {id}: verification failed"),
@@ -1554,6 +1606,129 @@ mod tests {
         events.extend(failed_verify(true));
         let p = state(events);
         assert!(rules(&p).contains(&("VerificationJobFailed", Severity::Warning)));
+    }
+
+    fn replicated(require: vouch_events::ReplicaRequirement) -> Event {
+        let Event::PlanCreated(mut c) = plan() else {
+            unreachable!()
+        };
+        c.definition.replica = Some(vouch_events::ReplicaPolicy {
+            repository: RepositoryId::new("offsite"),
+            lock_for: None,
+            require,
+        });
+        c.into()
+    }
+
+    fn copy_job(ending: Event) -> Vec<Event> {
+        vec![
+            JobScheduled {
+                job: JobId::new("copy-1"),
+                kind: JobKind::Copy,
+                plan: Some(PlanId::new("docs")),
+                point: Some(SnapshotId([1; 32])),
+                due_unix_ns: 0,
+                attempt: 1,
+                spec: Default::default(),
+            }
+            .into(),
+            JobStarted {
+                job: JobId::new("copy-1"),
+                agent: None,
+            }
+            .into(),
+            ending,
+        ]
+    }
+
+    #[test]
+    fn a_failed_copy_alerts_critically_when_the_plan_requires_its_copies() {
+        let failed: Event = JobFailed {
+            job: JobId::new("copy-1"),
+            error_kind: "io".into(),
+            message: "the store did not answer".into(),
+            retryable: false,
+        }
+        .into();
+        for (require, severity) in [
+            (vouch_events::ReplicaRequirement::Nothing, Severity::Warning),
+            (vouch_events::ReplicaRequirement::Proven, Severity::Critical),
+        ] {
+            let mut events = vec![replicated(require), commit(3)];
+            events.extend(copy_job(failed.clone()));
+            let p = state(events);
+            let inc = incidents(&p, 10 * S, Duration::from_secs(600));
+            let copy = inc.iter().find(|i| i.rule == "CopyFailed").expect("alert");
+            assert_eq!(copy.severity, severity, "{require:?}");
+            assert!(
+                copy.message.contains("the store did not answer"),
+                "{}",
+                copy.message
+            );
+            assert_eq!(
+                copy.labels.get("repository").map(String::as_str),
+                Some("offsite")
+            );
+        }
+        let mut events = vec![
+            replicated(vouch_events::ReplicaRequirement::Proven),
+            commit(3),
+        ];
+        events.extend(copy_job(
+            vouch_events::JobFinished {
+                job: JobId::new("copy-1"),
+            }
+            .into(),
+        ));
+        assert!(!rules(&state(events))
+            .iter()
+            .any(|(r, _)| *r == "CopyFailed"));
+    }
+
+    #[test]
+    fn a_copy_whose_own_verification_failed_alerts() {
+        let p = state(vec![
+            replicated(vouch_events::ReplicaRequirement::Nothing),
+            commit(3),
+            vouch_events::CopyCommitted {
+                job: None,
+                plan: Some(PlanId::new("docs")),
+                source: SnapshotId([1; 32]),
+                repository: RepositoryId::new("offsite"),
+                snapshot: SnapshotId([2; 32]),
+                snapshot_time_unix_ns: S,
+                summary: BackupSummary {
+                    files: 3,
+                    ..Default::default()
+                },
+                off_host: true,
+                locks_enforced_by: vouch_events::LockEnforcement::Storage,
+                locked_until_unix_ns: None,
+            }
+            .into(),
+            vouch_events::VerificationFailed {
+                point: SnapshotId([2; 32]),
+                job: None,
+                depth: VerifyDepth::ReadAll,
+                bytes_read: 1,
+                damaged: vec!["pack 01: bad".into()],
+            }
+            .into(),
+        ]);
+        let inc = incidents(&p, 10 * S, Duration::from_secs(600));
+        let failed = inc
+            .iter()
+            .find(|i| i.rule == "VerificationFailed")
+            .expect("the copy's failure alerts");
+        assert!(
+            failed.subject.contains("copy in offsite"),
+            "{}",
+            failed.subject
+        );
+        assert_eq!(
+            failed.labels.get("point").map(String::as_str),
+            Some(SnapshotId([2; 32]).to_hex().as_str())
+        );
     }
 
     #[test]
