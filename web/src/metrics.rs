@@ -45,6 +45,14 @@
 //!   plan's current definition that is still `recoverable`: what the proof
 //!   policy (`restore_test.full_every`) counts. Absent when there is none,
 //!   never 0.
+//!
+//! The copies in a plan's replica (one series per plan and repository):
+//!
+//! - `vouch_plan_copy_last_recoverable_timestamp_seconds{plan,repository}`:
+//!   snapshot time of the newest `recoverable` copy there (proven by its
+//!   own checks). Absent when there is none.
+//! - `vouch_plan_copy_immutable{plan,repository}`: 1 when the newest live
+//!   copy there is held now by a lock its storage enforces, else 0.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -118,6 +126,11 @@ pub const READ_BACK_COVERAGE: &str = "vouch_read_back_coverage_ratio";
 /// `vouch_verification_coverage_ratio`: see the module docs.
 pub const VERIFICATION_COVERAGE: &str = "vouch_verification_coverage_ratio";
 
+/// `vouch_plan_copy_last_recoverable_timestamp_seconds{plan,repository}`:
+/// see the module docs.
+pub const PLAN_COPY_LAST_RECOVERABLE: &str = "vouch_plan_copy_last_recoverable_timestamp_seconds";
+/// `vouch_plan_copy_immutable{plan,repository}`: see the module docs.
+pub const PLAN_COPY_IMMUTABLE: &str = "vouch_plan_copy_immutable";
 /// `vouch_plan_newest_point_restore_coverage_ratio{plan,measure}`: see the
 /// module docs.
 pub const PLAN_NEWEST_RESTORE_COVERAGE: &str = "vouch_plan_newest_point_restore_coverage_ratio";
@@ -157,6 +170,8 @@ pub struct Metrics {
     points: IntGaugeVec,
     protection: IntGaugeVec,
     last_recoverable: GaugeVec,
+    copy_last_recoverable: GaugeVec,
+    copy_immutable: IntGaugeVec,
     agent_last_seen: GaugeVec,
     job_duration: HistogramVec,
     bytes_read: IntCounter,
@@ -238,6 +253,26 @@ impl Metrics {
                     "Snapshot time of each plan's newest recoverable point.",
                 ),
                 &["plan"],
+            )?,
+        )?;
+        let copy_last_recoverable = reg(
+            r,
+            GaugeVec::new(
+                Opts::new(
+                    PLAN_COPY_LAST_RECOVERABLE,
+                    "Snapshot time of the newest recoverable copy of each plan's points, by repository.",
+                ),
+                &["plan", "repository"],
+            )?,
+        )?;
+        let copy_immutable = reg(
+            r,
+            IntGaugeVec::new(
+                Opts::new(
+                    PLAN_COPY_IMMUTABLE,
+                    "1 when the newest copy of each plan's points in a repository is held by a lock its storage enforces.",
+                ),
+                &["plan", "repository"],
             )?,
         )?;
         let agent_last_seen = reg(
@@ -396,6 +431,8 @@ impl Metrics {
             points,
             protection,
             last_recoverable,
+            copy_last_recoverable,
+            copy_immutable,
             agent_last_seen,
             job_duration,
             bytes_read,
@@ -576,6 +613,8 @@ impl Metrics {
             }
             self.protection.reset();
             self.last_recoverable.reset();
+            self.copy_last_recoverable.reset();
+            self.copy_immutable.reset();
             self.newest_coverage.reset();
             self.newest_complete.reset();
             self.newest_depth.reset();
@@ -630,6 +669,17 @@ impl Metrics {
                 .with_label_values(&[plan])
                 .set(ns as f64 / 1e9);
         }
+        for c in &pl.copies {
+            let labels = [plan, c.repository.as_str()];
+            if let Some(ns) = c.last_recoverable {
+                self.copy_last_recoverable
+                    .with_label_values(&labels)
+                    .set(ns as f64 / 1e9);
+            }
+            self.copy_immutable
+                .with_label_values(&labels)
+                .set(i64::from(c.newest_immutable));
+        }
         if let Some(n) = &pl.newest {
             for (measure, ratio) in COVERAGE_MEASURES.iter().zip([n.files_ratio, n.bytes_ratio]) {
                 self.newest_coverage
@@ -682,6 +732,47 @@ pub(crate) struct PlanSnapshot {
     /// What the newest point's proof covers (none: the plan has no point
     /// of its current definition).
     newest: Option<NewestProof>,
+    /// Its copies, by repository.
+    copies: Vec<CopiesSnapshot>,
+}
+
+/// The copies of one plan's points in one repository.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CopiesSnapshot {
+    repository: String,
+    /// Snapshot time of the newest recoverable copy.
+    last_recoverable: Option<i64>,
+    /// Whether the newest live copy is held by its storage now.
+    newest_immutable: bool,
+}
+
+/// The copies of `pl`'s points at `now`, by repository (sorted).
+fn copies_snapshot(p: &Projections, pl: &vouch_events::Plan, now: i64) -> Vec<CopiesSnapshot> {
+    let mut by_repo: std::collections::BTreeMap<String, Vec<&vouch_events::Point>> =
+        std::collections::BTreeMap::new();
+    for pt in p.points.copies_of_plan(&pl.id) {
+        if pt.expired.is_none() {
+            by_repo
+                .entry(pt.repository.to_string())
+                .or_default()
+                .push(pt);
+        }
+    }
+    by_repo
+        .into_iter()
+        .map(|(repository, copies)| CopiesSnapshot {
+            repository,
+            last_recoverable: copies
+                .iter()
+                .filter(|pt| pt.state == PointState::Recoverable)
+                .map(|pt| pt.snapshot_time_unix_ns)
+                .max(),
+            newest_immutable: copies
+                .iter()
+                .max_by_key(|pt| (pt.snapshot_time_unix_ns, pt.since.seq))
+                .is_some_and(|pt| pt.immutable_at(now)),
+        })
+        .collect()
 }
 
 /// What a plan's newest point's proof covers (see the module docs).
@@ -774,6 +865,7 @@ fn plan_snapshot<'a>(
         last_recoverable,
         last_complete_restore,
         newest: newest.map(newest_proof),
+        copies: copies_snapshot(p, pl, now),
     }
 }
 
@@ -809,7 +901,11 @@ pub(crate) fn state_snapshot(
                 .every
                 .unwrap_or(DEFAULT_VERIFY_WINDOW),
         );
-        for pt in p.points.of_plan(&pl.id) {
+        for pt in p
+            .points
+            .of_plan(&pl.id)
+            .chain(p.points.copies_of_plan(&pl.id))
+        {
             seen += 1;
             if pt.state == PointState::Expired {
                 continue;

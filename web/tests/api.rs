@@ -1959,5 +1959,17 @@ async fn a_plan_with_a_replica_shows_its_copies_and_protection_waits_for_their_p
     }
     let (_, jobs) = s.get("/api/v1/jobs?plan=home&kind=copy", VIEWER).await;
     assert_eq!(jobs.as_array().map(Vec::len), Some(1), "{jobs}");
+    // Prometheus sees the copy proven and immutable.
+    let text = scrape(&s).await;
+    assert!(
+        text.contains("vouch_plan_copy_immutable{plan=\"home\",repository=\"offsite\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "vouch_plan_copy_last_recoverable_timestamp_seconds{plan=\"home\",repository=\"offsite\"}"
+        ),
+        "{text}"
+    );
     s.stop().await;
 }
