@@ -51,6 +51,11 @@ struct Serve {
 
 impl Serve {
     fn start(data_dir: &Path) -> Serve {
+        Serve::start_with(data_dir, "")
+    }
+
+    /// [`Serve::start`] with more configuration (e.g. `[[repositories]]`).
+    fn start_with(data_dir: &Path, extra_config: &str) -> Serve {
         let help = Command::new(env!("CARGO_BIN_EXE_vouch"))
             .args(["serve", "--help"])
             .output()
@@ -67,7 +72,7 @@ impl Serve {
         std::fs::write(
             &config,
             format!(
-                "[sources]\nallow = [{:?}]\n",
+                "[sources]\nallow = [{:?}]\n\n{extra_config}",
                 parent.to_str().expect("a UTF-8 temporary directory")
             ),
         )
@@ -1154,6 +1159,127 @@ async fn console_agents_page_lists_a_registered_agent() {
     assert_eq!(working["queued"], json!("0"));
     shot(&s, "agents-working.png").await;
 
+    s.quit().await.expect("quit");
+    drop(driver);
+    drop(serve);
+}
+
+/// A plan's second copy through the console: the form takes the replica,
+/// the plan's page shows where the copies are and that the newest is
+/// proven, and the copy's page names its source.
+#[actix_web::test]
+async fn console_plan_with_a_replica_shows_its_proven_copy() {
+    if !browser_available("console_plan_with_a_replica_shows_its_proven_copy") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let src = tmp.path().join("source");
+    let second = tmp.path().join("second");
+    let downloads = tmp.path().join("downloads");
+    fs::create_dir_all(&src).unwrap();
+    fs::create_dir_all(&downloads).unwrap();
+    fs::write(src.join("hello.txt"), b"copied twice\n").unwrap();
+    fs::write(src.join("random.bin"), noise(1 << 20, 21)).unwrap();
+    // The replica: an existing repository with its own passphrase.
+    let pass = tmp.path().join("second.pass");
+    fs::write(&pass, "a second passphrase").unwrap();
+    let init = Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .args([
+            "init",
+            "--insecure-kdf",
+            "--kdf-memory-kib",
+            "1024",
+            "--kdf-iterations",
+            "1",
+        ])
+        .env("VOUCH_REPOSITORY", &second)
+        .env("VOUCH_PASSWORD", "a second passphrase")
+        .output()
+        .expect("vouch init");
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let serve = Serve::start_with(
+        &data,
+        &format!(
+            "[[repositories]]\nid = \"second\"\npath = {:?}\npassphrase_file = {:?}\n",
+            second.to_str().unwrap(),
+            pass.to_str().unwrap()
+        ),
+    );
+    let base = format!("http://{}", serve.addr);
+    let driver = Driver::start().await;
+    let s = driver.session(&downloads).await;
+    sign_in(&s, &base, &serve.token).await;
+
+    go(&s, &base, "#/plans/new").await;
+    s.wait_css("#plan-form", SHORT).await;
+    set_field(&s, "#f-id", "twice").await;
+    set_field(&s, "#f-source", &src.to_string_lossy()).await;
+    set_field(&s, "#f-replica-repository", "default").await;
+    click(&s, "#plan-save").await;
+    // The replica cannot be the plan's own repository: said by its field.
+    let err = s
+        .wait_for(
+            "a field error on the replica",
+            SHORT,
+            "const e = document.querySelector('[data-field=\"replica.repository\"] .field-error'); return e && e.textContent ? e.textContent : null",
+        )
+        .await;
+    assert!(
+        err.as_str().unwrap_or_default().contains("own repository"),
+        "{err}"
+    );
+    set_field(&s, "#f-replica-repository", "second").await;
+    set_field(&s, "#f-replica-require", "proven").await;
+    click(&s, "#plan-save").await;
+    s.wait_for("the new plan's page", SHORT, "return location.hash === '#/plans/twice' && document.querySelector('button[data-run=twice]') !== null").await;
+    let kept = s
+        .execute("return [document.getElementById('f-replica-repository').value, document.getElementById('f-replica-require').value]", vec![])
+        .await
+        .unwrap();
+    assert_eq!(kept, json!(["second", "proven"]));
+    click(&s, "button[data-run=twice]").await;
+    // Backup, copy, and the copy's own verification and restore test.
+    s.wait_for(
+        "the copy proven",
+        LONG,
+        "return fetch('/api/v1/plans/twice', { headers: { Authorization: 'Bearer ' + sessionStorage.getItem('vouch.token') } })\
+           .then(r => r.json()).then(p => p.copies[0].newest && p.copies[0].newest.state === 'recoverable' ? true : null)",
+    )
+    .await;
+    go(&s, &base, "#/plans").await;
+    go(&s, &base, "#/plans/twice").await;
+    let fact = s
+        .wait_for(
+            "the proven copy on the plan's page",
+            LONG,
+            "const d = document.querySelector('[data-copies=second] dd'); return d && /1 of 1 recoverable/.test(d.textContent) && d.querySelector('.badge') ? d.textContent : null",
+        )
+        .await;
+    let fact = fact.as_str().unwrap_or_default().to_owned();
+    assert!(fact.contains("on this host"), "{fact}");
+    assert!(fact.contains("locks enforced by vouch"), "{fact}");
+    shot(&s, "plan-with-replica.png").await;
+    // The copy's own page names its source.
+    click(&s, "[data-copies=second] dd a").await;
+    let copy_of = s
+        .wait_for(
+            "the copy's page",
+            SHORT,
+            "const dt = [...document.querySelectorAll('dl dt')].find(d => d.textContent === 'Copy of'); return dt ? dt.nextElementSibling.textContent : null",
+        )
+        .await;
+    assert!(
+        copy_of
+            .as_str()
+            .unwrap_or_default()
+            .contains("on this host"),
+        "{copy_of}"
+    );
     s.quit().await.expect("quit");
     drop(driver);
     drop(serve);
