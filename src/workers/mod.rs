@@ -778,6 +778,13 @@ fn copy_job(
     cancel: &vouch_actors::service::CancelToken,
     progress: Arc<Progress>,
 ) -> Result<JobOutput, Error> {
+    if c.source_repository == c.repository {
+        return Err(Error::InvalidArgument(format!(
+            "plan {}'s replica is {}, the repository its points are in: a second copy must \
+             be in another repository (change the plan's replica)",
+            c.plan, c.repository
+        )));
+    }
     let src = repos.open(&c.source_repository)?;
     let dst = repos.open(&c.repository)?;
     let started = Instant::now();

@@ -237,6 +237,9 @@ ${formHtml(isNew, ctx.canOperate)}`;
     const local = {};
     if (isNew && !body.id) local.id = 'A plan needs a name.';
     if (!body.source) local.source = 'A plan needs a source path.';
+    if (body.replica && body.replica.repository === (body.repository || 'default')) {
+      local['replica.repository'] = 'This is the plan\u2019s own repository: a second copy must be in another one.';
+    }
     if (Object.keys(local).length) return showErrors(form, local, 'Some fields need attention.');
     const btn = form.querySelector('#plan-save');
     btn.disabled = true;

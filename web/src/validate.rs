@@ -277,11 +277,11 @@ fn lock_for_schema() -> utoipa::openapi::Object {
 }
 
 fn require_schema() -> utoipa::openapi::Object {
-    grammar::enum_schema(
+    grammar::nullable_enum_schema(
         "What `protected` requires of the copies: `nothing` (they are shown, the plan's \
-         own points decide), `proven` (a copy inside the RPO, recoverable with fresh \
-         restore evidence of its own), `immutable-off-host` (as `proven`, and off this \
-         host, held by a lock its storage enforces).",
+         own points decide; also null or missing), `proven` (a copy inside the RPO, \
+         recoverable with fresh restore evidence of its own), `immutable-off-host` (as \
+         `proven`, and off this host, held by a lock its storage enforces).",
         &REPLICA_REQUIREMENTS,
     )
 }
@@ -702,12 +702,10 @@ pub(crate) fn definition(
                 "replica.repository".into(),
                 format!("must be 1 to {} characters", grammar::REPOSITORY_MAX_LEN),
             );
-        } else if r.repository == def.repository.as_str() {
-            errors.insert(
-                "replica.repository".into(),
-                "is the plan's own repository: a second copy must be in another one".into(),
-            );
         }
+        // A replica equal to the plan's own repository is accepted (the
+        // document cannot say "another than `repository`"); its copy jobs
+        // fail saying why, and the console's form says it before saving.
         let lock_for = match r.lock_for {
             Some(Some(d)) => duration("replica.lock_for", &d, &mut errors),
             _ => None,

@@ -314,6 +314,16 @@ pub(crate) fn enum_schema(description: &str, values: &[&str]) -> Object {
         .build()
 }
 
+/// A field taking one of `values`, or null.
+pub(crate) fn nullable_enum_schema(description: &str, values: &[&str]) -> Object {
+    let mut all: Vec<serde_json::Value> = values.iter().map(|v| (*v).into()).collect();
+    all.push(serde_json::Value::Null);
+    string(true)
+        .description(Some(description))
+        .enum_values(Some(all))
+        .build()
+}
+
 /// An integer in `min..=max`.
 pub(crate) fn integer_schema(description: &str, min: u64, max: u64, nullable: bool) -> Object {
     let t = if nullable {
