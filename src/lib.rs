@@ -24,6 +24,7 @@ pub mod id;
 pub mod progress;
 pub mod proof;
 pub mod prune;
+pub mod pve;
 pub mod repair;
 pub mod repo;
 pub mod restore;

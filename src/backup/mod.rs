@@ -101,6 +101,11 @@ pub struct BackupOptions {
     /// second a frozen copy of the first (a file-system snapshot). The
     /// snapshot records the source's path; exclusions match it too.
     pub read_from: Vec<(PathBuf, PathBuf)>,
+    /// Cut disk images (files named `*.raw`) into chunks of this size at
+    /// offsets that are multiples of it, instead of by content: the next
+    /// dump of a disk then shares every chunk it did not change (set by
+    /// `vzdump:` backups; none: every file by content).
+    pub image_chunk: Option<usize>,
 }
 
 /// What a backup made.
@@ -301,6 +306,7 @@ pub fn backup(
         blobs: saver.tx.clone(),
         progress: progress.clone(),
         abort: abort.clone(),
+        image_chunk: opts.image_chunk,
     });
     let readers: Vec<_> = (0..read_threads)
         .map(|i| {

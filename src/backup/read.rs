@@ -65,6 +65,15 @@ pub struct ReaderContext {
     pub progress: Arc<Progress>,
     /// Abort flag.
     pub abort: Arc<Abort>,
+    /// Disk images (`*.raw`) are cut into chunks of this size at offsets
+    /// that are multiples of it (none: content-defined like any file).
+    pub image_chunk: Option<usize>,
+}
+
+/// Whether `path` is a disk image cut at fixed offsets.
+fn is_image(ctx: &ReaderContext, path: &std::path::Path) -> Option<usize> {
+    ctx.image_chunk
+        .filter(|_| path.extension().is_some_and(|e| e == "raw"))
 }
 
 /// Runs one reader until the job channel closes or the backup aborts.
@@ -188,8 +197,19 @@ fn read_file(ctx: &ReaderContext, job: &FileJob) -> Result<FileResult> {
     let mut extents = Vec::new();
     let mut bytes_read = 0u64;
     let size;
-    if job.sparse {
-        size = read_sparse(ctx, &mut file, len, &mut extents, &mut bytes_read)?;
+    if let Some(fixed) = is_image(ctx, path) {
+        // A disk image: holes kept, every chunk at a fixed offset, so that
+        // the next dump of the disk shares every chunk it did not change.
+        size = read_sparse(
+            ctx,
+            &mut file,
+            len,
+            &mut extents,
+            &mut bytes_read,
+            Some(fixed),
+        )?;
+    } else if job.sparse {
+        size = read_sparse(ctx, &mut file, len, &mut extents, &mut bytes_read, None)?;
     } else if len <= ctx.chunker.max_size() as u64 {
         // Whole file in one buffer sized to the file, never to the maximum.
         let mut buf = Vec::with_capacity(len as usize);
@@ -271,6 +291,68 @@ fn read_streamed(ctx: &ReaderContext, source: impl Read, extents: &mut Vec<Exten
     Ok(n)
 }
 
+/// Cuts `source`, which starts at byte `offset` of its file, at the
+/// multiples of `size` in the file and stores each piece; returns the bytes
+/// read. Two dumps of a disk then share every chunk whose bytes did not
+/// change, whatever changed elsewhere.
+fn stream_fixed(
+    ctx: &ReaderContext,
+    mut source: impl Read,
+    offset: u64,
+    size: usize,
+    extents: &mut Vec<Extent>,
+) -> Result<u64> {
+    let mut total = 0u64;
+    let mut buf = vec![0u8; size];
+    // Hashed by the savers (on every core), as `read_streamed` does.
+    let mut pending = Vec::new();
+    let result = loop {
+        let at = offset + total;
+        let want = size - (at % size as u64) as usize;
+        let mut got = 0;
+        while got < want {
+            match source.read(&mut buf[got..want]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("reading a disk image", e)),
+            }
+        }
+        if got == 0 {
+            break Ok(total);
+        }
+        crate::util::check_interrupted()?;
+        if ctx.abort.is_set() {
+            return Err(ctx.abort.error_or_interrupted());
+        }
+        let (reply, id) = crossbeam_channel::bounded(1);
+        Progress::add(&ctx.progress.bytes_done, got as u64);
+        pending.push((id, got as u64));
+        ctx.blobs
+            .send(BlobJob {
+                naming: Naming::Unnamed {
+                    dedup: ctx.dedup.clone(),
+                    reply,
+                },
+                kind: BlobType::Data,
+                data: buf[..got].to_vec(),
+            })
+            .map_err(|_| ctx.abort.error_or_interrupted())?;
+        total += got as u64;
+        if got < want {
+            break Ok(total);
+        }
+    };
+    for (id, length) in pending {
+        let id = id.recv().map_err(|_| ctx.abort.error_or_interrupted())?;
+        extents.push(Extent {
+            blob: Some(id),
+            length,
+        });
+    }
+    result
+}
+
 /// What a failed `lseek(SEEK_DATA)` means for the rest of a sparse file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SeekDataFailure {
@@ -297,6 +379,7 @@ fn read_sparse(
     len: u64,
     extents: &mut Vec<Extent>,
     bytes_read: &mut u64,
+    fixed: Option<usize>,
 ) -> Result<u64> {
     let fd = file.as_raw_fd();
     let mut pos: u64 = 0;
@@ -312,7 +395,11 @@ fn read_sparse(
                 SeekDataFailure::ReadDensely => {
                     file.seek(SeekFrom::Start(pos))
                         .map_err(|e| Error::io("seeking in a sparse file", e))?;
-                    let n = read_streamed(ctx, (&mut *file).take(len - pos), extents)?;
+                    let rest = (&mut *file).take(len - pos);
+                    let n = match fixed {
+                        Some(size) => stream_fixed(ctx, rest, pos, size, extents)?,
+                        None => read_streamed(ctx, rest, extents)?,
+                    };
                     *bytes_read += n;
                     break;
                 }
@@ -338,11 +425,14 @@ fn read_sparse(
         file.seek(SeekFrom::Start(pos))
             .map_err(|e| Error::io("seeking in a sparse file", e))?;
         let region = (&mut *file).take(hole - pos);
-        let n = ctx.chunker.stream(region, |chunk| {
-            crate::util::check_interrupted()?;
-            extents.push(store_chunk(ctx, chunk.to_vec())?);
-            Ok(())
-        })?;
+        let n = match fixed {
+            Some(size) => stream_fixed(ctx, region, pos, size, extents)?,
+            None => ctx.chunker.stream(region, |chunk| {
+                crate::util::check_interrupted()?;
+                extents.push(store_chunk(ctx, chunk.to_vec())?);
+                Ok(())
+            })?,
+        };
         *bytes_read += n;
         if n == 0 {
             break;
@@ -371,6 +461,7 @@ mod tests {
             blobs: tx,
             progress: Arc::default(),
             abort: Arc::default(),
+            image_chunk: None,
         };
         (ctx, rx)
     }

@@ -339,10 +339,17 @@ impl Walker {
     /// Walks all sources.
     pub fn run(mut self, trie: &SourceTrie, parent_root: Option<Tree>) -> Result<()> {
         if trie.leaf {
-            // `/` itself is a source: its contents are the root tree.
+            // `/` itself is a source: its contents are the root tree, read
+            // from where `read_from` says if it says (a staged guest, a
+            // frozen copy of the root file system).
+            let at = self
+                .read_from
+                .iter()
+                .find(|(s, _)| s == Path::new("/"))
+                .map_or_else(|| PathBuf::from("/"), |(_, at)| at.clone());
             let root =
-                std::fs::symlink_metadata("/").map_err(|_| Error::SourceMissing("/".into()))?;
-            self.walk_dir_contents(Path::new("/"), parent_root.as_ref(), root.dev(), false)?;
+                std::fs::symlink_metadata(&at).map_err(|_| Error::SourceMissing(at.clone()))?;
+            self.walk_dir_contents(&at, parent_root.as_ref(), root.dev(), false)?;
             return self.flush();
         }
         self.walk_virtual(Path::new("/"), trie, parent_root.as_ref())?;

@@ -53,6 +53,12 @@ pub struct BackupArgs {
     /// `$VOUCH_CACHE_DIR`, `$XDG_CACHE_HOME/vouch` or `~/.cache/vouch`).
     #[arg(long)]
     pub no_session: bool,
+    /// For `vzdump:` sources: disk images are cut into chunks of this many
+    /// KiB at fixed offsets (a power of two, 4 to 8192; 64 is a VMA
+    /// cluster: a dump with few changed clusters stores little more than
+    /// them; larger chunks keep the index of big disks smaller).
+    #[arg(long, default_value_t = 64)]
+    pub image_chunk_kib: u32,
 }
 
 /// The session journal of a backup of `paths` from `host` into `repo`:
@@ -77,8 +83,28 @@ fn session_dir(
     )
 }
 
+/// The dump named by a `vzdump:PATH` source, if the backup is of one (it
+/// must then be the only source).
+fn vzdump_source(paths: &[PathBuf]) -> Result<Option<PathBuf>> {
+    let specs: Vec<PathBuf> = paths
+        .iter()
+        .filter_map(|p| p.to_str()?.strip_prefix("vzdump:").map(PathBuf::from))
+        .collect();
+    match (specs.len(), paths.len()) {
+        (0, _) => Ok(None),
+        (1, 1) => Ok(specs.into_iter().next()),
+        _ => Err(crate::error::Error::InvalidArgument(
+            "a vzdump:PATH source is backed up alone (one archive or one dump directory per command)"
+                .into(),
+        )),
+    }
+}
+
 /// Runs a backup.
 pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
+    if let Some(spec) = vzdump_source(&a.paths)? {
+        return super::vzdump_cmd::run(ctx, a, &spec);
+    }
     let repo = ctx.open_cached()?;
     // Resolved (symlinks, `..`), so that the walk never enters the
     // repository however it is named; `Excludes` resolves it again.
@@ -110,6 +136,7 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
         cpu_threads: 0,
         cancel: None,
         read_from: Vec::new(),
+        image_chunk: None,
     };
     let progress = Arc::new(Progress::default());
     let reporter = ctx.out.progress("backup", progress.clone());

@@ -16,6 +16,7 @@ mod self_signed;
 pub mod serve;
 pub mod service_link;
 pub mod tls;
+mod vzdump_cmd;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,0 +1,7 @@
+//! Proxmox VE guests: the archives `vzdump` writes (VMA for virtual
+//! machines), read as streams and turned into files a snapshot holds (one
+//! sparse image per disk, the guest's configuration), and written back.
+
+pub mod archive;
+pub mod extract;
+pub mod vma;
