@@ -435,3 +435,105 @@ fn stress_two_dumps_of_a_2_gib_disk() {
     );
     assert!(added * 10 <= d.len() as u64);
 }
+
+#[test]
+fn a_vm_snapshot_restores_as_a_vma_archive_both_readers_take() {
+    let env = Env::new();
+    env.init();
+    let a = disk(7 * CLUSTER_SIZE + 4096 * 3 + 100, 31);
+    let b = disk(2 * CLUSTER_SIZE, 32);
+    let path = env.path("vzdump-qemu-107-2026_12_03-02_00_00.vma.zst");
+    fs::write(
+        &path,
+        zstd(&vma(&[("drive-scsi0", &a), ("drive-scsi1", &b)], 33)),
+    )
+    .unwrap();
+    let snap =
+        common::summary_of(&env.ok(&["backup", &format!("vzdump:{}", path.display()), "--json"]))
+            ["snapshot"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    let out_dir = env.path("out");
+    fs::create_dir_all(&out_dir).unwrap();
+    let archive = out_dir.join("vzdump-qemu-107-2026_12_04-02_00_00.vma");
+    let summary = common::summary_of(&env.ok(&[
+        "restore",
+        &snap,
+        "--format",
+        "vma",
+        "--target",
+        archive.to_str().unwrap(),
+        "--json",
+    ]));
+    assert_eq!(
+        summary["vma"]["devices"],
+        serde_json::json!(["drive-scsi0", "drive-scsi1"])
+    );
+    // A second restore onto it is refused, not a silent overwrite.
+    let again = env.run(&[
+        "restore",
+        &snap,
+        "--format",
+        "vma",
+        "--target",
+        archive.to_str().unwrap(),
+    ]);
+    assert!(!again.status.success());
+    // Our reader takes it back: the same disks and configuration.
+    let back = common::summary_of(&env.ok(&[
+        "backup",
+        &format!("vzdump:{}", archive.display()),
+        "--json",
+    ]));
+    let target = restore(&env, back["snapshot"].as_str().unwrap(), "back");
+    assert_eq!(fs::read(target.join("drive-scsi0.raw")).unwrap(), a);
+    assert_eq!(fs::read(target.join("drive-scsi1.raw")).unwrap(), b);
+    assert!(fs::read_to_string(target.join("qemu-server.conf"))
+        .unwrap()
+        .contains("cores: 2"));
+    // And so does dissect.archive.
+    if let Some(tool) = vma_extract() {
+        let theirs = env.path("dissect-out");
+        fs::create_dir_all(&theirs).unwrap();
+        let out = Command::new(&tool)
+            .arg(&archive)
+            .arg("-o")
+            .arg(&theirs)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for (name, original) in [("drive-scsi0", &a), ("drive-scsi1", &b)] {
+            let other = fs::read(theirs.join(name)).unwrap();
+            assert_eq!(&other[..original.len()], &original[..], "{name}");
+            assert!(other[original.len()..].iter().all(|&x| x == 0));
+        }
+    }
+}
+
+#[test]
+fn a_snapshot_that_is_no_vm_is_refused_as_a_vma_and_leaves_nothing() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("files");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("a.txt"), b"not a VM").unwrap();
+    let snap = env.backup(&[&src]);
+    let archive = env.path("out.vma");
+    let out = env.run(&[
+        "restore",
+        &snap,
+        "--format",
+        "vma",
+        "--target",
+        archive.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("does not hold a Proxmox VE VM"), "{err}");
+    assert!(!archive.exists() && !env.path("out.vma.partial").exists());
+}

@@ -36,10 +36,79 @@ pub struct RestoreArgs {
     /// Pack reader threads (0 = automatic).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// What to write: `files` (the snapshot's tree, the default) or `vma`
+    /// (a Proxmox VE VM snapshot as one VMA archive at the target path,
+    /// for `qmrestore`).
+    #[arg(long, value_enum, default_value_t = RestoreFormat::Files)]
+    pub format: RestoreFormat,
+}
+
+/// What `vouch restore` writes.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestoreFormat {
+    /// The snapshot's files.
+    Files,
+    /// A VMA archive of a Proxmox VE VM.
+    Vma,
+}
+
+/// Restores a VM's snapshot as a VMA archive at `a.target`: the snapshot
+/// into a staging directory, then the archive next to the target and
+/// renamed onto it once whole.
+fn run_vma(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
+    use crate::error::Error;
+    let repo = ctx.open_cached()?;
+    let (spec, _) = a.what.split();
+    let (id, _) = repo.find_snapshot(&spec)?;
+    if a.target.exists() && !a.overwrite {
+        return Err(Error::TargetNotEmpty(a.target.clone()));
+    }
+    let staging =
+        crate::pve::staging::Staging::new(&crate::pve::staging::staging_base(super::cache_base()))?;
+    let opts = RestoreOptions {
+        target: staging.path().join("guest"),
+        threads: a.threads,
+        ..Default::default()
+    };
+    let progress = Arc::new(Progress::default());
+    let reporter = ctx.out.progress("restore", progress.clone());
+    let result = restore(&repo, &id, &opts, progress);
+    reporter.finish();
+    result?;
+    let partial = a.target.with_extension("vma.partial");
+    let file =
+        std::fs::File::create(&partial).map_err(|e| Error::io(partial.display().to_string(), e))?;
+    let written = match crate::pve::to_vma::write_vma(&opts.target, file) {
+        Ok(w) => w,
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            return Err(e);
+        }
+    };
+    std::fs::rename(&partial, &a.target)
+        .map_err(|e| Error::io(a.target.display().to_string(), e))?;
+    if ctx.out.json {
+        ctx.out
+            .json_line(&json!({"type": "summary", "snapshot": id.to_hex(),
+            "format": "vma", "target": a.target, "vma": written}));
+    } else {
+        ctx.out.say(format!(
+            "restored snapshot {} as {}: {} disks ({}), {} archive",
+            id.short(),
+            a.target.display(),
+            written.devices.len(),
+            human_bytes(written.bytes),
+            human_bytes(written.archive_bytes)
+        ));
+    }
+    Ok(exit_code::OK)
 }
 
 /// Runs a restore.
 pub fn run(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
+    if a.format == RestoreFormat::Vma {
+        return run_vma(ctx, a);
+    }
     let repo = ctx.open_cached()?;
     let (spec, subpath) = a.what.split();
     let (id, _) = repo.find_snapshot(&spec)?;

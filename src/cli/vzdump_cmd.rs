@@ -21,41 +21,8 @@ use crate::backup::{backup, BackupOptions};
 use crate::error::{exit_code, Error, Result};
 use crate::progress::Progress;
 use crate::pve::archive::{archives, ArchiveName, GuestType};
+use crate::pve::staging::{staging_base, Staging};
 use crate::util::human_bytes;
-
-/// Where archives are staged: `$VOUCH_STAGING_DIR`, else `staging/` in the
-/// cache directory, else the system's temporary directory.
-fn staging_base() -> PathBuf {
-    std::env::var_os("VOUCH_STAGING_DIR")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| super::cache_base().map(|c| c.join("staging")))
-        .unwrap_or_else(std::env::temp_dir)
-}
-
-/// A staging directory, removed when dropped (also when the backup fails).
-struct Staging(PathBuf);
-
-impl Staging {
-    fn new(base: &Path) -> Result<Staging> {
-        let name = format!(
-            "vouch-vzdump-{}-{}",
-            std::process::id(),
-            &crate::util::now_ns().to_string()
-        );
-        let dir = base.join(name);
-        std::fs::create_dir(&dir).map_err(|e| Error::io(dir.display().to_string(), e))?;
-        Ok(Staging(dir))
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.0) {
-            tracing::warn!(dir = %self.0.display(), error = %e, "could not remove the staging directory");
-        }
-    }
-}
 
 /// The tags of a guest's snapshots.
 fn guest_tags(a: &ArchiveName) -> Vec<String> {
@@ -96,13 +63,12 @@ pub fn run(ctx: &Ctx, a: BackupArgs, spec: &Path) -> Result<i32> {
     }
     let repo = ctx.open_cached()?;
     let found = archives(spec)?;
-    let base = staging_base();
-    std::fs::create_dir_all(&base).map_err(|e| Error::io(base.display().to_string(), e))?;
+    let base = staging_base(super::cache_base());
     let mut code = exit_code::OK;
     for archive in found {
         let _span = tracing::info_span!("vzdump", archive = %archive.path.display()).entered();
         let staging = Staging::new(&base)?;
-        let root = staging.0.join("guest");
+        let root = staging.path().join("guest");
         std::fs::create_dir(&root).map_err(|e| Error::io(root.display().to_string(), e))?;
         let data = stage(&archive, &root)?;
         let mut tags = guest_tags(&archive);

@@ -4,4 +4,6 @@
 
 pub mod archive;
 pub mod extract;
+pub mod staging;
+pub mod to_vma;
 pub mod vma;
