@@ -537,3 +537,76 @@ fn a_snapshot_that_is_no_vm_is_refused_as_a_vma_and_leaves_nothing() {
     assert!(err.contains("does not hold a Proxmox VE VM"), "{err}");
     assert!(!archive.exists() && !env.path("out.vma.partial").exists());
 }
+
+/// `qemu-img` (Debian's qemu-utils), if installed (CI installs it; a run
+/// under CI without it fails).
+fn have_qemu_img() -> bool {
+    let ok = Command::new("qemu-img")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "qemu-img (qemu-utils) is missing under CI"
+        );
+        eprintln!("qemu-img not installed: the qcow2 restore is not tested");
+    }
+    ok
+}
+
+#[test]
+fn a_vm_snapshot_restores_as_qcow2_images_qemu_img_reads_back_exactly() {
+    if !have_qemu_img() {
+        return;
+    }
+    let env = Env::new();
+    env.init();
+    let a = disk(9 * CLUSTER_SIZE + 512, 41);
+    let path = env.path("vzdump-qemu-109-2026_12_03-02_00_00.vma");
+    fs::write(&path, vma(&[("drive-virtio0", &a)], 42)).unwrap();
+    let snap =
+        common::summary_of(&env.ok(&["backup", &format!("vzdump:{}", path.display()), "--json"]))
+            ["snapshot"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    let target = env.path("qcow");
+    let summary = common::summary_of(&env.ok(&[
+        "restore",
+        &snap,
+        "--format",
+        "qcow2",
+        "--target",
+        target.to_str().unwrap(),
+        "--json",
+    ]));
+    assert_eq!(
+        summary["images"],
+        serde_json::json!(["drive-virtio0.qcow2"])
+    );
+    assert!(target.join("qemu-server.conf").is_file());
+    let raw = env.path("back.raw");
+    let out = Command::new("qemu-img")
+        .args(["convert", "-f", "qcow2", "-O", "raw"])
+        .arg(target.join("drive-virtio0.qcow2"))
+        .arg(&raw)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(fs::read(&raw).unwrap(), a);
+    // Into a directory that holds something: refused.
+    let again = env.run(&[
+        "restore",
+        &snap,
+        "--format",
+        "qcow2",
+        "--target",
+        target.to_str().unwrap(),
+    ]);
+    assert!(!again.status.success());
+}
