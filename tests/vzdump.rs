@@ -610,3 +610,115 @@ fn a_vm_snapshot_restores_as_qcow2_images_qemu_img_reads_back_exactly() {
     ]);
     assert!(!again.status.success());
 }
+
+/// A container's root, as vzdump tars it: the configuration in
+/// `etc/vzdump/pct.conf`, files of several owners and modes, a symlink, a
+/// hard link, an empty directory.
+fn container_root(root: &Path) {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    for d in ["etc/vzdump", "bin", "home/user", "var/empty"] {
+        fs::create_dir_all(root.join(d)).unwrap();
+    }
+    fs::write(
+        root.join("etc/vzdump/pct.conf"),
+        "arch: amd64\nhostname: ct200\nmemory: 512\nrootfs: local-lvm:vm-200-disk-0,size=8G\n",
+    )
+    .unwrap();
+    fs::write(root.join("etc/hostname"), "ct200\n").unwrap();
+    fs::write(root.join("bin/true"), b"#!/bin/sh\nexit 0\n").unwrap();
+    fs::set_permissions(root.join("bin/true"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(
+        root.join("home/user/notes.txt"),
+        common::random_bytes(70_000, 51),
+    )
+    .unwrap();
+    fs::set_permissions(
+        root.join("home/user/notes.txt"),
+        fs::Permissions::from_mode(0o640),
+    )
+    .unwrap();
+    symlink("../bin/true", root.join("etc/true-link")).unwrap();
+    fs::hard_link(root.join("etc/hostname"), root.join("etc/hostname.bak")).unwrap();
+}
+
+#[test]
+fn a_container_archive_backs_up_to_its_root_tree_and_restores_exactly() {
+    use std::os::unix::fs::MetadataExt;
+    let env = Env::new();
+    env.init();
+    let root = env.path("ct-root");
+    container_root(&root);
+    // Owned by another user, as in an unprivileged container's mapping,
+    // when this runs as root (CI does).
+    let as_root = unsafe { libc::geteuid() } == 0;
+    if as_root {
+        std::os::unix::fs::lchown(
+            root.join("home/user/notes.txt"),
+            Some(101_000),
+            Some(101_000),
+        )
+        .unwrap();
+    }
+    let tarball = Command::new("tar")
+        .args(["--numeric-owner", "-cf", "-", "-C"])
+        .arg(&root)
+        .arg(".")
+        .output()
+        .unwrap();
+    assert!(tarball.status.success());
+    let dump = env.path("dump");
+    fs::create_dir_all(&dump).unwrap();
+    let name = "vzdump-lxc-200-2026_12_03-02_00_00";
+    fs::write(dump.join(format!("{name}.tar.zst")), zstd(&tarball.stdout)).unwrap();
+    fs::write(
+        dump.join(format!("{name}.log")),
+        "INFO: Starting Backup of VM 200 (lxc)\n",
+    )
+    .unwrap();
+    let summary =
+        common::summary_of(&env.ok(&["backup", &format!("vzdump:{}", dump.display()), "--json"]));
+    assert_eq!(summary["guest"], "lxc", "{summary}");
+    assert_eq!(summary["vmid"], 200);
+    let target = restore(&env, summary["snapshot"].as_str().unwrap(), "restored");
+    let log = target.join("etc/vzdump/vzdump.log");
+    assert!(fs::read_to_string(&log).unwrap().contains("lxc"));
+    // tar keeps whole seconds.
+    let seconds = |m: std::collections::BTreeMap<String, String>| {
+        m.into_iter()
+            .map(|(k, v)| {
+                let v = match v.find("mtime=") {
+                    Some(i) => {
+                        let rest = &v[i + 6..];
+                        let end = rest.find(' ').unwrap_or(rest.len());
+                        let secs = rest[..end].split('.').next().unwrap_or("");
+                        format!("{}mtime={secs}{}", &v[..i], &rest[end..])
+                    }
+                    None => v,
+                };
+                (k, v)
+            })
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let mut want = seconds(common::describe(&root));
+    let mut got = seconds(common::describe(&target));
+    // The root directory's own time is the staging directory's.
+    want.retain(|k, _| !k.is_empty());
+    got.retain(|k, _| !k.is_empty() && k != "etc/vzdump/vzdump.log");
+    assert_eq!(got, want);
+    if as_root {
+        let m = fs::metadata(target.join("home/user/notes.txt")).unwrap();
+        assert_eq!((m.uid(), m.gid()), (101_000, 101_000));
+    }
+    // An archive without the configuration is no container archive.
+    let bare = Command::new("tar")
+        .args(["-cf", "-", "-C"])
+        .arg(root.join("home"))
+        .arg(".")
+        .output()
+        .unwrap();
+    let path = env.path("vzdump-lxc-201-2026_12_03-02_00_00.tar");
+    fs::write(&path, &bare.stdout).unwrap();
+    let out = env.run(&["backup", &format!("vzdump:{}", path.display())]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pct.conf"));
+}

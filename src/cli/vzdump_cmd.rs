@@ -2,7 +2,9 @@
 //! on the dump storage (no API needed). Each archive becomes one snapshot:
 //! a VM's configuration files and one sparse image per disk
 //! (`drive-scsi0.raw`), with the task log (`vzdump.log`) and notes
-//! (`notes`) when they lie beside it; tagged `pve:vmid=ID`, `pve:type=qemu`.
+//! (`notes`) when they lie beside it; a container's root tree (its
+//! configuration in `etc/vzdump/pct.conf`, log and notes beside it).
+//! Tagged `pve:vmid=ID`, `pve:type=qemu|lxc`.
 //!
 //! The archive is read once, as a stream (decompressed on the fly), into a
 //! staging directory of sparse files below the cache directory (zero
@@ -37,11 +39,26 @@ fn stage(a: &ArchiveName, dir: &Path) -> Result<u64> {
     let data = match a.guest {
         GuestType::Qemu => crate::pve::extract::extract_vma(a.open()?, &a.path, dir)?.data_bytes,
         GuestType::Lxc => {
-            return Err(Error::InvalidArgument(format!(
-                "{}: container (lxc) archives are not read yet; back up the container's \
-                 root directory, or wait for the release that reads them",
-                a.path.display()
-            )))
+            let unpacked = crate::pve::lxc::unpack(a.open()?, &a.path, dir)?;
+            // The container's root is the snapshot's root; the task log
+            // and notes go beside its configuration.
+            let meta = dir.join("etc/vzdump");
+            let io = |e: std::io::Error| Error::io(meta.display().to_string(), e);
+            let modified = std::fs::metadata(&meta)
+                .and_then(|m| m.modified())
+                .map_err(io)?;
+            for (from, name) in [(a.log_path(), "vzdump.log"), (a.notes_path(), "notes")] {
+                if let Some(from) = from {
+                    let to = meta.join(name);
+                    std::fs::copy(&from, &to)
+                        .map_err(|e| Error::io(from.display().to_string(), e))?;
+                }
+            }
+            // The directory keeps the time the archive gave it.
+            std::fs::File::open(&meta)
+                .and_then(|d| d.set_modified(modified))
+                .map_err(io)?;
+            return Ok(unpacked.bytes);
         }
     };
     for (from, name) in [(a.log_path(), "vzdump.log"), (a.notes_path(), "notes")] {
