@@ -4,6 +4,7 @@
 
 pub mod archive;
 pub mod extract;
+pub mod ingest;
 pub mod lxc;
 pub mod qcow2;
 pub mod staging;
