@@ -43,17 +43,22 @@ def before_call(context, case, kwargs):
     if not isinstance(body, dict):
         return
     source = body.get("source")
+    if not isinstance(source, str):
+        return
+    # A dump storage (`vzdump:/path`) is judged by its path: the same.
+    prefix = "vzdump:" if source.startswith("vzdump:/") else ""
+    path = source[len(prefix):]
     # Only sources the server accepts are rewritten, and into sources it
     # accepts: absolute, no NUL, at most MAX_SOURCE characters.
-    if not isinstance(source, str) or not source.startswith("/") or "\x00" in source:
+    if not path.startswith("/") or "\x00" in path:
         return
     if len(source) > MAX_SOURCE:
         return
     if len(source) + len(ABSENT) <= MAX_SOURCE:
-        body["source"] = ABSENT + source
+        body["source"] = prefix + ABSENT + path
     else:
         # As long as the original, still plain components below ABSENT.
-        body["source"] = ABSENT + "/" + "x" * (len(source) - len(ABSENT) - 1)
+        body["source"] = prefix + ABSENT + "/" + "x" * (len(path) - len(ABSENT) - 1)
 EOF
 # Every rewritten source lies below ABSENT: the only root plans may use.
 # No limit on refused tokens: the auth checks send many from one address.

@@ -722,3 +722,109 @@ fn a_container_archive_backs_up_to_its_root_tree_and_restores_exactly() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("pct.conf"));
 }
+
+/// A plan whose source is a dump storage, in a real `vouch serve`: its run
+/// backs up the newest archive of each guest, each point is verified and
+/// restore-tested, and the plan is protected.
+#[test]
+fn a_service_plan_backs_up_a_dump_storage_and_proves_each_guest() {
+    use common::served::{get, post, sources_allow, start, WAIT};
+    let env = Env::new();
+    let dir = env.dir.path();
+    let dump = dir.join("dump");
+    fs::create_dir_all(&dump).unwrap();
+    let a = disk(6 * CLUSTER_SIZE + 999, 61);
+    fs::write(
+        dump.join("vzdump-qemu-101-2026_12_03-02_00_00.vma.zst"),
+        zstd(&vma(&[("drive-scsi0", &a)], 62)),
+    )
+    .unwrap();
+    let root = env.path("ct-root");
+    container_root(&root);
+    let tarball = Command::new("tar")
+        .args(["--numeric-owner", "-cf", "-", "-C"])
+        .arg(&root)
+        .arg(".")
+        .output()
+        .unwrap();
+    fs::write(
+        dump.join("vzdump-lxc-200-2026_12_03-02_00_00.tar.gz"),
+        gzip(&tarball.stdout),
+    )
+    .unwrap();
+    let config = dir.join("vouch.toml");
+    fs::write(
+        &config,
+        format!(
+            "{}[scheduler]\ntick = \"1s\"\nmax_jitter = \"0s\"\n",
+            sources_allow(dir)
+        ),
+    )
+    .unwrap();
+    let svc = start(&dir.join("data"), &config, None);
+    let (status, body) = post(
+        &svc,
+        "/api/v1/plans",
+        &serde_json::json!({"id": "pve", "source": format!("vzdump:{}", dump.display()),
+            "schedule": "0 3 * * *", "rpo": "1h"}),
+    );
+    assert_eq!(status, 201, "{body}");
+    // Outside the allowed roots: refused by its field, as any source.
+    let (status, body) = post(
+        &svc,
+        "/api/v1/plans",
+        &serde_json::json!({"id": "elsewhere", "source": "vzdump:/var/lib/vz/dump"}),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(body["fields"]["source"].is_string(), "{body}");
+    let (status, body) = post(&svc, "/api/v1/plans/pve/run", &serde_json::Value::Null);
+    assert_eq!(status, 202, "{body}");
+    let until = std::time::Instant::now() + WAIT;
+    let points = loop {
+        let points = get(&svc, "/api/v1/points?plan=pve");
+        let all = points.as_array().cloned().unwrap_or_default();
+        if all.len() == 2 && all.iter().all(|p| p["state"] == "recoverable") {
+            break all;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "never both recoverable: {points}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let plan = get(&svc, "/api/v1/plans/pve");
+    assert_eq!(plan["protection"]["status"], "protected", "{plan}");
+    // The VM's point holds its disk: restored by the CLI, exactly.
+    let data_repo = dir.join("data/repository");
+    let vm = points
+        .iter()
+        .find(|p| p["summary"]["files"].as_u64() == Some(2))
+        .expect("the VM's point (its configuration and one disk)");
+    let target = env.path("vm-restored");
+    let out = Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .env("VOUCH_REPOSITORY", &data_repo)
+        .env(
+            "VOUCH_PASSWORD_FILE",
+            dir.join("data/repository.passphrase"),
+        )
+        .args([
+            "restore",
+            vm["id"].as_str().unwrap(),
+            "--target",
+            target.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(fs::read(target.join("drive-scsi0.raw")).unwrap(), a);
+    // The staging directory is empty again.
+    let staging = dir.join("data/staging");
+    let left: Vec<_> = fs::read_dir(&staging)
+        .map(|d| d.filter_map(|e| e.ok()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -120,6 +120,15 @@ pub fn agent_source(source: &str) -> Option<(&str, &str)> {
     (!name.is_empty() && path.starts_with('/')).then_some((name, path))
 }
 
+/// The dump directory or archive of a `vzdump:/path` source (Proxmox VE
+/// guests from their vzdump archives on this host); `None` for any other
+/// source.
+pub fn vzdump_source(source: &str) -> Option<&str> {
+    source
+        .strip_prefix("vzdump:")
+        .filter(|p| p.starts_with('/'))
+}
+
 /// The repository an agent's backups go into: its own (`agent-NAME`),
 /// made when it registers (see `docs/agents.md`).
 pub fn agent_repository(agent: &str) -> String {
@@ -167,7 +176,9 @@ impl SourcePolicy {
         if source.starts_with("agent:") {
             return Ok(());
         }
-        self.check_local(source).map(|_| ())
+        // A dump storage is judged by its path, as any local source.
+        self.check_local(vzdump_source(source).unwrap_or(source))
+            .map(|_| ())
     }
 
     /// Checks a source the service itself is about to back up and returns

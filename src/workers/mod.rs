@@ -246,7 +246,9 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
             // Checked again at every start: the policy may have changed
             // since the plan was accepted, or a symlink been planted on
             // the way to its source.
-            if let Err(refusal) = repos.source_policy().check_local(&definition.source) {
+            let dump = vouch_events::sources::vzdump_source(&definition.source);
+            let local = dump.unwrap_or(&definition.source);
+            if let Err(refusal) = repos.source_policy().check_local(local) {
                 tracing::warn!(error = %refusal, "backup source refused");
                 return Err(JobFailure::new(
                     SOURCE_REFUSED,
@@ -255,6 +257,19 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
                 ));
             }
             let repo = repos.open(&definition.repository).map_err(fail)?;
+            if let Some(dump) = dump {
+                return vzdump_backup(
+                    repos,
+                    &repo,
+                    &job,
+                    &plan,
+                    &definition.repository,
+                    dump,
+                    &cancel,
+                    progress,
+                )
+                .map_err(fail);
+            }
             let started = Instant::now();
             let opts = BackupOptions {
                 paths: vec![definition.source.clone().into()],
@@ -843,4 +858,62 @@ fn copy_job(
         }
         .into()],
     })
+}
+
+/// A plan's backup of a dump storage (`vzdump:/path`): one snapshot per
+/// archive (the newest of each guest in a directory), each recorded as its
+/// own `backup.committed` of the plan.
+#[allow(clippy::too_many_arguments)]
+fn vzdump_backup(
+    repos: &RepoSet,
+    repo: &crate::repo::Repository,
+    job: &JobId,
+    plan: &vouch_events::PlanId,
+    repository: &RepositoryId,
+    dump: &str,
+    cancel: &vouch_actors::service::CancelToken,
+    progress: Arc<Progress>,
+) -> Result<JobOutput, Error> {
+    let opts = crate::pve::ingest::IngestOptions {
+        tags: vec![plan_tag(plan)],
+        image_chunk: 64 * 1024,
+        // `staging/` beside the restore tests' sandbox, in the data
+        // directory (or `$VOUCH_STAGING_DIR`).
+        staging_base: crate::pve::staging::staging_base(
+            repos
+                .sandbox_root()
+                .parent()
+                .map(std::path::Path::to_path_buf),
+        ),
+        cancel: Some(cancel.flag()),
+        ..Default::default()
+    };
+    let mut events = Vec::new();
+    crate::pve::ingest::ingest(
+        repo,
+        std::path::Path::new(dump),
+        &opts,
+        progress.clone(),
+        |done| {
+            let s = &done.outcome.manifest.summary;
+            events.push(
+                BackupCommitted {
+                    job: Some(job.clone()),
+                    plan: Some(plan.clone()),
+                    repository: repository.clone(),
+                    snapshot: point_of(&done.outcome.snapshot),
+                    snapshot_time_unix_ns: done.outcome.manifest.time_ns,
+                    summary: BackupSummary {
+                        files: s.files,
+                        bytes: s.bytes_read,
+                        added_bytes: s.bytes_added,
+                        stored_bytes: s.bytes_stored,
+                        duration_ms: s.duration_ms,
+                    },
+                }
+                .into(),
+            );
+        },
+    )?;
+    Ok(JobOutput { events })
 }

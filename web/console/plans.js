@@ -71,7 +71,7 @@ function actions(main, ctx, after) {
 const FIELDS = [
   // [name, label, kind, help]
   ['id', 'Plan name', 'text', 'Lower-case letters, digits, ".", "_" and "-"; it cannot change later.'],
-  ['source', 'Source path', 'text', 'An absolute path on the server\u2019s host.'],
+  ['source', 'Source path', 'text', 'An absolute path on the server\u2019s host, or vzdump:/path for Proxmox VE guests from a dump storage.'],
   ['schedule', 'Schedule', 'text', 'Cron, 5 fields, UTC: minute hour day-of-month month day-of-week (e.g. "0 2 * * *").'],
   ['rpo', 'Recovery point objective (RPO)', 'text', 'The oldest a recoverable point may be before the plan is at risk, e.g. "1day 2h".'],
   ['repository', 'Repository', 'text', ''],

@@ -148,8 +148,10 @@ fn depth_schema() -> utoipa::openapi::Object {
 
 fn source_schema(nullable: bool) -> utoipa::openapi::Object {
     grammar::pattern_schema(
-        "An absolute path, or `agent:<agent name>:<absolute path>` for a plan an agent backs up \
-         (the agent name is its token's name, 1-64 of `A-Z a-z 0-9 . _ -`).",
+        "An absolute path, `agent:<agent name>:<absolute path>` for a plan an agent backs up \
+         (the agent name is its token's name, 1-64 of `A-Z a-z 0-9 . _ -`), or \
+         `vzdump:<absolute path>` for Proxmox VE guests from their vzdump archives (one \
+         archive, or a dump directory's newest archive of each guest).",
         grammar::SOURCE_PATTERN,
         Some(grammar::SOURCE_MAX_LEN),
         nullable,

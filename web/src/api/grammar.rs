@@ -220,7 +220,7 @@ pub(crate) fn source_error(source: &str) -> Option<String> {
             }
             path
         }
-        None => source,
+        None => source.strip_prefix("vzdump:").unwrap_or(source),
     };
     if !path.starts_with('/') {
         return Some(format!("{source:?}: the source must be an absolute path"));
@@ -246,8 +246,8 @@ pub(crate) fn source_error(source: &str) -> Option<String> {
 
 /// [`source_error`] (none) as a pattern: `/`, or plain components (not
 /// empty, not `.` or `..`, no NUL) with an optional trailing `/`, bare or
-/// after `agent:<name>:`.
-pub(crate) const SOURCE_PATTERN: &str = r"^(?:agent:[A-Za-z0-9._-]{1,64}:)?/(?:(?:[^/.\x00][^/\x00]*|\.[^/.\x00][^/\x00]*|\.\.[^/\x00]+)(?:/(?:[^/.\x00][^/\x00]*|\.[^/.\x00][^/\x00]*|\.\.[^/\x00]+))*/?)?$";
+/// after `agent:<name>:` or `vzdump:`.
+pub(crate) const SOURCE_PATTERN: &str = r"^(?:agent:[A-Za-z0-9._-]{1,64}:|vzdump:)?/(?:(?:[^/.\x00][^/\x00]*|\.[^/.\x00][^/\x00]*|\.\.[^/\x00]+)(?:/(?:[^/.\x00][^/\x00]*|\.[^/.\x00][^/\x00]*|\.\.[^/\x00]+))*/?)?$";
 
 /// A verification depth label: `structure`, `read-all` or `read-sample:N`
 /// (N in 1..=100, no leading zeros).
