@@ -828,3 +828,77 @@ fn a_service_plan_backs_up_a_dump_storage_and_proves_each_guest() {
         .unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// The ingest throughput figure, by hand (`VOUCH_STRESS_DIR=/dev/shm cargo
+/// test --release --test vzdump stress_ingest -- --ignored --nocapture`):
+/// a 4 GiB disk, three quarters random and a quarter zero regions
+/// (interleaved by 64 MiB), written as an uncompressed VMA and as a raw
+/// file into `VOUCH_STRESS_DIR`; backed up once as the plain file (the
+/// machine's pipeline on the same bytes) and once as `vzdump:`, each into a
+/// fresh repository. Prints both times and the ratio on the random part.
+#[test]
+#[ignore = "stress: 4 GiB disk, run by hand"]
+fn stress_ingest_of_a_4_gib_vma_against_the_pipeline() {
+    let base = std::env::var_os("VOUCH_STRESS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let work = tempfile::tempdir_in(&base).unwrap();
+    let size: u64 = 4 << 30;
+    let clusters = size / CLUSTER_SIZE as u64;
+    let random = |n: u64| (n * CLUSTER_SIZE as u64 / (64 << 20)) % 4 != 3;
+    let vma_path = work.path().join("vzdump-qemu-101-2026_12_03-02_00_00.vma");
+    let raw_path = work.path().join("disk").join("drive-scsi0.raw");
+    fs::create_dir_all(raw_path.parent().unwrap()).unwrap();
+    {
+        let header = Header {
+            uuid: [5; 16],
+            ctime: 0,
+            configs: vec![("qemu-server.conf".into(), b"memory: 2048\n".to_vec())],
+            devices: vec![Device {
+                id: 1,
+                name: "drive-scsi0".into(),
+                size,
+            }],
+        };
+        let out = std::io::BufWriter::new(fs::File::create(&vma_path).unwrap());
+        let mut w = VmaWriter::new(out, &header).unwrap();
+        let mut raw = std::io::BufWriter::new(fs::File::create(&raw_path).unwrap());
+        let mut rng = Rng::new(99);
+        let mut buf = vec![0u8; CLUSTER_SIZE];
+        for n in 0..clusters {
+            if random(n) {
+                rng.fill(&mut buf);
+            } else {
+                buf.fill(0);
+            }
+            w.write_cluster(1, n as u32, &buf).unwrap();
+            raw.write_all(&buf).unwrap();
+        }
+        w.finish().unwrap();
+        raw.flush().unwrap();
+    }
+    let random_bytes = (0..clusters).filter(|&n| random(n)).count() as u64 * CLUSTER_SIZE as u64;
+    let timed = |args: &[&str]| {
+        let env = Env::new();
+        env.init();
+        let t = std::time::Instant::now();
+        let out = common::summary_of(&env.ok(args));
+        (t.elapsed().as_secs_f64(), out)
+    };
+    let (plain_s, _) = timed(&["backup", raw_path.to_str().unwrap(), "--json"]);
+    let (vzdump_s, out) = timed(&[
+        "backup",
+        &format!("vzdump:{}", vma_path.display()),
+        "--json",
+    ]);
+    let mib = random_bytes as f64 / (1 << 20) as f64;
+    println!(
+        "4 GiB disk ({:.0} MiB random): plain file {plain_s:.1} s ({:.0} MiB/s on the random part), \
+         vzdump: VMA {vzdump_s:.1} s ({:.0} MiB/s); ratio {:.2}; {} added",
+        mib,
+        mib / plain_s,
+        mib / vzdump_s,
+        plain_s / vzdump_s,
+        out["summary"]["bytes_added"]
+    );
+}
