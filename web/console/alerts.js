@@ -27,13 +27,19 @@ export async function render(main, route, ctx) {
 <section aria-labelledby="h-open"><h2 id="h-open">Open <span class="count" id="open-count"></span></h2><div id="alerts-open"></div></section>
 <section aria-labelledby="h-resolved"><h2 id="h-resolved">Resolved</h2><div id="alerts-resolved"></div></section>
 <p><a href="#/events?type=alert.">Alert events in the log</a></p>`;
+  // Only the newest load's answer is shown: one started earlier that
+  // finishes later would show the list from before the event.
+  let generation = 0;
   async function load() {
+    const mine = ++generation;
     const [open, resolved] = await Promise.all([api.get('/alerts?state=open'), api.get('/alerts?state=resolved')]);
-    if (!route.alive()) return;
+    if (!route.alive() || mine !== generation) return;
     main.querySelector('#open-count').textContent = String(open.length);
     main.querySelector('#alerts-open').innerHTML = table(open, false);
     main.querySelector('#alerts-resolved').innerHTML = table(resolved, true);
   }
-  await load();
+  // Subscribed before the first load: an alert raised while it runs is
+  // not missed (it was, when the subscription came after it).
   ctx.on('alert.', throttle(() => load().catch(() => {}), 1000));
+  await load();
 }

@@ -41,13 +41,17 @@ export async function render(main, route, ctx) {
     location.hash = '#/jobs' + api.qs({ plan: form.plan.value.trim(), kind: form.kind.value });
   });
 
+  // Only the newest load's answer is shown (an older one finishing later
+  // would show the jobs from before the event).
+  let generation = 0;
   async function load() {
+    const mine = ++generation;
     const [running, scheduled, history] = await Promise.all([
       api.get('/jobs' + api.qs({ state: 'running', plan, kind })),
       api.get('/jobs' + api.qs({ state: 'scheduled', plan, kind, limit: 50 })),
       api.get('/jobs' + api.qs({ plan, kind, limit: 200 })),
     ]);
-    if (!route.alive()) return;
+    if (!route.alive() || mine !== generation) return;
     const active = running.concat(scheduled);
     main.querySelector('#run-count').textContent = String(running.length);
     main.querySelector('#jobs-running').innerHTML = active.length
@@ -76,10 +80,12 @@ export async function render(main, route, ctx) {
     }
   }
 
-  await load();
+  // Subscribed before the first load, so that a job event landing while
+  // it runs is not missed.
   const reload = throttle(() => load().catch(() => {}), 1500);
   ctx.on('job.', reload);
   ctx.on('backup.', reload);
+  await load();
   ctx.on('progress', (p) => {
     lastProgress.set(p.job, p);
     const row = main.querySelector(`#jobs-running tr[data-job="${CSS.escape(p.job)}"]`);
