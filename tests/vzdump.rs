@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::Env;
-use vouch::pve::vma::{Device, Header, VmaWriter, CLUSTER_SIZE};
+use vouch::providers::proxmox::vma::{Device, Header, VmaWriter, CLUSTER_SIZE};
 use vouch_chaos::Rng;
 
 /// A disk: its bytes, with random, zero and hole-like (zero) regions.

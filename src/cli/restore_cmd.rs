@@ -66,8 +66,9 @@ fn run_vma(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
     if a.target.exists() && !a.overwrite {
         return Err(Error::TargetNotEmpty(a.target.clone()));
     }
-    let staging =
-        crate::pve::staging::Staging::new(&crate::pve::staging::staging_base(super::cache_base()))?;
+    let staging = crate::providers::proxmox::staging::Staging::new(
+        &crate::providers::proxmox::staging::staging_base(super::cache_base()),
+    )?;
     let opts = RestoreOptions {
         target: staging.path().join("guest"),
         threads: a.threads,
@@ -81,7 +82,7 @@ fn run_vma(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
     let partial = a.target.with_extension("vma.partial");
     let file =
         std::fs::File::create(&partial).map_err(|e| Error::io(partial.display().to_string(), e))?;
-    let written = match crate::pve::to_vma::write_vma(&opts.target, file) {
+    let written = match crate::providers::proxmox::to_vma::write_vma(&opts.target, file) {
         Ok(w) => w,
         Err(e) => {
             let _ = std::fs::remove_file(&partial);
@@ -120,8 +121,9 @@ fn run_qcow2(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
     if occupied && !a.overwrite {
         return Err(Error::TargetNotEmpty(a.target.clone()));
     }
-    let staging =
-        crate::pve::staging::Staging::new(&crate::pve::staging::staging_base(super::cache_base()))?;
+    let staging = crate::providers::proxmox::staging::Staging::new(
+        &crate::providers::proxmox::staging::staging_base(super::cache_base()),
+    )?;
     let guest = staging.path().join("guest");
     let opts = RestoreOptions {
         target: guest.clone(),
@@ -133,7 +135,7 @@ fn run_qcow2(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
     let result = restore(&repo, &id, &opts, progress);
     reporter.finish();
     result?;
-    let images = crate::pve::qcow2::convert_vm(&guest, &a.target)?;
+    let images = crate::providers::proxmox::qcow2::convert_vm(&guest, &a.target)?;
     if ctx.out.json {
         ctx.out
             .json_line(&json!({"type": "summary", "snapshot": id.to_hex(),

@@ -1,6 +1,6 @@
 //! `vouch backup vzdump:PATH`: Proxmox VE guests from their vzdump archives
 //! on the dump storage (no API needed), one snapshot per archive (see
-//! [`crate::pve::ingest`] and `docs/proxmox.md`).
+//! [`crate::providers::proxmox::ingest`] and `docs/proxmox.md`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,8 +11,8 @@ use super::backup_cmd::BackupArgs;
 use super::Ctx;
 use crate::error::{exit_code, Error, Result};
 use crate::progress::Progress;
-use crate::pve::ingest::{ingest, IngestOptions};
-use crate::pve::staging::staging_base;
+use crate::providers::proxmox::ingest::{ingest, IngestOptions};
+use crate::providers::proxmox::staging::staging_base;
 use crate::util::human_bytes;
 
 /// Backs up every archive `spec` names.

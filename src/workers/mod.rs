@@ -874,12 +874,12 @@ fn vzdump_backup(
     cancel: &vouch_actors::service::CancelToken,
     progress: Arc<Progress>,
 ) -> Result<JobOutput, Error> {
-    let opts = crate::pve::ingest::IngestOptions {
+    let opts = crate::providers::proxmox::ingest::IngestOptions {
         tags: vec![plan_tag(plan)],
         image_chunk: 64 * 1024,
         // `staging/` beside the restore tests' sandbox, in the data
         // directory (or `$VOUCH_STAGING_DIR`).
-        staging_base: crate::pve::staging::staging_base(
+        staging_base: crate::providers::proxmox::staging::staging_base(
             repos
                 .sandbox_root()
                 .parent()
@@ -889,7 +889,7 @@ fn vzdump_backup(
         ..Default::default()
     };
     let mut events = Vec::new();
-    crate::pve::ingest::ingest(
+    crate::providers::proxmox::ingest::ingest(
         repo,
         std::path::Path::new(dump),
         &opts,
