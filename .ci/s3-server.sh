@@ -117,7 +117,19 @@ spawn() {
   )
 }
 
-ceph_cli() { ceph --connect-timeout 10 "$@"; }
+# Bounded: a `ceph` call can hang past its connect timeout (a monitor that
+# is up but will not serve), and wait_for only looks at the clock between
+# calls.
+ceph_cli() { timeout 20 ceph --connect-timeout 10 "$@"; }
+
+# The monitor stops itself when the file system holding its data has less
+# than 5 % free (mon_data_avail_crit): say so instead of waiting for it.
+check_free_space() {
+  local pct
+  pct=$(df --output=pcent "$(dirname "$DIR")" 2>/dev/null | tail -1 | tr -dc '0-9')
+  [[ -z $pct ]] || ((pct < 94)) ||
+    die "the file system of $DIR is ${pct}% full: ceph-mon needs more than 5 % free (free some space, or set VOUCH_S3_DIR elsewhere)"
+}
 osd_up() { [[ $(ceph_cli osd dump --format json | grep -o '"up":1' | wc -l) -ge 1 ]]; }
 
 # n random characters from the set $2 (no pipe into head: SIGPIPE vs pipefail).
@@ -289,6 +301,7 @@ cmd_start() {
     cmd_stop
   fi
   install_packages
+  check_free_space
   [[ $(http_status) == 000 ]] || die "something else answers on 127.0.0.1:$PORT (set VOUCH_S3_PORT)"
 
   local uuid access secret
