@@ -313,7 +313,14 @@ impl ServiceHandle {
         F: Fn(&Projections) -> Result<Vec<Event>, E> + Clone + Send + 'static,
     {
         let mut min_seq = self.last_seq();
-        for _ in 0..DECIDE_ATTEMPTS {
+        for attempt in 0..DECIDE_ATTEMPTS {
+            if attempt > 0 {
+                // Another append got in first: a burst (a job's follow-ups
+                // recorded in quick succession) is let pass before deciding
+                // again, 1, 2, 4 ... 64 ms (127 ms in all), so that eight
+                // attempts are not spent inside one burst.
+                actix::clock::sleep(std::time::Duration::from_millis(1 << (attempt - 1))).await;
+            }
             let d = decide.clone();
             let (decision, at) = self.query(min_seq, move |p| (d(p), p.last_seq)).await?;
             let events = match decision {
