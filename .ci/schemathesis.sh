@@ -45,6 +45,10 @@ def before_call(context, case, kwargs):
     source = body.get("source")
     if not isinstance(source, str):
         return
+    # A guest of a cluster: the only cluster configured is `ci`.
+    if source.startswith("pve:") and source.count("/") == 2:
+        body["source"] = "pve:ci/" + source.split("/", 1)[1]
+        return
     # A dump storage (`vzdump:/path`) is judged by its path: the same.
     prefix = "vzdump:" if source.startswith("vzdump:/") else ""
     path = source[len(prefix):]
@@ -63,6 +67,11 @@ EOF
 # Every rewritten source lies below ABSENT: the only root plans may use.
 # No limit on refused tokens: the auth checks send many from one address.
 printf '[sources]\nallow = ["/nonexistent/vouch-schemathesis"]\n\n[api]\nfailed_auth_per_minute = 0\n\n[jobs]\nmin_every = "1ns"\n' >"$work/vouch.toml"
+# One Proxmox VE cluster, never reached (no plan runs): `pve:ci/...`
+# sources name it.
+printf 'secret\n' >"$work/pve.token"
+chmod 600 "$work/pve.token"
+printf '\n[[proxmox]]\nname = "ci"\nurl = "https://127.0.0.1:9"\ntoken_id = "vouch@pve!ci"\ntoken_secret_file = "%s"\nstorage = "dump"\nmount = "/nonexistent/vouch-schemathesis-pve"\n' "$work/pve.token" >>"$work/vouch.toml"
 "$bin" serve --listen 127.0.0.1:0 --data-dir "$work/data" --config "$work/vouch.toml" >"$out" 2>"$work/stderr" &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$work"' EXIT

@@ -449,6 +449,9 @@ pub struct RestoreTestReport {
     /// The fault of the point's data that stopped the test before its end
     /// (the verdict: the point cannot be restored), if any.
     pub fault: Option<PointFault>,
+    /// The restored guest started (booted, or a command run inside it),
+    /// when the test asked for it and the restored data matched.
+    pub guest: Option<crate::providers::proxmox::boot::GuestStart>,
 }
 
 impl RestoreTestReport {
@@ -883,6 +886,26 @@ pub fn restore_test(
     max_bytes: u64,
     progress: Arc<Progress>,
 ) -> Result<RestoreTestReport> {
+    restore_test_then(repo, id, sandbox, sample_files, max_bytes, progress, None)
+}
+
+/// What is done with a restored point whose data matched, before its
+/// sandbox is deleted: given the sandbox and the point's tags, it may
+/// start the guest restored there.
+pub type AfterRestore<'a> =
+    &'a dyn Fn(&Path, &[String]) -> Option<crate::providers::proxmox::boot::GuestStart>;
+
+/// [`restore_test`], then `after` on the restored tree when every file
+/// compared equal (before the sandbox is deleted).
+pub fn restore_test_then(
+    repo: &Repository,
+    id: &SnapshotId,
+    sandbox: &Path,
+    sample_files: Option<u64>,
+    max_bytes: u64,
+    progress: Arc<Progress>,
+    after: Option<AfterRestore<'_>>,
+) -> Result<RestoreTestReport> {
     let started = Instant::now();
     // Held for the whole test: a prune running meanwhile could otherwise
     // delete packs under the walk and make the test report false damage.
@@ -964,7 +987,13 @@ pub fn restore_test(
             }
             Err(e) => return Err(e),
         }
-        compare_restored(repo, sandbox, &chosen, &mut report)
+        compare_restored(repo, sandbox, &chosen, &mut report)?;
+        if let Some(after) = after {
+            if report.fault.is_none() && report.mismatches.is_empty() {
+                report.guest = after(sandbox, &manifest.tags);
+            }
+        }
+        Ok(())
     })();
     if let Err(e) = std::fs::remove_dir_all(sandbox) {
         if e.kind() != std::io::ErrorKind::NotFound {

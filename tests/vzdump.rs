@@ -13,89 +13,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::guests::{container_root, disk, gzip, vma, zstd};
 use common::Env;
 use vouch::providers::proxmox::vma::{Device, Header, VmaWriter, CLUSTER_SIZE};
 use vouch_chaos::Rng;
-
-/// A disk: its bytes, with random, zero and hole-like (zero) regions.
-fn disk(size: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng::new(seed);
-    let mut d = vec![0u8; size];
-    let mut at = 0;
-    while at < size {
-        let len = (1 + rng.below(40) as usize) * 4096;
-        let end = (at + len).min(size);
-        // Half random, a quarter zero, a quarter sparse (a few bytes).
-        match rng.below(4) {
-            0 | 1 => rng.fill(&mut d[at..end]),
-            2 => {}
-            _ => {
-                let mut i = at;
-                while i < end {
-                    d[i] = 0xa5;
-                    i += 4096 * 3 + 17;
-                }
-            }
-        }
-        at = end;
-    }
-    d
-}
-
-/// A VMA archive of `disks` (name, bytes) and a configuration, its
-/// clusters written in a shuffled order.
-fn vma(disks: &[(&str, &[u8])], seed: u64) -> Vec<u8> {
-    let header = Header {
-        uuid: *b"0123456789abcdef",
-        ctime: 1_764_727_200,
-        configs: vec![(
-            "qemu-server.conf".into(),
-            b"boot: order=scsi0\ncores: 2\nmemory: 2048\nscsi0: local-lvm:vm-101-disk-0,size=4G\n"
-                .to_vec(),
-        )],
-        devices: disks
-            .iter()
-            .enumerate()
-            .map(|(i, (name, bytes))| Device {
-                id: i as u8 + 1,
-                name: (*name).into(),
-                size: bytes.len() as u64,
-            })
-            .collect(),
-    };
-    let mut w = VmaWriter::new(Vec::new(), &header).unwrap();
-    let mut order: Vec<(u8, u32)> = Vec::new();
-    for (i, (_, bytes)) in disks.iter().enumerate() {
-        for n in 0..bytes.len().div_ceil(CLUSTER_SIZE) {
-            order.push((i as u8 + 1, n as u32));
-        }
-    }
-    // Out of order: swap some clusters far apart, as a backup job copies a
-    // cluster early when the guest writes to it.
-    let mut rng = Rng::new(seed);
-    for _ in 0..order.len() / 8 {
-        let a = rng.below(order.len() as u64) as usize;
-        let b = rng.below(order.len() as u64) as usize;
-        order.swap(a, b);
-    }
-    for (dev, n) in order {
-        let bytes = disks[usize::from(dev) - 1].1;
-        let start = n as usize * CLUSTER_SIZE;
-        let end = (start + CLUSTER_SIZE).min(bytes.len());
-        w.write_cluster(dev, n, &bytes[start..end]).unwrap();
-    }
-    w.finish().unwrap()
-}
-
-fn zstd(bytes: &[u8]) -> Vec<u8> {
-    zstd::encode_all(bytes, 3).unwrap()
-}
-
-fn gzip(bytes: &[u8]) -> Vec<u8> {
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    e.write_all(bytes).unwrap();
-    e.finish().unwrap()
-}
 
 fn snapshot_ids(env: &Env) -> Vec<String> {
     let v: serde_json::Value =
@@ -609,36 +530,6 @@ fn a_vm_snapshot_restores_as_qcow2_images_qemu_img_reads_back_exactly() {
         target.to_str().unwrap(),
     ]);
     assert!(!again.status.success());
-}
-
-/// A container's root, as vzdump tars it: the configuration in
-/// `etc/vzdump/pct.conf`, files of several owners and modes, a symlink, a
-/// hard link, an empty directory.
-fn container_root(root: &Path) {
-    use std::os::unix::fs::{symlink, PermissionsExt};
-    for d in ["etc/vzdump", "bin", "home/user", "var/empty"] {
-        fs::create_dir_all(root.join(d)).unwrap();
-    }
-    fs::write(
-        root.join("etc/vzdump/pct.conf"),
-        "arch: amd64\nhostname: ct200\nmemory: 512\nrootfs: local-lvm:vm-200-disk-0,size=8G\n",
-    )
-    .unwrap();
-    fs::write(root.join("etc/hostname"), "ct200\n").unwrap();
-    fs::write(root.join("bin/true"), b"#!/bin/sh\nexit 0\n").unwrap();
-    fs::set_permissions(root.join("bin/true"), fs::Permissions::from_mode(0o755)).unwrap();
-    fs::write(
-        root.join("home/user/notes.txt"),
-        common::random_bytes(70_000, 51),
-    )
-    .unwrap();
-    fs::set_permissions(
-        root.join("home/user/notes.txt"),
-        fs::Permissions::from_mode(0o640),
-    )
-    .unwrap();
-    symlink("../bin/true", root.join("etc/true-link")).unwrap();
-    fs::hard_link(root.join("etc/hostname"), root.join("etc/hostname.bak")).unwrap();
 }
 
 #[test]

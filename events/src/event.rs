@@ -331,6 +331,30 @@ pub struct RestoreEvidence {
     /// Every file of the point was restored and compared (false for a
     /// sample, and for evidence of schema v1, whose coverage is unknown).
     pub complete: bool,
+    /// The restored guest started: a VM booted to its console's marker, a
+    /// container ran a command (schema v3; none when upcast, or when the
+    /// test started nothing).
+    pub guest: Option<GuestEvidence>,
+}
+
+/// What starting a restored guest showed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestEvidence {
+    /// `boot` (a VM under qemu) or `command` (a container under chroot).
+    pub check: String,
+    /// The command run, as a shell would show it.
+    pub command: String,
+    /// `kvm` or `tcg` for a boot.
+    pub accelerator: Option<String>,
+    /// The text the console had to show (a boot's).
+    pub marker: Option<String>,
+    /// Whether the guest came up.
+    pub came_up: bool,
+    /// Milliseconds from start to the marker (or the command's end; to
+    /// giving up when it did not come up).
+    pub took_ms: u64,
+    /// The last lines of its console (or the command's output).
+    pub console_tail: Vec<String>,
 }
 
 impl RestoreEvidence {
@@ -805,8 +829,8 @@ macro_rules! events {
 }
 
 events! {
-    PlanCreated => "plan.created", v 3;
-    PlanChanged => "plan.changed", v 3;
+    PlanCreated => "plan.created", v 4;
+    PlanChanged => "plan.changed", v 4;
     PlanRemoved => "plan.removed", v 1;
     JobScheduled => "job.scheduled", v 3;
     JobStarted => "job.started", v 1;
@@ -820,8 +844,8 @@ events! {
     VerificationPassed => "verification.passed", v 1;
     VerificationFailed => "verification.failed", v 1;
     RestoreTestStarted => "restore_test.started", v 1;
-    RestoreTestPassed => "restore_test.passed", v 2;
-    RestoreTestFailed => "restore_test.failed", v 2;
+    RestoreTestPassed => "restore_test.passed", v 3;
+    RestoreTestFailed => "restore_test.failed", v 3;
     PointForgotten => "point.forgotten", v 1;
     PointLocked => "point.locked", v 1;
     AnomalyDetected => "anomaly.detected", v 1;

@@ -97,8 +97,8 @@ fn first_release_samples_upcast() -> Vec<Event> {
     out.truncate(30);
     for e in &mut out {
         match e {
-            Event::PlanCreated(p) => p.definition.replica = None,
-            Event::PlanChanged(p) => p.definition.replica = None,
+            Event::PlanCreated(p) => pre_v4(&mut p.definition, true),
+            Event::PlanChanged(p) => pre_v4(&mut p.definition, true),
             Event::JobScheduled(j) => j.spec = JobSpec::default(),
             Event::RestoreTestPassed(r) => unknown_coverage(&mut r.evidence),
             Event::RestoreTestFailed(r) => {
@@ -117,6 +117,7 @@ fn first_release_samples_upcast() -> Vec<Event> {
 }
 
 fn unknown_coverage(e: &mut crate::event::RestoreEvidence) {
+    e.guest = None;
     e.files_in_point = None;
     e.bytes_in_point = None;
     e.complete = false;
@@ -325,6 +326,63 @@ fn snapshot_ids_are_hex_in_json_and_bin8_in_msgpack() {
     assert_eq!(&mp[..2], &[0xc4, 32]);
 }
 
+/// What a plan of schema v3 (`replica` kept) or older knew: no boot check,
+/// no dump policy.
+fn pre_v4(d: &mut crate::plan::PlanDefinition, pre_v3: bool) {
+    d.restore_test.boot = None;
+    d.proxmox = None;
+    if pre_v3 {
+        d.replica = None;
+    }
+}
+
+#[test]
+fn restore_test_v2_golden_lines_upcast_to_tests_that_started_no_guest() {
+    let golden = golden();
+    for sample in sample_events() {
+        let name = sample.event_type();
+        if !name.starts_with("restore_test.") || name == "restore_test.started" {
+            continue;
+        }
+        let line = golden
+            .get(&format!("{name}@v2"))
+            .unwrap_or_else(|| panic!("no v2 line for {name}"));
+        let got = decode_event(name, 2, &hex::decode(line).expect("hex"));
+        let mut want = sample.clone();
+        match &mut want {
+            Event::RestoreTestPassed(t) => {
+                assert!(t.evidence.guest.is_some(), "the sample starts a guest");
+                t.evidence.guest = None;
+            }
+            Event::RestoreTestFailed(t) => t.evidence.guest = None,
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(got, want, "{name}@v2 upcasts to something else");
+    }
+}
+
+#[test]
+fn plan_v3_golden_lines_upcast_to_plans_that_boot_nothing() {
+    let golden = golden();
+    let samples = sample_events();
+    for (i, name) in [(0, "plan.created"), (1, "plan.changed")] {
+        let line = golden
+            .get(&format!("{name}@v3"))
+            .unwrap_or_else(|| panic!("no v3 line for {name}"));
+        let got = decode_event(name, 3, &hex::decode(line).expect("hex"));
+        let mut want = samples[i].clone();
+        match &mut want {
+            Event::PlanCreated(p) => pre_v4(&mut p.definition, false),
+            Event::PlanChanged(p) => pre_v4(&mut p.definition, false),
+            other => panic!("sample {i} is {other:?}"),
+        }
+        assert_eq!(got, want, "{name}@v3 upcasts to something else");
+    }
+    // The v4 sample does boot and remove its dumps: the test is not vacuous.
+    assert!(matches!(&samples[0], Event::PlanCreated(p)
+        if p.definition.restore_test.boot.is_some() && p.definition.proxmox.is_some()));
+}
+
 #[test]
 fn plan_v2_golden_lines_upcast_to_plans_without_a_replica() {
     let golden = golden();
@@ -336,8 +394,8 @@ fn plan_v2_golden_lines_upcast_to_plans_without_a_replica() {
         let got = decode_event(name, 2, &hex::decode(line).expect("hex"));
         let mut want = samples[i].clone();
         match &mut want {
-            Event::PlanCreated(p) => p.definition.replica = None,
-            Event::PlanChanged(p) => p.definition.replica = None,
+            Event::PlanCreated(p) => pre_v4(&mut p.definition, true),
+            Event::PlanChanged(p) => pre_v4(&mut p.definition, true),
             other => panic!("sample {i} is {other:?}"),
         }
         assert_eq!(got, want, "{name}@v2 upcasts to something else");

@@ -46,13 +46,13 @@ pub use error::{EventError, Result};
 pub use event::{
     AccessRefused, ActionAudited, AgentRegistered, AgentSeen, AlertDelivered, AlertDeliveryFailed,
     AlertRaised, AlertResolved, AnomalyDetected, AnomalySignal, BackupCommitted, BackupSummary,
-    ClockStepped, ConfigurationChanged, ContentRead, CopyCommitted, Event, JobAbandoned, JobFailed,
-    JobFinished, JobKind, JobProgress, JobScheduled, JobSpec, JobStarted, LeaseExpired,
-    LeaseGranted, LockEnforcement, LogRepaired, LogScrubbed, PacksReadBack, PlanChanged,
-    PlanCreated, PlanRemoved, PointDiscovered, PointForgotten, PointLocked, PointUnlocked,
-    PointVanished, RestoreCompleted, RestoreEvidence, RestoreSpec, RestoreTestFailed,
-    RestoreTestPassed, RestoreTestStarted, ServiceStarted, Severity, UnknownEvent,
-    VerificationFailed, VerificationPassed, VerificationStarted, EVENT_TYPES,
+    ClockStepped, ConfigurationChanged, ContentRead, CopyCommitted, Event, GuestEvidence,
+    JobAbandoned, JobFailed, JobFinished, JobKind, JobProgress, JobScheduled, JobSpec, JobStarted,
+    LeaseExpired, LeaseGranted, LockEnforcement, LogRepaired, LogScrubbed, PacksReadBack,
+    PlanChanged, PlanCreated, PlanRemoved, PointDiscovered, PointForgotten, PointLocked,
+    PointUnlocked, PointVanished, RestoreCompleted, RestoreEvidence, RestoreSpec,
+    RestoreTestFailed, RestoreTestPassed, RestoreTestStarted, ServiceStarted, Severity,
+    UnknownEvent, VerificationFailed, VerificationPassed, VerificationStarted, EVENT_TYPES,
 };
 pub use format::{ChainCheckpoint, EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};
@@ -64,8 +64,8 @@ pub use log::{
 #[cfg(feature = "failpoints")]
 pub use log::{SyncFault, SyncFaults};
 pub use plan::{
-    PlanDefinition, ReplicaPolicy, ReplicaRequirement, RestoreTestPolicy, VerificationPolicy,
-    VerifyDepth,
+    BootCheck, DumpMode, PlanDefinition, ProxmoxPolicy, ReplicaPolicy, ReplicaRequirement,
+    RestoreTestPolicy, VerificationPolicy, VerifyDepth,
 };
 pub use projection::{
     plan_protection, rollup, Agent, AgentsProjection, Alert, AlertsProjection, BackupOutcome, Cap,

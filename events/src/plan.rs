@@ -34,6 +34,51 @@ pub struct PlanDefinition {
     /// the copy is verified and restore-tested on its own (schema v3 of the
     /// plan events; none when upcast from v2).
     pub replica: Option<ReplicaPolicy>,
+    /// How a `pve:` source's guest is dumped, and whether the dump is
+    /// removed once backed up (schema v4 of the plan events; none when
+    /// upcast: snapshot mode, dumps kept).
+    pub proxmox: Option<ProxmoxPolicy>,
+}
+
+/// How a plan's Proxmox VE guest is dumped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxmoxPolicy {
+    /// vzdump's mode.
+    pub mode: DumpMode,
+    /// Remove the archive from the dump storage once its snapshot is
+    /// committed (false: Proxmox VE's own retention of the storage keeps
+    /// or prunes it).
+    pub remove_dump: bool,
+}
+
+/// How vzdump treats a running guest while it dumps it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DumpMode {
+    /// Live: a QEMU snapshot (or a storage snapshot of a container).
+    #[default]
+    Snapshot,
+    /// Suspended while it is dumped.
+    Suspend,
+    /// Stopped while it is dumped, then started again.
+    Stop,
+}
+
+impl DumpMode {
+    /// vzdump's word for it (`snapshot`, `suspend`, `stop`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            DumpMode::Snapshot => "snapshot",
+            DumpMode::Suspend => "suspend",
+            DumpMode::Stop => "stop",
+        }
+    }
+
+    /// The mode named `s`.
+    pub fn parse(s: &str) -> Option<DumpMode> {
+        [DumpMode::Snapshot, DumpMode::Suspend, DumpMode::Stop]
+            .into_iter()
+            .find(|m| m.as_str() == s)
+    }
 }
 
 /// Where a plan's points are copied, how the copies are kept, and what the
@@ -143,4 +188,28 @@ pub struct RestoreTestPolicy {
     /// this, the plan is at best `at-risk` (none: samples suffice, and the
     /// plan's proof is marked as sampled). Schema v1 plans upcast to 7 days.
     pub full_every: Option<Duration>,
+    /// Boot the restored disk of a VM point and wait for its console to
+    /// show a marker (schema v4 of the plan events; none when upcast).
+    pub boot: Option<BootCheck>,
+}
+
+/// A restore test that boots the restored VM.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootCheck {
+    /// Text the serial console must show (default: a login prompt,
+    /// `login:`), compared literally (escape sequences stripped).
+    pub marker: String,
+    /// How long the guest gets to show it.
+    pub timeout: Duration,
+    /// The guest's memory, in MiB.
+    pub memory_mib: u32,
+}
+
+impl BootCheck {
+    /// The default marker: a login prompt.
+    pub const DEFAULT_MARKER: &'static str = "login:";
+    /// The default time to the marker.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+    /// The default memory.
+    pub const DEFAULT_MEMORY_MIB: u32 = 1024;
 }

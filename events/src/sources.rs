@@ -77,6 +77,24 @@ pub enum SourceRefusal {
         /// The protected path.
         protected: PathBuf,
     },
+    /// A `pve:` source names a cluster the configuration does not have.
+    #[error(
+        "{given:?} names the Proxmox VE cluster {cluster:?}, which the configuration does not have (configured: {known}); an administrator adds it as a [[proxmox]] section"
+    )]
+    UnknownCluster {
+        /// The source as given.
+        given: String,
+        /// The cluster it names.
+        cluster: String,
+        /// The configured clusters, for the message.
+        known: String,
+    },
+    /// A `pve:` source spelled wrong.
+    #[error("{given:?} is not pve:CLUSTER/qemu/VMID or pve:CLUSTER/lxc/VMID")]
+    NotAGuest {
+        /// The source as given.
+        given: String,
+    },
     /// An `agent:` source reached the service's own backup.
     #[error(
         "{given:?} is backed up by its agent on the agent's host, never by the service itself"
@@ -111,6 +129,7 @@ impl fmt::Display for RootList {
 pub struct SourcePolicy {
     allow: Vec<PathBuf>,
     protected: Vec<Protected>,
+    clusters: Option<Vec<String>>,
 }
 
 /// The agent and the path on its host of an `agent:NAME:/path` source;
@@ -127,6 +146,50 @@ pub fn vzdump_source(source: &str) -> Option<&str> {
     source
         .strip_prefix("vzdump:")
         .filter(|p| p.starts_with('/'))
+}
+
+/// A Proxmox VE guest a configured cluster backs up through its API:
+/// `pve:CLUSTER/qemu/VMID` or `pve:CLUSTER/lxc/VMID`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PveSource<'a> {
+    /// The cluster's name in the configuration (`[[proxmox]] name`).
+    pub cluster: &'a str,
+    /// `qemu` or `lxc`.
+    pub kind: &'a str,
+    /// The guest's id (100 to 999999999, as Proxmox VE allows).
+    pub vmid: u32,
+}
+
+/// The cluster, type and guest of a `pve:` source; `None` for any other
+/// source, or one spelled wrong.
+pub fn pve_source(source: &str) -> Option<PveSource<'_>> {
+    let rest = source.strip_prefix("pve:")?;
+    let mut parts = rest.split('/');
+    let (cluster, kind, vmid) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || !is_cluster_name(cluster) || !["qemu", "lxc"].contains(&kind) {
+        return None;
+    }
+    if vmid.starts_with('0') || !vmid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let vmid: u32 = vmid
+        .parse()
+        .ok()
+        .filter(|v| (100..=999_999_999).contains(v))?;
+    Some(PveSource {
+        cluster,
+        kind,
+        vmid,
+    })
+}
+
+/// A cluster's name: 1-64 of `A-Z a-z 0-9 . _ -`.
+pub fn is_cluster_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
 /// The repository an agent's backups go into: its own (`agent-NAME`),
@@ -148,7 +211,14 @@ impl SourcePolicy {
                     what: p.what,
                 })
                 .collect(),
+            clusters: Some(Vec::new()),
         }
+    }
+
+    /// `pve:` sources may name these clusters (the `[[proxmox]]` sections).
+    pub fn with_clusters(mut self, clusters: Vec<String>) -> Self {
+        self.clusters = Some(clusters);
+        self
     }
 
     /// Any source at all: for library users and tests that run no service.
@@ -156,6 +226,7 @@ impl SourcePolicy {
         SourcePolicy {
             allow: vec![PathBuf::from("/")],
             protected: Vec::new(),
+            clusters: None,
         }
     }
 
@@ -176,9 +247,34 @@ impl SourcePolicy {
         if source.starts_with("agent:") {
             return Ok(());
         }
+        if source.starts_with("pve:") {
+            return self.check_guest(source).map(|_| ());
+        }
         // A dump storage is judged by its path, as any local source.
         self.check_local(vzdump_source(source).unwrap_or(source))
             .map(|_| ())
+    }
+
+    /// Checks a `pve:` source: well spelled, naming a configured cluster
+    /// (any cluster when the policy is unrestricted).
+    pub fn check_guest<'a>(&self, source: &'a str) -> Result<PveSource<'a>, SourceRefusal> {
+        let guest = pve_source(source).ok_or_else(|| SourceRefusal::NotAGuest {
+            given: source.to_owned(),
+        })?;
+        match &self.clusters {
+            Some(known) if !known.iter().any(|c| c == guest.cluster) => {
+                Err(SourceRefusal::UnknownCluster {
+                    given: source.to_owned(),
+                    cluster: guest.cluster.to_owned(),
+                    known: if known.is_empty() {
+                        "none".into()
+                    } else {
+                        known.join(", ")
+                    },
+                })
+            }
+            _ => Ok(guest),
+        }
     }
 
     /// Checks a source the service itself is about to back up and returns
@@ -270,6 +366,47 @@ mod tests {
                 path: dir.join("allowed/data"),
             }],
         )
+    }
+
+    #[test]
+    fn guest_sources_name_a_configured_cluster_and_a_real_vmid() {
+        assert_eq!(
+            pve_source("pve:pve-1/qemu/101"),
+            Some(PveSource {
+                cluster: "pve-1",
+                kind: "qemu",
+                vmid: 101
+            })
+        );
+        assert_eq!(
+            pve_source("pve:c/lxc/999999999").map(|g| g.vmid),
+            Some(999_999_999)
+        );
+        for bad in [
+            "pve:c/qemu/99",
+            "pve:c/qemu/0101",
+            "pve:c/qemu/1000000000",
+            "pve:c/vm/101",
+            "pve:/qemu/101",
+            "pve:c/qemu/101/",
+            "pve:c/qemu/+101",
+            "pve:c d/qemu/101",
+        ] {
+            assert_eq!(pve_source(bad), None, "{bad}");
+        }
+        let p = SourcePolicy::new(&[PathBuf::from("/srv")], Vec::new())
+            .with_clusters(vec!["pve-1".into()]);
+        assert!(p.check_plan_source("pve:pve-1/lxc/200").is_ok());
+        let unknown = p.check_plan_source("pve:other/lxc/200").unwrap_err();
+        assert!(matches!(unknown, SourceRefusal::UnknownCluster { .. }));
+        assert!(unknown.to_string().contains("[[proxmox]]"), "{unknown}");
+        assert!(matches!(
+            p.check_plan_source("pve:pve-1/lxc/20"),
+            Err(SourceRefusal::NotAGuest { .. })
+        ));
+        // No cluster configured: every `pve:` source is refused.
+        let none = SourcePolicy::new(&[PathBuf::from("/srv")], Vec::new());
+        assert!(none.check_plan_source("pve:pve-1/qemu/101").is_err());
     }
 
     #[test]

@@ -30,11 +30,20 @@ pub(crate) fn plan_def(rpo_secs: u64, max_evidence_secs: u64) -> PlanDefinition 
             max_evidence_age: Duration::from_secs(max_evidence_secs),
             sample_files: Some(100),
             full_every: Some(Duration::from_secs(7 * 86_400)),
+            boot: Some(BootCheck {
+                marker: BootCheck::DEFAULT_MARKER.into(),
+                timeout: Duration::from_secs(120),
+                memory_mib: 512,
+            }),
         },
         rpo: Duration::from_secs(rpo_secs),
         repository: RepositoryId::new("main"),
         paused: false,
         replica: None,
+        proxmox: Some(ProxmoxPolicy {
+            mode: DumpMode::Stop,
+            remove_dump: true,
+        }),
     }
 }
 
@@ -50,6 +59,15 @@ pub(crate) fn evidence() -> RestoreEvidence {
         files_in_point: Some(120),
         bytes_in_point: Some(4096),
         complete: true,
+        guest: Some(GuestEvidence {
+            check: "boot".into(),
+            command: "qemu-system-x86_64 -accel tcg -net none".into(),
+            accelerator: Some("tcg".into()),
+            marker: Some("login:".into()),
+            came_up: true,
+            took_ms: 2555,
+            console_tail: vec!["vouch-guest login:".into()],
+        }),
     }
 }
 

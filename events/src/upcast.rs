@@ -23,10 +23,14 @@ pub const UPCASTERS: &[(&str, u16, Upcaster)] = &[
     ("plan.changed", 1, plan_v1_to_v2),
     ("plan.created", 2, plan_v2_to_v3),
     ("plan.changed", 2, plan_v2_to_v3),
+    ("plan.created", 3, plan_v3_to_v4),
+    ("plan.changed", 3, plan_v3_to_v4),
     ("job.scheduled", 1, job_scheduled_v1_to_v2),
     ("job.scheduled", 2, job_scheduled_v2_to_v3),
     ("restore_test.passed", 1, restore_test_passed_v1_to_v2),
     ("restore_test.failed", 1, restore_test_failed_v1_to_v2),
+    ("restore_test.passed", 2, restore_test_v2_to_v3),
+    ("restore_test.failed", 2, restore_test_v2_to_v3),
     ("alert.raised", 1, alert_raised_v1_to_v2),
     ("repository.read_back", 1, read_back_v1_to_v2),
 ];
@@ -104,6 +108,25 @@ fn plan_v2_to_v3(payload: &[u8]) -> Result<Vec<u8>, String> {
     encode(fields)
 }
 
+/// `plan.*` v3 -> v4: the restore-test policy gains `boot` and the
+/// definition `proxmox` (none: a v3 plan booted nothing and dumped its
+/// guests in snapshot mode, keeping the dumps).
+fn plan_v3_to_v4(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 2..=2, "plan event")?;
+    let Value::Array(def) = &mut fields[1] else {
+        return Err("plan definition is not an array".into());
+    };
+    expect_len(def, 9..=9, "plan definition")?;
+    let Value::Array(restore_test) = &mut def[4] else {
+        return Err("restore-test policy is not an array".into());
+    };
+    expect_len(restore_test, 4..=4, "restore-test policy")?;
+    restore_test.push(Value::Nil);
+    def.push(Value::Nil);
+    encode(fields)
+}
+
 /// `job.scheduled` v1 → v2: an empty spec (what v1 did not record).
 fn job_scheduled_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
     let mut fields = decode(payload)?;
@@ -156,6 +179,19 @@ fn restore_test_failed_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
     expect_len(&fields, 4..=4, "restore_test.failed")?;
     evidence_v1_to_v2(&mut fields[2])?;
     fields.push(Value::from("mismatch"));
+    encode(fields)
+}
+
+/// `restore_test.*` v2 → v3: the evidence gains `guest` (none: v2 tests
+/// started no guest).
+fn restore_test_v2_to_v3(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 3..=5, "restore_test event")?;
+    let Value::Array(e) = &mut fields[2] else {
+        return Err("restore evidence is not an array".into());
+    };
+    expect_len(e, 10..=10, "restore evidence")?;
+    e.push(Value::Nil);
     encode(fields)
 }
 

@@ -251,11 +251,13 @@ impl Layout {
                 max_evidence_age: Duration::from_secs(45 * 86_400),
                 sample_files: Some(100),
                 full_every: Some(Duration::from_secs(30 * 86_400)),
+                boot: None,
             },
             rpo: Duration::from_secs(if changed { 30 } else { 36 } * 3600),
             repository: RepositoryId::new(self.o.repository.as_str()),
             paused,
             replica: None,
+            proxmox: None,
         }
     }
 }
@@ -558,6 +560,7 @@ impl Builder<'_> {
             files_in_point: Some(100),
             bytes_in_point: Some(8 << 20),
             complete: true,
+            guest: None,
         };
         let result: Event = if c.fate == Fate::Unrecoverable {
             RestoreTestFailed {

@@ -176,6 +176,82 @@ pub struct Config {
     /// `[agents]`.
     #[serde(default)]
     pub agents: AgentsSection,
+    /// `[[proxmox]]`: Proxmox VE clusters whose guests plans back up
+    /// (`pve:NAME/qemu/VMID`).
+    #[serde(default)]
+    pub proxmox: Vec<ProxmoxSection>,
+}
+
+/// `[[proxmox]]`: one Proxmox VE cluster (docs/proxmox.md).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxmoxSection {
+    /// Its name in plan sources.
+    pub name: String,
+    /// The API's URL, `https://HOST:8006`.
+    pub url: String,
+    /// The API token's id, `USER@REALM!TOKENID`.
+    pub token_id: String,
+    /// A file holding the token's secret.
+    pub token_secret_file: PathBuf,
+    /// The SHA-256 fingerprint of the API's certificate (`pvenode cert
+    /// info`); else the certificate must chain to Mozilla's roots.
+    pub fingerprint: Option<String>,
+    /// The storage vzdump writes to (its Proxmox VE id).
+    pub storage: String,
+    /// Where that storage is mounted on this server (archives in
+    /// `MOUNT/dump/`).
+    pub mount: PathBuf,
+    /// How long one vzdump task may run (default 6h).
+    pub task_timeout: Option<String>,
+    /// How often a running task is asked about (default 5s).
+    pub poll: Option<String>,
+}
+
+impl ProxmoxSection {
+    /// A client of the cluster.
+    pub fn cluster(&self) -> anyhow::Result<crate::providers::proxmox::api::Cluster> {
+        use crate::providers::proxmox::api::{Cluster, ClusterSettings};
+        let what = format!("proxmox {:?}", self.name);
+        if !vouch_events::sources::is_cluster_name(&self.name) {
+            bail!("{what}: the name must be 1-64 of A-Z a-z 0-9 . _ -");
+        }
+        if !self.mount.is_absolute() {
+            bail!(
+                "{what}: mount {} is not an absolute path",
+                self.mount.display()
+            );
+        }
+        let secret = read_secret(&self.token_secret_file)?;
+        let secret = String::from_utf8(secret)
+            .map_err(|_| anyhow::anyhow!("{what}: the token secret is not UTF-8"))?;
+        let fingerprint = self
+            .fingerprint
+            .as_deref()
+            .map(crate::tls_pin::Pin::sha256)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("{what}: fingerprint: {e}"))?;
+        let task_timeout = match &self.task_timeout {
+            Some(t) => dur(t, "proxmox.task_timeout")?,
+            None => Duration::from_secs(6 * 3600),
+        };
+        let poll = match &self.poll {
+            Some(t) => dur(t, "proxmox.poll")?,
+            None => Duration::from_secs(5),
+        };
+        Cluster::new(ClusterSettings {
+            name: self.name.clone(),
+            url: self.url.clone(),
+            token_id: self.token_id.clone(),
+            token_secret: zeroize::Zeroizing::new(secret),
+            fingerprint,
+            storage: self.storage.clone(),
+            mount: self.mount.clone(),
+            task_timeout,
+            poll,
+        })
+        .map_err(|e| anyhow::anyhow!(e))
+    }
 }
 
 /// `[agents]`: how the service deals with its agents (docs/agents.md).
@@ -974,7 +1050,18 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             .failed_auth_per_minute
             .unwrap_or(vouch_web::FAILED_AUTH_LIMIT),
     );
-    let sources = source_policy(&s, &data_dir)?;
+    let mut clusters = Vec::new();
+    for section in &s.config.proxmox {
+        if clusters
+            .iter()
+            .any(|c: &crate::providers::proxmox::api::Cluster| c.settings().name == section.name)
+        {
+            bail!("proxmox {:?} is configured twice", section.name);
+        }
+        clusters.push(section.cluster()?);
+    }
+    let sources = source_policy(&s, &data_dir)?
+        .with_clusters(clusters.iter().map(|c| c.settings().name.clone()).collect());
     tracing::info!(
         allow = %RootList(sources.allowed_roots().to_vec()),
         protected = sources.protected().len(),
@@ -990,7 +1077,8 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             s.config.jobs.restore_test_max_bytes.unwrap_or(1 << 30),
             exclude,
         )
-        .with_source_policy(sources.clone()),
+        .with_source_policy(sources.clone())
+        .with_clusters(clusters),
     );
     // Leftovers of restore tests cut short by a crash.
     let _ = std::fs::remove_dir_all(repos.sandbox_root());

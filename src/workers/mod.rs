@@ -37,8 +37,7 @@ use crate::error::Error;
 use crate::id::SnapshotId;
 use crate::progress::Progress;
 use crate::proof::{
-    restore_test, snapshots_referencing, verify_point, FaultCause, Part, PointFault, ReadBack,
-    RestoreTestReport,
+    snapshots_referencing, verify_point, FaultCause, Part, PointFault, ReadBack, RestoreTestReport,
 };
 use crate::verify::{read_back_slices, SliceReadBack};
 
@@ -246,6 +245,9 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
             // Checked again at every start: the policy may have changed
             // since the plan was accepted, or a symlink been planted on
             // the way to its source.
+            if definition.source.starts_with("pve:") {
+                return pve_backup(repos, &job, &plan, &definition, &cancel, progress);
+            }
             let dump = vouch_events::sources::vzdump_source(&definition.source);
             let local = dump.unwrap_or(&definition.source);
             if let Err(refusal) = repos.source_policy().check_local(local) {
@@ -389,6 +391,7 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
             point,
             repository,
             sample_files,
+            boot,
             ..
         } => {
             let repo = repos.open(&repository).map_err(fail)?;
@@ -398,13 +401,25 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
                 job: Some(job.clone()),
             }
             .into();
-            let report = restore_test(
+            // A guest is started from all of its restored files: a boot
+            // test restores every disk whole, whatever the sample and the
+            // byte budget (the sandbox holds them sparse).
+            let (sample_files, max_bytes) = match &boot {
+                Some(_) => (None, u64::MAX),
+                None => (sample_files, repos.restore_test_max_bytes()),
+            };
+            let flag = cancel.flag();
+            let start_guest = |root: &std::path::Path, tags: &[String]| {
+                start_restored_guest(root, tags, boot.as_ref(), &flag)
+            };
+            let report = crate::proof::restore_test_then(
                 &repo,
                 &snapshot_of(&point),
                 &sandbox,
                 sample_files,
-                repos.restore_test_max_bytes(),
+                max_bytes,
                 progress.clone(),
+                Some(&start_guest),
             )
             .map_err(|e| {
                 let mut f = fail(e);
@@ -581,6 +596,51 @@ pub const EMPTY_POINT_REASON: &str = "the point holds no files, so restoring it 
     its source was empty when it was backed up (an unmounted share or an emptied directory?); \
     check the plan's source, then take a new backup";
 
+/// Starts the guest a restore test restored into `root`, as its point's
+/// tags say it is: a VM (`pve:type=qemu`) is booted when the plan asks for
+/// it; a container (`pve:type=lxc`) runs `/bin/true` under chroot when its
+/// whole tree was restored (always, when the plan asks for a boot).
+fn start_restored_guest(
+    root: &std::path::Path,
+    tags: &[String],
+    boot: Option<&vouch_events::BootCheck>,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Option<crate::providers::proxmox::boot::GuestStart> {
+    use crate::providers::proxmox::boot;
+    let kind = tags.iter().find_map(|t| t.strip_prefix("pve:type="))?;
+    let unstarted = |why: String| boot::GuestStart {
+        check: "boot",
+        command: String::new(),
+        accelerator: None,
+        marker: None,
+        came_up: false,
+        took: std::time::Duration::ZERO,
+        console_tail: Vec::new(),
+        failure: Some(why),
+    };
+    let started = match (kind, boot) {
+        ("qemu", Some(b)) => {
+            let spec = boot::BootSpec::new(&b.marker, b.timeout, b.memory_mib);
+            boot::boot(root, &spec, Some(cancel)).unwrap_or_else(unstarted)
+        }
+        ("lxc", _) if root.join("bin/true").exists() || root.join("usr/bin/true").exists() => {
+            let timeout = boot.map_or(std::time::Duration::from_secs(60), |b| b.timeout);
+            boot::run_in_container(root, timeout).unwrap_or_else(|why| boot::GuestStart {
+                check: "command",
+                ..unstarted(why)
+            })
+        }
+        _ => return None,
+    };
+    tracing::info!(
+        check = started.check,
+        came_up = started.came_up,
+        ms = started.took.as_millis() as u64,
+        "restored guest started"
+    );
+    Some(started)
+}
+
 /// The events of a restore test that ran to its verdict: started, then
 /// passed or failed (a mismatch, the point's data damaged or missing, or
 /// nothing to restore), then `point.vanished` if its manifest is gone.
@@ -622,6 +682,15 @@ fn restore_test_events(
         bytes_in_point: (report.fault.is_none() || report.files_in_point > 0)
             .then_some(report.bytes_in_point),
         complete,
+        guest: report.guest.as_ref().map(|g| vouch_events::GuestEvidence {
+            check: g.check.to_owned(),
+            command: g.command.clone(),
+            accelerator: g.accelerator.clone(),
+            marker: g.marker.clone(),
+            came_up: g.came_up,
+            took_ms: g.took.as_millis() as u64,
+            console_tail: g.console_tail.clone(),
+        }),
     };
     let started: Event = RestoreTestStarted {
         point,
@@ -655,6 +724,21 @@ fn restore_test_events(
             evidence,
         }
         .into()
+    } else if let Some(g) = report.guest.as_ref().filter(|g| !g.came_up) {
+        // The data matched, but the guest does not start from it.
+        let cause = if g.check == "boot" {
+            "boot_failed"
+        } else {
+            "start_failed"
+        };
+        tracing::warn!(point = %point.short(), cause, "restored guest did not come up");
+        failed(
+            cause,
+            g.failure
+                .clone()
+                .unwrap_or_else(|| "the restored guest did not come up".into()),
+            evidence,
+        )
     } else if report.mismatches.is_empty() && report.digests_compared == report.digests_matched {
         RestoreTestPassed {
             point,
@@ -877,14 +961,7 @@ fn vzdump_backup(
     let opts = crate::providers::proxmox::ingest::IngestOptions {
         tags: vec![plan_tag(plan)],
         image_chunk: 64 * 1024,
-        // `staging/` beside the restore tests' sandbox, in the data
-        // directory (or `$VOUCH_STAGING_DIR`).
-        staging_base: crate::providers::proxmox::staging::staging_base(
-            repos
-                .sandbox_root()
-                .parent()
-                .map(std::path::Path::to_path_buf),
-        ),
+        staging_base: guest_staging(repos),
         cancel: Some(cancel.flag()),
         ..Default::default()
     };
@@ -894,26 +971,131 @@ fn vzdump_backup(
         std::path::Path::new(dump),
         &opts,
         progress.clone(),
-        |done| {
-            let s = &done.outcome.manifest.summary;
-            events.push(
-                BackupCommitted {
-                    job: Some(job.clone()),
-                    plan: Some(plan.clone()),
-                    repository: repository.clone(),
-                    snapshot: point_of(&done.outcome.snapshot),
-                    snapshot_time_unix_ns: done.outcome.manifest.time_ns,
-                    summary: BackupSummary {
-                        files: s.files,
-                        bytes: s.bytes_read,
-                        added_bytes: s.bytes_added,
-                        stored_bytes: s.bytes_stored,
-                        duration_ms: s.duration_ms,
-                    },
-                }
-                .into(),
-            );
-        },
+        |done| events.push(guest_committed(job, plan, repository, done)),
     )?;
     Ok(JobOutput { events })
+}
+
+/// The `backup.committed` of one guest's snapshot.
+fn guest_committed(
+    job: &JobId,
+    plan: &vouch_events::PlanId,
+    repository: &RepositoryId,
+    done: &crate::providers::proxmox::ingest::Ingested,
+) -> vouch_events::Event {
+    let s = &done.outcome.manifest.summary;
+    BackupCommitted {
+        job: Some(job.clone()),
+        plan: Some(plan.clone()),
+        repository: repository.clone(),
+        snapshot: point_of(&done.outcome.snapshot),
+        snapshot_time_unix_ns: done.outcome.manifest.time_ns,
+        summary: BackupSummary {
+            files: s.files,
+            bytes: s.bytes_read,
+            added_bytes: s.bytes_added,
+            stored_bytes: s.bytes_stored,
+            duration_ms: s.duration_ms,
+        },
+    }
+    .into()
+}
+
+/// Where a service's guest backups stage their archives: `staging/`
+/// beside the restore tests' sandbox, in the data directory (or
+/// `$VOUCH_STAGING_DIR`).
+fn guest_staging(repos: &RepoSet) -> std::path::PathBuf {
+    crate::providers::proxmox::staging::staging_base(
+        repos
+            .sandbox_root()
+            .parent()
+            .map(std::path::Path::to_path_buf),
+    )
+}
+
+/// A plan's backup of a Proxmox VE guest through its cluster's API
+/// (`pve:CLUSTER/qemu/VMID`): the guest's node is asked for a vzdump to the
+/// dump storage, the task followed to its end, the archive ingested from
+/// the storage's mount on this server, and removed if the plan says so.
+fn pve_backup(
+    repos: &RepoSet,
+    job: &JobId,
+    plan: &vouch_events::PlanId,
+    definition: &vouch_events::PlanDefinition,
+    cancel: &vouch_actors::service::CancelToken,
+    progress: Arc<Progress>,
+) -> Result<JobOutput, JobFailure> {
+    use crate::providers::proxmox::archive::GuestType;
+    let guest = repos
+        .source_policy()
+        .check_guest(&definition.source)
+        .map_err(|refusal| {
+            JobFailure::new(
+                SOURCE_REFUSED,
+                format!("{refusal} (the plan's source must be changed, or the configuration)"),
+                false,
+            )
+        })?;
+    let Some(cluster) = repos.cluster(guest.cluster) else {
+        return Err(JobFailure::new(
+            SOURCE_REFUSED,
+            format!(
+                "the plan's source names the Proxmox VE cluster {:?}, which the configuration does not have; an administrator adds it as a [[proxmox]] section",
+                guest.cluster
+            ),
+            false,
+        ));
+    };
+    let kind = if guest.kind == "lxc" {
+        GuestType::Lxc
+    } else {
+        GuestType::Qemu
+    };
+    let pve = |e: crate::providers::proxmox::api::PveError| {
+        tracing::warn!(error = %e, "Proxmox VE backup failed");
+        JobFailure::new(e.kind(), e.to_string(), e.retryable())
+    };
+    let policy = definition
+        .proxmox
+        .clone()
+        .unwrap_or(vouch_events::ProxmoxPolicy {
+            mode: vouch_events::DumpMode::Snapshot,
+            remove_dump: false,
+        });
+    let repo = repos
+        .open(&definition.repository)
+        .map_err(|e| failure_of(&e, cancel.is_cancelled()))?;
+    let found = cluster.find_guest(kind, guest.vmid).map_err(pve)?;
+    let flag = cancel.flag();
+    let dump = cluster
+        .dump(&found, policy.mode, Some(flag.as_ref()))
+        .map_err(pve)?;
+    tracing::info!(volid = %dump.volid, node = %dump.node, upid = %dump.upid, exitstatus = %dump.exitstatus, "vzdump archive written");
+    let opts = crate::providers::proxmox::ingest::IngestOptions {
+        tags: vec![
+            plan_tag(plan),
+            format!("pve:cluster={}", guest.cluster),
+            format!("pve:node={}", dump.node),
+        ],
+        image_chunk: 64 * 1024,
+        staging_base: guest_staging(repos),
+        cancel: Some(flag.clone()),
+        ..Default::default()
+    };
+    let done =
+        crate::providers::proxmox::ingest::ingest_archive(&repo, &dump.archive, &opts, progress)
+            .map_err(|e| failure_of(&e, cancel.is_cancelled()))?;
+    // The snapshot is committed in the repository: the dump is no longer
+    // the only copy. A removal that fails costs space, never data.
+    if policy.remove_dump {
+        match cluster.remove_dump(&dump) {
+            Ok(()) => tracing::info!(volid = %dump.volid, "vzdump archive removed"),
+            Err(e) => {
+                tracing::warn!(volid = %dump.volid, error = %e, "the vzdump archive could not be removed; it stays on the dump storage")
+            }
+        }
+    }
+    Ok(JobOutput {
+        events: vec![guest_committed(job, plan, &definition.repository, &done)],
+    })
 }

@@ -44,6 +44,7 @@ pub struct RepoSet {
     exclude: Vec<PathBuf>,
     sources: SourcePolicy,
     sandbox_runs: AtomicU64,
+    clusters: HashMap<String, Arc<crate::providers::proxmox::api::Cluster>>,
 }
 
 impl RepoSet {
@@ -63,6 +64,7 @@ impl RepoSet {
             exclude,
             sources: SourcePolicy::unrestricted(),
             sandbox_runs: AtomicU64::new(0),
+            clusters: HashMap::new(),
         }
     }
 
@@ -71,6 +73,20 @@ impl RepoSet {
     pub fn with_source_policy(mut self, policy: SourcePolicy) -> Self {
         self.sources = policy;
         self
+    }
+
+    /// The Proxmox VE clusters `pve:` sources name (`[[proxmox]]`).
+    pub fn with_clusters(mut self, clusters: Vec<crate::providers::proxmox::api::Cluster>) -> Self {
+        self.clusters = clusters
+            .into_iter()
+            .map(|c| (c.settings().name.clone(), Arc::new(c)))
+            .collect();
+        self
+    }
+
+    /// The cluster named `name`.
+    pub fn cluster(&self, name: &str) -> Option<Arc<crate::providers::proxmox::api::Cluster>> {
+        self.clusters.get(name).cloned()
     }
 
     /// The rules a backup's source must pass when it starts.

@@ -157,6 +157,7 @@ fn restore_test_job(
             plan: None,
             repository: RepositoryId::new(REPO),
             sample_files: sample,
+            boot: None,
         },
         &f.repos,
         &vouch_actors::SystemClock,

@@ -8,6 +8,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+pub mod guests;
 pub mod served;
 
 pub const PASSWORD: &str = "correct horse battery staple";

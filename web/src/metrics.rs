@@ -1090,11 +1090,13 @@ mod tests {
                 max_evidence_age: D::from_secs(86_400),
                 sample_files: None,
                 full_every: None,
+                boot: None,
             },
             rpo: D::from_secs(86_400),
             repository: RepositoryId::new("main"),
             paused: false,
             replica: None,
+            proxmox: None,
         };
         let mut events: Vec<Event> = vec![
             PlanCreated {
@@ -1161,6 +1163,7 @@ mod tests {
                             files_in_point: Some(1),
                             bytes_in_point: Some(1),
                             complete: true,
+                            guest: None,
                         },
                     }
                     .into(),
@@ -1227,11 +1230,13 @@ mod tests {
                 max_evidence_age: D::from_secs(86_400),
                 sample_files: None,
                 full_every: None,
+                boot: None,
             },
             rpo: D::from_secs(86_400),
             repository: RepositoryId::new("main"),
             paused: false,
             replica: None,
+            proxmox: None,
         };
         let id = SnapshotId([1; 32]);
         let plan = PlanId::new("a");
@@ -1276,6 +1281,7 @@ mod tests {
                     files_in_point: Some(2),
                     bytes_in_point: Some(2),
                     complete: true,
+                    guest: None,
                 },
             }
             .into(),

@@ -7,8 +7,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 use vouch_actors::Schedule;
 use vouch_events::{
-    KeepPolicy, PlanDefinition, ReplicaPolicy, ReplicaRequirement, RepositoryId, RestoreTestPolicy,
-    VerificationPolicy, VerifyDepth,
+    BootCheck, DumpMode, KeepPolicy, PlanDefinition, ProxmoxPolicy, ReplicaPolicy,
+    ReplicaRequirement, RepositoryId, RestoreTestPolicy, VerificationPolicy, VerifyDepth,
 };
 
 use crate::api::grammar;
@@ -151,7 +151,9 @@ fn source_schema(nullable: bool) -> utoipa::openapi::Object {
         "An absolute path, `agent:<agent name>:<absolute path>` for a plan an agent backs up \
          (the agent name is its token's name, 1-64 of `A-Z a-z 0-9 . _ -`), or \
          `vzdump:<absolute path>` for Proxmox VE guests from their vzdump archives (one \
-         archive, or a dump directory's newest archive of each guest).",
+         archive, or a dump directory's newest archive of each guest), or \
+         `pve:<cluster>/qemu/<vmid>` / `pve:<cluster>/lxc/<vmid>` for a guest a configured \
+         Proxmox VE cluster dumps through its API.",
         grammar::SOURCE_PATTERN,
         Some(grammar::SOURCE_MAX_LEN),
         nullable,
@@ -268,6 +270,73 @@ pub struct RestoreTestInput {
     #[serde(default, deserialize_with = "double")]
     #[schema(schema_with = full_every_schema)]
     pub full_every: Option<Option<String>>,
+    /// Boot a VM point's restored disk and wait for its console to show a
+    /// marker (null or missing: no boot).
+    #[serde(default, deserialize_with = "object")]
+    #[schema(nullable)]
+    pub boot: Option<BootInput>,
+}
+
+/// A restore test that boots the restored VM under qemu (no network) and
+/// waits for a text on its serial console.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct BootInput {
+    /// The text the console must show, compared literally (null or
+    /// missing: `login:`).
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 200, nullable)]
+    pub marker: Option<String>,
+    /// How long the guest gets to show it (null or missing: 5m).
+    #[serde(default)]
+    #[schema(schema_with = boot_timeout_schema)]
+    pub timeout: Option<String>,
+    /// The guest's memory in MiB (null or missing: 1024).
+    #[serde(default, deserialize_with = "memory_mib")]
+    #[schema(schema_with = memory_mib_schema)]
+    pub memory_mib: Option<u64>,
+}
+
+fn boot_timeout_schema() -> utoipa::openapi::Object {
+    grammar::duration_schema("How long the booted guest gets to show its marker.", true)
+}
+
+/// The memory bounds of a booted guest, in MiB.
+const MEMORY_MIB: (u64, u64) = (64, 65_536);
+
+fn memory_mib<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    whole(d, MEMORY_MIB.0, MEMORY_MIB.1)
+}
+
+fn memory_mib_schema() -> utoipa::openapi::Object {
+    grammar::integer_schema(
+        "The booted guest's memory in MiB.",
+        MEMORY_MIB.0,
+        MEMORY_MIB.1,
+        true,
+    )
+}
+
+/// How a `pve:` source's guest is dumped.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct ProxmoxInput {
+    /// vzdump's mode (default `snapshot`).
+    #[serde(default)]
+    #[schema(schema_with = dump_mode_schema)]
+    pub mode: Option<String>,
+    /// Remove the archive from the dump storage once its snapshot is
+    /// committed (default false).
+    #[serde(default)]
+    pub remove_dump: Option<bool>,
+}
+
+/// The names of [`DumpMode`]s in the API.
+pub(crate) const DUMP_MODES: [&str; 3] = ["snapshot", "suspend", "stop"];
+
+fn dump_mode_schema() -> utoipa::openapi::Object {
+    grammar::nullable_enum_schema(
+        "vzdump's mode: `snapshot` (live; also null or missing), `suspend` or `stop`.",
+        &DUMP_MODES,
+    )
 }
 
 fn lock_for_schema() -> utoipa::openapi::Object {
@@ -354,6 +423,11 @@ pub struct PlanInput {
     #[serde(default, deserialize_with = "object")]
     #[schema(nullable)]
     pub replica: Option<ReplicaInput>,
+    /// How a `pve:` source's guest is dumped (null or missing: snapshot
+    /// mode, dumps kept).
+    #[serde(default, deserialize_with = "object")]
+    #[schema(nullable)]
+    pub proxmox: Option<ProxmoxInput>,
 }
 
 /// The body of `POST /api/v1/plans`, for the OpenAPI document only (the
@@ -426,11 +500,13 @@ pub(crate) fn default_definition() -> PlanDefinition {
             max_evidence_age: Duration::from_secs(7 * DAY),
             sample_files: Some(1000),
             full_every: Some(Duration::from_secs(7 * DAY)),
+            boot: None,
         },
         rpo: DEFAULT_RPO,
         repository: RepositoryId::new(DEFAULT_REPOSITORY),
         paused: false,
         replica: None,
+        proxmox: None,
     }
 }
 
@@ -498,12 +574,45 @@ pub(crate) fn input_of(d: &PlanDefinition) -> PlanInput {
             max_evidence_age: Some(human(d.restore_test.max_evidence_age)),
             sample_files: Some(d.restore_test.sample_files),
             full_every: Some(d.restore_test.full_every.map(human)),
+            boot: d.restore_test.boot.map(|b| BootInput {
+                marker: Some(b.marker),
+                timeout: Some(human(b.timeout)),
+                memory_mib: Some(u64::from(b.memory_mib)),
+            }),
         }),
         replica: d.replica.map(|r| ReplicaInput {
             repository: r.repository.to_string(),
             lock_for: Some(r.lock_for.map(human)),
             require: Some(r.require.as_str().to_owned()),
         }),
+        proxmox: d.proxmox.map(|p| ProxmoxInput {
+            mode: Some(p.mode.as_str().to_owned()),
+            remove_dump: Some(p.remove_dump),
+        }),
+    }
+}
+
+/// A boot check from its input; errors by field.
+fn boot_check(b: BootInput, errors: &mut BTreeMap<String, String>) -> BootCheck {
+    let marker = b.marker.unwrap_or_else(|| BootCheck::DEFAULT_MARKER.into());
+    if marker.is_empty() || marker.chars().count() > 200 {
+        errors.insert(
+            "restore_test.boot.marker".into(),
+            "must be 1 to 200 characters".into(),
+        );
+    }
+    let timeout = match b.timeout {
+        Some(t) => {
+            duration("restore_test.boot.timeout", &t, errors).unwrap_or(BootCheck::DEFAULT_TIMEOUT)
+        }
+        None => BootCheck::DEFAULT_TIMEOUT,
+    };
+    BootCheck {
+        marker,
+        timeout,
+        memory_mib: b
+            .memory_mib
+            .map_or(BootCheck::DEFAULT_MEMORY_MIB, |m| m as u32),
     }
 }
 
@@ -696,6 +805,7 @@ pub(crate) fn definition(
             Some(None) => pol.full_every = None,
             None => {}
         }
+        pol.boot = r.boot.map(|b| boot_check(b, &mut errors));
         def.restore_test = pol;
     }
     def.replica = input.replica.map(|r| {
@@ -727,6 +837,19 @@ pub(crate) fn definition(
             lock_for,
             require,
         }
+    });
+    def.proxmox = input.proxmox.map(|p| ProxmoxPolicy {
+        mode: match p.mode.as_deref() {
+            None => DumpMode::Snapshot,
+            Some(m) => DumpMode::parse(m).unwrap_or_else(|| {
+                errors.insert(
+                    "proxmox.mode".into(),
+                    format!("{m:?}: expected one of {}", DUMP_MODES.join(", ")),
+                );
+                DumpMode::Snapshot
+            }),
+        },
+        remove_dump: p.remove_dump.unwrap_or(false),
     });
     if errors.is_empty() {
         Ok((id, def))

@@ -139,6 +139,28 @@ pub struct RestoreTestView {
     /// The proof policy: a complete restore test at least this often
     /// (humantime; null: sampled tests suffice).
     pub full_every: Option<String>,
+    /// Boot a VM point's restored disk (null: no boot).
+    pub boot: Option<BootView>,
+}
+
+/// A restore test that boots the restored VM.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct BootView {
+    /// The text the serial console must show.
+    pub marker: String,
+    /// How long the guest gets (humantime).
+    pub timeout: String,
+    /// Its memory in MiB.
+    pub memory_mib: u32,
+}
+
+/// How a plan's Proxmox VE guest is dumped.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ProxmoxView {
+    /// vzdump's mode: `snapshot`, `suspend` or `stop`.
+    pub mode: String,
+    /// Whether the archive is removed from the dump storage once backed up.
+    pub remove_dump: bool,
 }
 
 /// A plan's protection and why.
@@ -197,6 +219,8 @@ pub struct PlanView {
     /// Where copies of its points are (each repository holding live
     /// copies, and the replica's even when it holds none yet).
     pub copies: Vec<CopiesView>,
+    /// How its Proxmox VE guest is dumped (null: snapshot mode, dumps kept).
+    pub proxmox: Option<ProxmoxView>,
 }
 
 /// A plan's second copy.
@@ -338,6 +362,11 @@ pub(crate) fn plan_view(
             max_evidence_age: human(d.restore_test.max_evidence_age),
             sample_files: d.restore_test.sample_files,
             full_every: d.restore_test.full_every.map(human),
+            boot: d.restore_test.boot.as_ref().map(|b| BootView {
+                marker: b.marker.clone(),
+                timeout: human(b.timeout),
+                memory_mib: b.memory_mib,
+            }),
         },
         protection: ProtectionView {
             status: prot.status.as_str().to_owned(),
@@ -353,6 +382,10 @@ pub(crate) fn plan_view(
             require: r.require.as_str().to_owned(),
         }),
         copies: copies_view(p, plan, now_ns),
+        proxmox: d.proxmox.as_ref().map(|x| ProxmoxView {
+            mode: x.mode.as_str().to_owned(),
+            remove_dump: x.remove_dump,
+        }),
     }
 }
 
@@ -547,8 +580,30 @@ pub struct CoverageView {
     pub bytes_in_point: Option<u64>,
     /// Every file of the point was restored and compared (false: a sample).
     pub complete: bool,
+    /// The restored guest started: booted (a VM) or ran a command (a
+    /// container); null when the test started nothing.
+    pub guest: Option<GuestStartView>,
     /// Whether that test passed.
     pub passed: bool,
+}
+
+/// What starting a restored guest showed.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct GuestStartView {
+    /// `boot` (a VM under qemu) or `command` (a container under chroot).
+    pub check: String,
+    /// The command run.
+    pub command: String,
+    /// `kvm` or `tcg` for a boot.
+    pub accelerator: Option<String>,
+    /// The text its console had to show.
+    pub marker: Option<String>,
+    /// Whether it came up.
+    pub came_up: bool,
+    /// Milliseconds to the marker (or the command's end, or giving up).
+    pub took_ms: u64,
+    /// The last lines of its console.
+    pub console_tail: Vec<String>,
 }
 
 pub(crate) fn point_view(pt: &vouch_events::Point) -> PointView {
@@ -566,6 +621,15 @@ pub(crate) fn point_view(pt: &vouch_events::Point) -> PointView {
             bytes: r.evidence.bytes,
             bytes_in_point: r.evidence.bytes_in_point,
             complete: r.evidence.complete,
+            guest: r.evidence.guest.as_ref().map(|g| GuestStartView {
+                check: g.check.clone(),
+                command: g.command.clone(),
+                accelerator: g.accelerator.clone(),
+                marker: g.marker.clone(),
+                came_up: g.came_up,
+                took_ms: g.took_ms,
+                console_tail: g.console_tail.clone(),
+            }),
             passed: r.passed,
         }),
         last_complete_restore_at: pt.last_complete_restore.map(|at| rfc3339(at.unix_ns)),

@@ -80,6 +80,7 @@ impl Handler<RunJob> for FakeEngineWorker {
                     files_in_point: Some(3),
                     bytes_in_point: Some(3000),
                     complete: true,
+                    guest: None,
                 },
             }
             .into()],
@@ -1069,6 +1070,7 @@ async fn metrics_show_each_plans_restore_coverage_and_verified_depth() {
                     files_in_point: Some(3),
                     bytes_in_point: Some(3000),
                     complete: false,
+                    guest: None,
                 },
             }
             .into(),

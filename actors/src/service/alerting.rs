@@ -1536,11 +1536,13 @@ mod tests {
                     max_evidence_age: Duration::from_secs(3600),
                     sample_files: None,
                     full_every: None,
+                    boot: None,
                 },
                 rpo: Duration::from_secs(3600),
                 repository: RepositoryId::new("main"),
                 paused: false,
                 replica: None,
+                proxmox: None,
             },
         }
         .into()

@@ -19,7 +19,7 @@ pub enum JobCommand {
         /// The plan.
         plan: PlanId,
         /// Its definition when the job started.
-        definition: PlanDefinition,
+        definition: Box<PlanDefinition>,
     },
     /// Verify one point.
     Verify {
@@ -42,6 +42,9 @@ pub enum JobCommand {
         repository: RepositoryId,
         /// Restore at most this many files (a sample), if set.
         sample_files: Option<u64>,
+        /// Start the restored guest: boot a VM (the plan's
+        /// `restore_test.boot`); none: only compare.
+        boot: Option<vouch_events::BootCheck>,
     },
     /// Apply a plan's keep rules.
     Retention {

@@ -1122,7 +1122,7 @@ pub fn rebuild_command(
     match j.kind {
         JobKind::Backup => plan.map(|pl| JobCommand::Backup {
             plan: pl.id.clone(),
-            definition: pl.definition.clone(),
+            definition: Box::new(pl.definition.clone()),
         }),
         JobKind::Verify => match j.point {
             Some(point) => Some(JobCommand::Verify {
@@ -1146,6 +1146,7 @@ pub fn rebuild_command(
                 Some(s) => s.sample_files,
                 None => plan.and_then(|pl| pl.definition.restore_test.sample_files),
             },
+            boot: plan.and_then(|pl| pl.definition.restore_test.boot.clone()),
         }),
         JobKind::Forget => plan.map(|pl| JobCommand::Retention {
             plan: pl.id.clone(),
@@ -1380,11 +1381,13 @@ mod tests {
                 max_evidence_age: Duration::from_secs(3600),
                 sample_files: None,
                 full_every: None,
+                boot: None,
             },
             rpo: Duration::from_secs(3600),
             repository: RepositoryId::new("main"),
             paused: false,
             replica,
+            proxmox: None,
         }
     }
 

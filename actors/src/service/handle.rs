@@ -387,7 +387,7 @@ impl ServiceHandle {
             .ok_or_else(|| ServiceError::NoSuchPlan(plan.clone()))?;
         self.enqueue(JobCommand::Backup {
             plan,
-            definition: def,
+            definition: Box::new(def),
         })
         .await
     }

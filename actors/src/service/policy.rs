@@ -260,6 +260,7 @@ pub fn follow_ups(
                                 plan: Some(plan.id.clone()),
                                 repository: point.repository.clone(),
                                 sample_files: restore_sample(p, plan, point, now_ns),
+                                boot: plan.definition.restore_test.boot.clone(),
                             },
                             "after verification".into(),
                         ));
@@ -406,6 +407,7 @@ pub fn periodic_checks(p: &Projections, now_ns: i64) -> Vec<JobCommand> {
                             plan: Some(plan.id.clone()),
                             repository: pt.repository.clone(),
                             sample_files: restore_sample(p, plan, pt, now_ns),
+                            boot: def.restore_test.boot.clone(),
                         });
                     }
                 }
@@ -535,11 +537,13 @@ mod tests {
                     max_evidence_age: Duration::from_secs(3600),
                     sample_files: None,
                     full_every: None,
+                    boot: None,
                 },
                 rpo: Duration::from_secs(3600),
                 repository: RepositoryId::new(repository),
                 paused: false,
                 replica: None,
+                proxmox: None,
             },
         }
         .into()

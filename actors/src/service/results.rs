@@ -234,7 +234,7 @@ mod tests {
         assert!(own_finished.is_some_and(|r| r.contains("dispatcher")));
         let backup = JobCommand::Backup {
             plan: PlanId::new("p"),
-            definition: vouch_events::PlanDefinition {
+            definition: Box::new(vouch_events::PlanDefinition {
                 source: "/s".into(),
                 schedule: "0 3 * * *".into(),
                 retention: vouch_events::KeepPolicy::default(),
@@ -248,12 +248,14 @@ mod tests {
                     max_evidence_age: std::time::Duration::from_secs(1),
                     sample_files: None,
                     full_every: None,
+                    boot: None,
                 },
                 rpo: std::time::Duration::from_secs(1),
                 repository: RepositoryId::new("main"),
                 paused: false,
                 replica: None,
-            },
+                proxmox: None,
+            }),
         };
         assert_eq!(foreign(&j, &backup, &[committed("p", "main", 3)]), None);
         assert!(foreign(&j, &backup, &[committed("q", "main", 3)]).is_some());

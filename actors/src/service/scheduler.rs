@@ -258,7 +258,7 @@ impl Scheduler {
                     self.fired.insert(plan.id.clone(), now.max(slot_unix_ns));
                     out.push(JobCommand::Backup {
                         plan: plan.id,
-                        definition: plan.definition,
+                        definition: Box::new(plan.definition),
                     });
                 }
                 Ok(Decision::NotDue { next_unix_ns }) => {

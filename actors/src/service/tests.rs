@@ -1004,11 +1004,13 @@ async fn repositories_are_reconciled_at_start_and_every_reconcile_every() {
                     max_evidence_age: day,
                     sample_files: None,
                     full_every: None,
+                    boot: None,
                 },
                 rpo: day,
                 repository: RepositoryId::new("main"),
                 paused: true,
                 replica: None,
+                proxmox: None,
             },
         }
         .into()])
@@ -1566,11 +1568,13 @@ fn docs_plan() -> Event {
                 max_evidence_age: Duration::from_secs(3600),
                 sample_files: None,
                 full_every: None,
+                boot: None,
             },
             rpo: Duration::from_secs(3600),
             repository: RepositoryId::new("main"),
             paused: true,
             replica: None,
+            proxmox: None,
         },
     }
     .into()

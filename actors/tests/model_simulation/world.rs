@@ -688,7 +688,7 @@ impl Model {
                 self.fired.insert(id.clone(), now.max(slot_unix_ns));
                 commands.push(JobCommand::Backup {
                     plan: id,
-                    definition,
+                    definition: Box::new(definition),
                 });
             }
         }
@@ -984,11 +984,13 @@ impl Model {
                 } else {
                     None
                 },
+                boot: None,
             },
             rpo: Duration::from_secs([2 * HOUR, 6 * HOUR, 12 * HOUR][self.rng.below(3)]),
             repository: RepositoryId::new(["main", "offsite"][self.rng.below(2)]),
             paused: self.rng.chance(1, 20),
             replica: None,
+            proxmox: None,
         }
     }
 
@@ -1025,7 +1027,13 @@ impl Model {
                     .get(&plan)
                     .map(|p| p.definition.clone());
                 if let Some(definition) = def {
-                    let r = self.enqueue(JobCommand::Backup { plan, definition }, "asked for");
+                    let r = self.enqueue(
+                        JobCommand::Backup {
+                            plan,
+                            definition: Box::new(definition),
+                        },
+                        "asked for",
+                    );
                     self.note(|| format!("run now: {r:?}"));
                     self.dispatch();
                 }

@@ -804,11 +804,13 @@ mod tests {
                     max_evidence_age: Duration::from_secs(86_400),
                     sample_files: None,
                     full_every: None,
+                    boot: None,
                 },
                 rpo: Duration::from_secs(86_400),
                 repository: RepositoryId::new("main"),
                 paused: false,
                 replica: None,
+                proxmox: None,
             },
         }
         .into()

@@ -129,6 +129,7 @@ pub fn ending(
                 files_in_point: Some(files_in_point),
                 bytes_in_point: Some(files_in_point * 4096),
                 complete: files == files_in_point,
+                guest: None,
             };
             let started: Event = RestoreTestStarted {
                 point: *point,

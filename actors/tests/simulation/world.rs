@@ -672,11 +672,13 @@ impl World {
                     None
                 },
                 full_every: None,
+                boot: None,
             },
             rpo: Duration::from_secs([2 * HOUR, 6 * HOUR, 12 * HOUR][self.rng.below(3)]),
             repository: RepositoryId::new(["main", "offsite"][self.rng.below(2)]),
             paused: false,
             replica: None,
+            proxmox: None,
         }
     }
 

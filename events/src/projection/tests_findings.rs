@@ -740,6 +740,7 @@ fn arb_evidence() -> impl Strategy<Value = RestoreEvidence> {
         files_in_point: known.then_some(3),
         bytes_in_point: known.then_some(300),
         complete,
+        guest: None,
         ..evidence()
     })
 }

@@ -2,7 +2,9 @@
 //! machines), read as streams and turned into files a snapshot holds (one
 //! sparse image per disk, the guest's configuration), and written back.
 
+pub mod api;
 pub mod archive;
+pub mod boot;
 pub mod extract;
 pub mod ingest;
 pub mod lxc;

@@ -203,6 +203,16 @@ pub(crate) fn source_error(source: &str) -> Option<String> {
     if source.chars().count() > SOURCE_MAX_LEN {
         return Some(format!("at most {SOURCE_MAX_LEN} characters"));
     }
+    if source.starts_with("pve:") {
+        return vouch_events::sources::pve_source(source)
+            .is_none()
+            .then(|| {
+                format!(
+                    "{source:?}: expected pve:<cluster>/qemu/<vmid> or pve:<cluster>/lxc/<vmid> \
+                 (cluster: 1-64 of A-Z a-z 0-9 . _ -; vmid: 100 to 999999999)"
+                )
+            });
+    }
     let path = match source.strip_prefix("agent:") {
         Some(rest) => {
             let Some((name, path)) = rest.split_once(':') else {
@@ -246,8 +256,8 @@ pub(crate) fn source_error(source: &str) -> Option<String> {
 
 /// [`source_error`] (none) as a pattern: `/`, or plain components (not
 /// empty, not `.` or `..`, no NUL) with an optional trailing `/`, bare or
-/// after `agent:<name>:` or `vzdump:`.
-pub(crate) const SOURCE_PATTERN: &str = r"^(?:agent:[A-Za-z0-9._-]{1,64}:|vzdump:)?/(?:(?:[^/.\x00][^/\x00]*|\.[^/.\x00][^/\x00]*|\.\.[^/\x00]+)(?:/(?:[^/.\x00][^/\x00]*|\.[^/.\x00][^/\x00]*|\.\.[^/\x00]+))*/?)?$";
+/// after `agent:<name>:` or `vzdump:`; or `pve:<cluster>/<qemu|lxc>/<vmid>`.
+pub(crate) const SOURCE_PATTERN: &str = r"^(?:pve:[A-Za-z0-9._-]{1,64}/(?:qemu|lxc)/[1-9][0-9]{2,8}|(?:agent:[A-Za-z0-9._-]{1,64}:|vzdump:)?/(?:(?:[^/.\x00][^/\x00]*|\.[^/.\x00][^/\x00]*|\.\.[^/\x00]+)(?:/(?:[^/.\x00][^/\x00]*|\.[^/.\x00][^/\x00]*|\.\.[^/\x00]+))*/?)?)$";
 
 /// A verification depth label: `structure`, `read-all` or `read-sample:N`
 /// (N in 1..=100, no leading zeros).
