@@ -1284,3 +1284,73 @@ async fn console_plan_with_a_replica_shows_its_proven_copy() {
     drop(driver);
     drop(serve);
 }
+
+/// The plan form's boot check and Proxmox VE dump policy: set through the
+/// form, kept when another field is edited, removed by emptying the
+/// marker.
+#[actix_web::test]
+async fn console_plan_form_takes_a_boot_check_and_a_dump_policy() {
+    if !browser_available("console_plan_form_takes_a_boot_check_and_a_dump_policy") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let dump = tmp.path().join("dump");
+    let downloads = tmp.path().join("downloads");
+    fs::create_dir_all(&dump).unwrap();
+    fs::create_dir_all(&downloads).unwrap();
+    let serve = Serve::start(&data);
+    let base = format!("http://{}", serve.addr);
+    let driver = Driver::start().await;
+    let s = driver.session(&downloads).await;
+    sign_in(&s, &base, &serve.token).await;
+    let plan_js = "return fetch('/api/v1/plans/vm', { headers: { Authorization: 'Bearer ' + sessionStorage.getItem('vouch.token') } })\
+        .then(r => r.json()).then(p => [p.rpo, p.restore_test.boot, p.proxmox])";
+
+    go(&s, &base, "#/plans/new").await;
+    s.wait_css("#plan-form", SHORT).await;
+    set_field(&s, "#f-id", "vm").await;
+    set_field(&s, "#f-source", &format!("vzdump:{}", dump.display())).await;
+    set_field(&s, "#f-restore_test-boot-marker", "login:").await;
+    set_field(&s, "#f-restore_test-boot-timeout", "2m").await;
+    set_field(&s, "#f-restore_test-boot-memory_mib", "256").await;
+    set_field(&s, "#f-proxmox-mode", "stop").await;
+    click(&s, "#f-proxmox-remove_dump").await;
+    click(&s, "#plan-save").await;
+    s.wait_for("the new plan's page", SHORT, "return location.hash === '#/plans/vm' && document.querySelector('button[data-run=vm]') !== null").await;
+    let saved = s.execute(plan_js, vec![]).await.unwrap();
+    assert_eq!(
+        saved,
+        json!(["1day 2h", {"marker": "login:", "timeout": "2m", "memory_mib": 256},
+            {"mode": "stop", "remove_dump": true}]),
+        "{saved}"
+    );
+    // Another field edited: the boot check and the dump policy stay.
+    s.wait_css("#f-restore_test-boot-marker", SHORT).await;
+    set_field(&s, "#f-rpo", "2h").await;
+    click(&s, "#plan-save").await;
+    let kept = s
+        .wait_for(
+            "the RPO saved",
+            SHORT,
+            &format!("{} .then(v => v[0] === '2h' ? v : null)", plan_js.trim_end_matches(';')),
+        )
+        .await;
+    assert_eq!(kept[1]["marker"], "login:", "{kept}");
+    assert_eq!(kept[2]["remove_dump"], true, "{kept}");
+    // No marker: no boot.
+    s.wait_css("#f-restore_test-boot-marker", SHORT).await;
+    set_field(&s, "#f-restore_test-boot-marker", "").await;
+    click(&s, "#plan-save").await;
+    let gone = s
+        .wait_for(
+            "the boot check removed",
+            SHORT,
+            &format!("{} .then(v => v[1] === null ? v : null)", plan_js.trim_end_matches(';')),
+        )
+        .await;
+    assert_eq!(gone[2]["mode"], "stop", "{gone}");
+    s.quit().await.expect("quit");
+    drop(driver);
+    drop(serve);
+}

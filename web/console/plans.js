@@ -114,7 +114,16 @@ ${field('verification.depth', 'Depth', 'text', '"structure", "read-all", or "rea
 ${field('restore_test.every', 'Restore-test every', 'text', 'A duration, e.g. "1day".')}
 ${field('restore_test.max_evidence_age', 'Evidence is good for', 'text', 'After this long without a new restore test, the point no longer counts as recoverable.')}
 ${field('restore_test.sample_files', 'Files restored at most', 'number', 'Over this many files a sample is restored, and the evidence says which.', 'min="1" step="1"')}
+${field('restore_test.boot.marker', 'Boot a restored VM until its console shows', 'text', 'Proxmox VE VMs: the restored disk boots under qemu with no network until this text appears on its serial console, e.g. "login:". Empty: no boot.')}
+${field('restore_test.boot.timeout', 'Boot time allowed', 'text', 'A duration, e.g. "5m".')}
+${field('restore_test.boot.memory_mib', 'Boot memory (MiB)', 'number', 'The booted guest\u2019s memory.', 'min="64" max="65536" step="1"')}
 <p class="field-error" id="f-restore_test-error"></p>
+</fieldset>
+<fieldset class="group" data-field="proxmox"><legend>Proxmox VE guest <small class="muted">(pve: sources)</small></legend>
+${field('proxmox.mode', 'vzdump mode', 'text', '"snapshot" (live), "suspend" or "stop".', 'list="dump-modes"')}
+<datalist id="dump-modes"><option value="snapshot"><option value="suspend"><option value="stop"></datalist>
+${field('proxmox.remove_dump', 'Remove the dump from the storage once backed up', 'checkbox', '')}
+<p class="field-error" id="f-proxmox-error"></p>
 </fieldset>
 <fieldset class="group" data-field="replica"><legend>Second copy <small class="muted">(empty repository = none)</small></legend>
 ${field('replica.repository', 'Copy every new point into repository', 'text', 'Another configured repository, ideally off this host (an s3: location) with Object Lock.')}
@@ -167,6 +176,10 @@ function collect(form, base) {
   }
   // No repository: no second copy.
   if (!out.replica || !out.replica.repository) out.replica = null;
+  // No marker: no boot.
+  if (out.restore_test && (!out.restore_test.boot || !out.restore_test.boot.marker)) out.restore_test.boot = null;
+  // Neither a mode nor removal: vzdump's defaults.
+  if (out.proxmox && !out.proxmox.mode && !out.proxmox.remove_dump) out.proxmox = null;
   return out;
 }
 

@@ -50,6 +50,20 @@ function coverageText(c) {
   return `<span class="over" data-coverage="sample">sample</span>: ${fmtCount(c.files)}${of} files`;
 }
 
+// A restored guest started: "booted to “login:” in 2.6 s (tcg)".
+function guestText(g) {
+  const what = g.check === 'boot' ? `booted${g.marker ? ` to “${esc(g.marker)}”` : ''}` : 'ran <code>/bin/true</code>';
+  const how = g.accelerator ? ` (${esc(g.accelerator)})` : '';
+  return g.came_up
+    ? `<span class="ok" data-guest="up">${what}</span> in ${fmtSpan(g.took_ms)}${how}`
+    : `<span class="over" data-guest="down">did not come up</span> within ${fmtSpan(g.took_ms)}${how}`;
+}
+
+function guestDetails(g) {
+  const tail = (g.console_tail || []).map((l) => esc(l)).join('\n');
+  return `<details data-guest-console><summary>Console and command</summary><p><code>${esc(g.command)}</code></p>${tail ? `<pre class="console">${tail}</pre>` : '<p class="muted">The console showed nothing.</p>'}</details>`;
+}
+
 function evidenceHtml(rt, coverage) {
   if (!rt) {
     return '<p class="muted" data-evidence="none">No restore test has run for this point yet, so it is not proven recoverable.</p>';
@@ -67,7 +81,9 @@ ${dl([
     ['Digests matched', `<span class="${allMatch ? 'ok' : 'over'}">${matched}</span>`],
     ['Took', ev.duration_ms !== undefined ? fmtSpan(ev.duration_ms) : '—'],
     ['Sandbox', ev.location ? `<code>${esc(ev.location)}</code>` : '—'],
+    coverage && coverage.guest ? ['Guest started', guestText(coverage.guest)] : null,
   ])}
+${coverage && coverage.guest ? guestDetails(coverage.guest) : ''}
 ${restored.length ? `<details><summary>What was restored (${fmtCount(restored.length)} ${restored.length === 1 ? 'entry' : 'entries'})</summary><ul class="paths">${restored.slice(0, 500).map((p) => `<li><code>${esc(p)}</code></li>`).join('')}</ul>${restored.length > 500 ? `<p class="muted">and ${restored.length - 500} more</p>` : ''}</details>` : ''}
 </div>`;
 }
