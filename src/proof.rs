@@ -452,6 +452,9 @@ pub struct RestoreTestReport {
     /// The restored guest started (booted, or a command run inside it),
     /// when the test asked for it and the restored data matched.
     pub guest: Option<crate::providers::proxmox::boot::GuestStart>,
+    /// Why the guest the test asked for could not be started at all (no
+    /// emulator, no privilege): the test proves nothing either way.
+    pub guest_unavailable: Option<String>,
 }
 
 impl RestoreTestReport {
@@ -892,8 +895,12 @@ pub fn restore_test(
 /// What is done with a restored point whose data matched, before its
 /// sandbox is deleted: given the sandbox and the point's tags, it may
 /// start the guest restored there.
-pub type AfterRestore<'a> =
-    &'a dyn Fn(&Path, &[String]) -> Option<crate::providers::proxmox::boot::GuestStart>;
+pub type AfterRestore<'a> = &'a dyn Fn(
+    &Path,
+    &[String],
+) -> Option<
+    std::result::Result<crate::providers::proxmox::boot::GuestStart, String>,
+>;
 
 /// [`restore_test`], then `after` on the restored tree when every file
 /// compared equal (before the sandbox is deleted).
@@ -990,7 +997,11 @@ pub fn restore_test_then(
         compare_restored(repo, sandbox, &chosen, &mut report)?;
         if let Some(after) = after {
             if report.fault.is_none() && report.mismatches.is_empty() {
-                report.guest = after(sandbox, &manifest.tags);
+                match after(sandbox, &manifest.tags) {
+                    Some(Ok(started)) => report.guest = Some(started),
+                    Some(Err(why)) => report.guest_unavailable = Some(why),
+                    None => {}
+                }
             }
         }
         Ok(())

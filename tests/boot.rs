@@ -14,8 +14,8 @@ mod common;
 use std::fs;
 use std::path::PathBuf;
 
-use common::guests::{container_root, gzip, vma, zstd};
-use common::served::{get, post, sources_allow, start, WAIT};
+use common::guests::{container_root, gzip, service_config, tar_of, vma, zstd};
+use common::served::{get, post, start, WAIT};
 use common::Env;
 
 fn guest_disk() -> Option<Vec<u8>> {
@@ -75,48 +75,46 @@ fn a_restored_vm_boots_a_broken_one_fails_and_a_container_runs() {
     let mut bad = disk.clone();
     bad[..512].fill(0);
     fs::write(broken.join(name), zstd(&vma(&[("drive-scsi0", &bad)], 1))).unwrap();
-    // A container whose /bin/true is a real binary (chroot runs it).
+    // A container whose /bin/true is this host's (chroot runs it).
     let root = env.path("ct-root");
     container_root(&root);
-    fs::remove_file(root.join("bin/true")).unwrap();
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).is_file());
-    let true_bin = match busybox {
-        // A static busybox runs without libraries.
-        Some(b) if is_static(b) => b.to_owned(),
-        _ => String::new(),
-    };
-    if true_bin.is_empty() {
-        copy_with_libraries("/bin/true", &root);
-    } else {
-        fs::copy(&true_bin, root.join("bin/true-busybox")).unwrap();
-        std::os::unix::fs::symlink("true-busybox", root.join("bin/true")).unwrap();
-    }
-    let tarball = std::process::Command::new("tar")
-        .args(["--numeric-owner", "-cf", "-", "-C"])
-        .arg(&root)
-        .arg(".")
-        .output()
-        .unwrap();
     fs::write(
         ct.join("vzdump-lxc-200-2026_12_03-02_00_00.tar.gz"),
-        gzip(&tarball.stdout),
+        gzip(&tar_of(&root)),
     )
     .unwrap();
 
-    let config = dir.join("vouch.toml");
+    // A container whose /bin/true does not run (a script without its
+    // interpreter): every byte restores, and the command fails.
+    let ct_broken = dir.join("dump-ct-broken");
+    fs::create_dir_all(&ct_broken).unwrap();
+    let broken_root = env.path("ct-broken-root");
+    container_root(&broken_root);
+    fs::remove_file(broken_root.join("bin/true")).unwrap();
+    fs::write(broken_root.join("bin/true"), b"#!/bin/no-such-shell\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(
+            broken_root.join("bin/true"),
+            fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+    }
     fs::write(
-        &config,
-        format!(
-            "{}[scheduler]\ntick = \"1s\"\nmax_jitter = \"0s\"\n",
-            sources_allow(dir)
-        ),
+        ct_broken.join("vzdump-lxc-201-2026_12_03-02_00_00.tar.gz"),
+        gzip(&tar_of(&broken_root)),
     )
     .unwrap();
+
+    let config = service_config(dir);
     let svc = start(&dir.join("data"), &config, None);
     let boot = serde_json::json!({"marker": "login:", "timeout": "120s", "memory_mib": 256});
-    for (plan, dump) in [("good", &good), ("broken", &broken), ("ct", &ct)] {
+    for (plan, dump) in [
+        ("good", &good),
+        ("broken", &broken),
+        ("ct", &ct),
+        ("ct-broken", &ct_broken),
+    ] {
         let (status, body) = post(
             &svc,
             "/api/v1/plans",
@@ -165,31 +163,9 @@ fn a_restored_vm_boots_a_broken_one_fails_and_a_container_runs() {
         g["command"].as_str().unwrap().starts_with("chroot "),
         "{ran}"
     );
-}
 
-fn is_static(path: &str) -> bool {
-    std::process::Command::new("ldd")
-        .arg(path)
-        .output()
-        .is_ok_and(|o| {
-            !o.status.success() || String::from_utf8_lossy(&o.stdout).contains("not a dynamic")
-        })
-}
-
-/// Copies `bin` and the libraries `ldd` names into `root`.
-fn copy_with_libraries(bin: &str, root: &std::path::Path) {
-    let out = std::process::Command::new("ldd").arg(bin).output().unwrap();
-    let mut files = vec![PathBuf::from(bin)];
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        if let Some(p) = line.split_whitespace().find(|w| w.starts_with('/')) {
-            files.push(PathBuf::from(p));
-        }
-    }
-    for f in files {
-        let real = fs::canonicalize(&f).unwrap();
-        let to = root.join(f.strip_prefix("/").unwrap());
-        fs::create_dir_all(to.parent().unwrap()).unwrap();
-        let _ = fs::remove_file(&to);
-        fs::copy(&real, &to).unwrap();
-    }
+    let down = wait_state(&svc, "ct-broken", "unrecoverable");
+    let g = &down["coverage"]["guest"];
+    assert_eq!(g["check"], "command", "{down}");
+    assert_eq!(g["came_up"], false, "{down}");
 }

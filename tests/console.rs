@@ -1333,7 +1333,10 @@ async fn console_plan_form_takes_a_boot_check_and_a_dump_policy() {
         .wait_for(
             "the RPO saved",
             SHORT,
-            &format!("{} .then(v => v[0] === '2h' ? v : null)", plan_js.trim_end_matches(';')),
+            &format!(
+                "{} .then(v => v[0] === '2h' ? v : null)",
+                plan_js.trim_end_matches(';')
+            ),
         )
         .await;
     assert_eq!(kept[1]["marker"], "login:", "{kept}");
@@ -1346,7 +1349,10 @@ async fn console_plan_form_takes_a_boot_check_and_a_dump_policy() {
         .wait_for(
             "the boot check removed",
             SHORT,
-            &format!("{} .then(v => v[1] === null ? v : null)", plan_js.trim_end_matches(';')),
+            &format!(
+                "{} .then(v => v[1] === null ? v : null)",
+                plan_js.trim_end_matches(';')
+            ),
         )
         .await;
     assert_eq!(gone[2]["mode"], "stop", "{gone}");

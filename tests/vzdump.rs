@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::guests::{container_root, disk, gzip, vma, zstd};
+use common::guests::{container_root, disk, gzip, service_config, tar_of, vma, zstd};
 use common::Env;
 use vouch::providers::proxmox::vma::{Device, Header, VmaWriter, CLUSTER_SIZE};
 use vouch_chaos::Rng;
@@ -550,17 +550,10 @@ fn a_container_archive_backs_up_to_its_root_tree_and_restores_exactly() {
         )
         .unwrap();
     }
-    let tarball = Command::new("tar")
-        .args(["--numeric-owner", "-cf", "-", "-C"])
-        .arg(&root)
-        .arg(".")
-        .output()
-        .unwrap();
-    assert!(tarball.status.success());
     let dump = env.path("dump");
     fs::create_dir_all(&dump).unwrap();
     let name = "vzdump-lxc-200-2026_12_03-02_00_00";
-    fs::write(dump.join(format!("{name}.tar.zst")), zstd(&tarball.stdout)).unwrap();
+    fs::write(dump.join(format!("{name}.tar.zst")), zstd(&tar_of(&root))).unwrap();
     fs::write(
         dump.join(format!("{name}.log")),
         "INFO: Starting Backup of VM 200 (lxc)\n",
@@ -619,7 +612,7 @@ fn a_container_archive_backs_up_to_its_root_tree_and_restores_exactly() {
 /// restore-tested, and the plan is protected.
 #[test]
 fn a_service_plan_backs_up_a_dump_storage_and_proves_each_guest() {
-    use common::served::{get, post, sources_allow, start, WAIT};
+    use common::served::{get, post, start, WAIT};
     let env = Env::new();
     let dir = env.dir.path();
     let dump = dir.join("dump");
@@ -632,26 +625,12 @@ fn a_service_plan_backs_up_a_dump_storage_and_proves_each_guest() {
     .unwrap();
     let root = env.path("ct-root");
     container_root(&root);
-    let tarball = Command::new("tar")
-        .args(["--numeric-owner", "-cf", "-", "-C"])
-        .arg(&root)
-        .arg(".")
-        .output()
-        .unwrap();
     fs::write(
         dump.join("vzdump-lxc-200-2026_12_03-02_00_00.tar.gz"),
-        gzip(&tarball.stdout),
+        gzip(&tar_of(&root)),
     )
     .unwrap();
-    let config = dir.join("vouch.toml");
-    fs::write(
-        &config,
-        format!(
-            "{}[scheduler]\ntick = \"1s\"\nmax_jitter = \"0s\"\n",
-            sources_allow(dir)
-        ),
-    )
-    .unwrap();
+    let config = service_config(dir);
     let svc = start(&dir.join("data"), &config, None);
     let (status, body) = post(
         &svc,

@@ -103,8 +103,9 @@ pub fn container_root(root: &Path) {
     )
     .unwrap();
     fs::write(root.join("etc/hostname"), "ct200\n").unwrap();
-    fs::write(root.join("bin/true"), b"#!/bin/sh\nexit 0\n").unwrap();
-    fs::set_permissions(root.join("bin/true"), fs::Permissions::from_mode(0o755)).unwrap();
+    // A /bin/true that runs inside the root (the restore test runs it
+    // under chroot): this host's, with the libraries it needs.
+    copy_with_libraries("/bin/true", root);
     fs::write(
         root.join("home/user/notes.txt"),
         super::random_bytes(70_000, 51),
@@ -117,4 +118,54 @@ pub fn container_root(root: &Path) {
     .unwrap();
     symlink("../bin/true", root.join("etc/true-link")).unwrap();
     fs::hard_link(root.join("etc/hostname"), root.join("etc/hostname.bak")).unwrap();
+}
+
+/// `root` as vzdump tars a container (numeric owners, relative paths).
+pub fn tar_of(root: &Path) -> Vec<u8> {
+    let out = std::process::Command::new("tar")
+        .args(["--numeric-owner", "-cf", "-", "-C"])
+        .arg(root)
+        .arg(".")
+        .output()
+        .expect("tar");
+    assert!(
+        out.status.success(),
+        "tar: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// The configuration of a service test that ticks every second, with
+/// sources allowed below `dir`; its path.
+pub fn service_config(dir: &Path) -> std::path::PathBuf {
+    let config = dir.join("vouch.toml");
+    fs::write(
+        &config,
+        format!(
+            "{}[scheduler]\ntick = \"1s\"\nmax_jitter = \"0s\"\n",
+            super::served::sources_allow(dir)
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// Copies the program `bin` and the libraries `ldd` names for it into
+/// `root`, at their paths.
+pub fn copy_with_libraries(bin: &str, root: &Path) {
+    let out = std::process::Command::new("ldd").arg(bin).output().unwrap();
+    let mut files = vec![std::path::PathBuf::from(bin)];
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(p) = line.split_whitespace().find(|w| w.starts_with('/')) {
+            files.push(std::path::PathBuf::from(p));
+        }
+    }
+    for f in files {
+        let real = fs::canonicalize(&f).unwrap();
+        let to = root.join(f.strip_prefix("/").unwrap());
+        fs::create_dir_all(to.parent().unwrap()).unwrap();
+        let _ = fs::remove_file(&to);
+        fs::copy(&real, &to).unwrap();
+    }
 }

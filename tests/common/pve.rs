@@ -305,6 +305,15 @@ fn error(status: u16, message: &str, errors: Option<Value>) -> HttpResponse {
         .body(body.to_string())
 }
 
+/// What Tasks.pm answers for a UPID with no log.
+fn no_such_task() -> HttpResponse {
+    error(
+        400,
+        "Parameter verification failed.",
+        Some(json!({"upid": "no such task"})),
+    )
+}
+
 fn params(req: &HttpRequest, body: &[u8]) -> HashMap<String, String> {
     let mut p: HashMap<String, String> = form_urlencoded::parse(body).into_owned().collect();
     // Query parameters are merged in and win.
@@ -668,16 +677,7 @@ fn run_task(
                 .collect();
             crate::common::guests::vma(&named, u64::from(vmid))
         }
-        Content::Root(root) => {
-            let out = std::process::Command::new("tar")
-                .args(["--numeric-owner", "-cf", "-", "-C"])
-                .arg(root)
-                .arg(".")
-                .output()
-                .expect("tar");
-            assert!(out.status.success(), "tar failed");
-            out.stdout
-        }
+        Content::Root(root) => crate::common::guests::tar_of(root),
     };
     let compressed = crate::common::guests::zstd(&bytes);
     // vzdump writes a temporary file and renames it when complete.
@@ -709,11 +709,7 @@ fn run_task(
 
 fn task_status(s: &State, upid: &str) -> HttpResponse {
     let Some(t) = s.tasks.get(upid) else {
-        return error(
-            400,
-            "Parameter verification failed.",
-            Some(json!({"upid": "no such task"})),
-        );
+        return no_such_task();
     };
     let (user, tokenid) = s.token_id.split_once('!').unwrap_or((&s.token_id, ""));
     let mut v = json!({
@@ -730,11 +726,7 @@ fn task_status(s: &State, upid: &str) -> HttpResponse {
 
 fn task_log(s: &State, upid: &str, p: &HashMap<String, String>) -> HttpResponse {
     let Some(t) = s.tasks.get(upid) else {
-        return error(
-            400,
-            "Parameter verification failed.",
-            Some(json!({"upid": "no such task"})),
-        );
+        return no_such_task();
     };
     let start: usize = p.get("start").and_then(|v| v.parse().ok()).unwrap_or(0);
     let limit: usize = p.get("limit").and_then(|v| v.parse().ok()).unwrap_or(50);

@@ -366,6 +366,15 @@ pub fn run_in_container(root: &Path, timeout: Duration) -> Result<GuestStart, St
     if let Some(mut e) = child.stderr.take() {
         let _ = e.read_to_string(&mut output);
     }
+    // chroot's own failure (125: it could not change root) says nothing
+    // of the container.
+    if status.and_then(|s| s.code()) == Some(125) {
+        return Err(format!(
+            "chroot could not enter {}: {}",
+            root.display(),
+            output.trim()
+        ));
+    }
     let came_up = status.is_some_and(|s| s.success());
     Ok(GuestStart {
         check: "command",
