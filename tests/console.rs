@@ -4,6 +4,7 @@
 //! Skipped with a loud message when chromium is not installed, unless `CI`
 //! is set (then it fails). Screenshots land in `target/console-artifacts/`.
 
+mod common;
 #[path = "common/webdriver.rs"]
 mod webdriver;
 
@@ -1356,6 +1357,76 @@ async fn console_plan_form_takes_a_boot_check_and_a_dump_policy() {
         )
         .await;
     assert_eq!(gone[2]["mode"], "stop", "{gone}");
+    s.quit().await.expect("quit");
+    drop(driver);
+    drop(serve);
+}
+
+/// A container point's restore test ran `/bin/true` in the restored root:
+/// the point's page says so, with the command and its output.
+#[actix_web::test]
+async fn console_point_shows_the_started_guest() {
+    if !browser_available("console_point_shows_the_started_guest") {
+        return;
+    }
+    if !common::is_root() {
+        // chroot needs root; CI runs as root.
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+        eprintln!("SKIPPED: console_point_shows_the_started_guest needs root (chroot)");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let dump = tmp.path().join("dump");
+    let root = tmp.path().join("ct-root");
+    let downloads = tmp.path().join("downloads");
+    fs::create_dir_all(&dump).unwrap();
+    fs::create_dir_all(&downloads).unwrap();
+    common::guests::container_root(&root);
+    fs::write(
+        dump.join("vzdump-lxc-200-2026_12_03-02_00_00.tar.gz"),
+        common::guests::gzip(&common::guests::tar_of(&root)),
+    )
+    .unwrap();
+    let serve = Serve::start(&data);
+    let base = format!("http://{}", serve.addr);
+    let driver = Driver::start().await;
+    let s = driver.session(&downloads).await;
+    sign_in(&s, &base, &serve.token).await;
+    let point = s
+        .wait_for(
+            "the container's point recoverable",
+            LONG,
+            &format!(
+                "const h = {{ Authorization: 'Bearer ' + sessionStorage.getItem('vouch.token'), 'Content-Type': 'application/json' }};\
+                 if (!window.__ct) {{ window.__ct = fetch('/api/v1/plans', {{ method: 'POST', headers: h,\
+                   body: JSON.stringify({{ id: 'ct', source: {:?}, schedule: '0 3 * * *', rpo: '1h' }}) }})\
+                   .then(r => fetch('/api/v1/plans/ct/run', {{ method: 'POST', headers: h, body: '{{}}' }})); }}\
+                 return window.__ct.then(() => fetch('/api/v1/points?plan=ct', {{ headers: h }})).then(r => r.json())\
+                   .then(a => a.length && a[0].state === 'recoverable' ? a[0].id : null)",
+                format!("vzdump:{}", dump.display())
+            ),
+        )
+        .await;
+    let point = point.as_str().unwrap().to_owned();
+    go(&s, &base, &format!("#/points/{point}")).await;
+    let up = s
+        .wait_for(
+            "the started guest in the evidence",
+            SHORT,
+            "const e = document.querySelector('[data-guest=up]'); return e ? e.closest('dd').textContent : null",
+        )
+        .await;
+    assert!(up.as_str().unwrap_or_default().contains("ran /bin/true"), "{up}");
+    let cmd = s
+        .execute(
+            "const d = document.querySelector('[data-guest-console] code'); return d ? d.textContent : null",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(cmd.as_str().unwrap_or_default().starts_with("chroot "), "{cmd}");
+    shot(&s, "point-guest-started.png").await;
     s.quit().await.expect("quit");
     drop(driver);
     drop(serve);
