@@ -1417,7 +1417,10 @@ async fn console_point_shows_the_started_guest() {
             "const e = document.querySelector('[data-guest=up]'); return e ? e.closest('dd').textContent : null",
         )
         .await;
-    assert!(up.as_str().unwrap_or_default().contains("ran /bin/true"), "{up}");
+    assert!(
+        up.as_str().unwrap_or_default().contains("ran /bin/true"),
+        "{up}"
+    );
     let cmd = s
         .execute(
             "const d = document.querySelector('[data-guest-console] code'); return d ? d.textContent : null",
@@ -1425,7 +1428,10 @@ async fn console_point_shows_the_started_guest() {
         )
         .await
         .unwrap();
-    assert!(cmd.as_str().unwrap_or_default().starts_with("chroot "), "{cmd}");
+    assert!(
+        cmd.as_str().unwrap_or_default().starts_with("chroot "),
+        "{cmd}"
+    );
     shot(&s, "point-guest-started.png").await;
     s.quit().await.expect("quit");
     drop(driver);

@@ -55,7 +55,7 @@ fn a_dump_is_asked_for_followed_and_found_on_the_mounted_storage() {
     let a = disk(5 * CLUSTER_SIZE + 4097, 7);
     let sim = PveSim::start(
         &mount,
-        vec![vm(101, "pve2", vec![("drive-scsi0".into(), a)])],
+        vec![vm(101, "pve2", vec![("drive-scsi0".into(), a.clone())])],
     );
     let cluster = Cluster::new(settings(&sim, &mount)).unwrap();
     let guest = cluster.find_guest(GuestType::Qemu, 101).unwrap();
@@ -87,6 +87,28 @@ fn a_dump_is_asked_for_followed_and_found_on_the_mounted_storage() {
         requests.iter().all(|r| !r.contains(&sim.secret)),
         "{requests:?}"
     );
+    // The archive is a real one: dissect.archive reads the disk back.
+    if let Some(tool) = common::guests::vma_extract() {
+        let vma_path = env.path("dump.vma");
+        let packed = fs::read(&dump.path).unwrap();
+        fs::write(&vma_path, zstd::decode_all(&packed[..]).unwrap()).unwrap();
+        let out_dir = env.path("dissect");
+        fs::create_dir_all(&out_dir).unwrap();
+        let out = std::process::Command::new(tool)
+            .arg(&vma_path)
+            .arg("-o")
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let theirs = fs::read(out_dir.join("drive-scsi0")).unwrap();
+        // vma-extract pads the last cluster to 64 KiB.
+        assert_eq!(&theirs[..a.len()], &a[..]);
+    }
     cluster.remove_dump(&dump).unwrap();
     assert!(sim.archives().is_empty(), "{:?}", sim.archives());
     assert!(!dump.path.exists());

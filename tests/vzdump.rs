@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::guests::{container_root, disk, gzip, service_config, tar_of, vma, zstd};
+use common::guests::{container_root, disk, gzip, service_config, tar_of, vma, vma_extract, zstd};
 use common::Env;
 use vouch::providers::proxmox::vma::{Device, Header, VmaWriter, CLUSTER_SIZE};
 use vouch_chaos::Rng;
@@ -227,24 +227,6 @@ fn a_second_dump_with_five_percent_changed_adds_little() {
     );
     let target = restore(&env, two["snapshot"].as_str().unwrap(), "r2");
     assert_eq!(fs::read(target.join("drive-scsi0.raw")).unwrap(), d);
-}
-
-/// `vma-extract` of `dissect.archive`, if installed (CI installs it; a
-/// run under CI without it fails).
-fn vma_extract() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("vma-extract"))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "vma-extract (pip install dissect.archive) is missing under CI"
-        );
-        eprintln!("vma-extract not installed: the comparison with dissect.archive is skipped");
-    }
-    found
 }
 
 #[test]

@@ -169,3 +169,21 @@ pub fn copy_with_libraries(bin: &str, root: &Path) {
         fs::copy(&real, &to).unwrap();
     }
 }
+
+/// `vma-extract` of `dissect.archive` (PyPI), an independent VMA reader;
+/// required under CI.
+pub fn vma_extract() -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("vma-extract"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "vma-extract (pip install dissect.archive) is missing under CI"
+        );
+        eprintln!("vma-extract not installed: the comparison with dissect.archive is skipped");
+    }
+    found
+}
