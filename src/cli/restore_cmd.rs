@@ -58,6 +58,34 @@ pub enum RestoreFormat {
 /// Restores a VM's snapshot as a VMA archive at `a.target`: the snapshot
 /// into a staging directory, then the archive next to the target and
 /// renamed onto it once whole.
+/// Restores snapshot `id` into a new staging directory (deleted when the
+/// returned handle drops); the handle and where the guest's files are.
+fn restore_staged(
+    ctx: &Ctx,
+    repo: &crate::repo::Repository,
+    id: &crate::id::SnapshotId,
+    threads: usize,
+) -> Result<(
+    crate::providers::proxmox::staging::Staging,
+    std::path::PathBuf,
+)> {
+    let staging = crate::providers::proxmox::staging::Staging::new(
+        &crate::providers::proxmox::staging::staging_base(super::cache_base()),
+    )?;
+    let guest = staging.path().join("guest");
+    let opts = RestoreOptions {
+        target: guest.clone(),
+        threads,
+        ..Default::default()
+    };
+    let progress = Arc::new(Progress::default());
+    let reporter = ctx.out.progress("restore", progress.clone());
+    let result = restore(repo, id, &opts, progress);
+    reporter.finish();
+    result?;
+    Ok((staging, guest))
+}
+
 fn run_vma(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
     use crate::error::Error;
     let repo = ctx.open_cached()?;
@@ -66,23 +94,12 @@ fn run_vma(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
     if a.target.exists() && !a.overwrite {
         return Err(Error::TargetNotEmpty(a.target.clone()));
     }
-    let staging = crate::providers::proxmox::staging::Staging::new(
-        &crate::providers::proxmox::staging::staging_base(super::cache_base()),
-    )?;
-    let opts = RestoreOptions {
-        target: staging.path().join("guest"),
-        threads: a.threads,
-        ..Default::default()
-    };
-    let progress = Arc::new(Progress::default());
-    let reporter = ctx.out.progress("restore", progress.clone());
-    let result = restore(&repo, &id, &opts, progress);
-    reporter.finish();
-    result?;
+    // Held (not `_`): the staging directory lives until the end.
+    let (_staging, guest) = restore_staged(ctx, &repo, &id, a.threads)?;
     let partial = a.target.with_extension("vma.partial");
     let file =
         std::fs::File::create(&partial).map_err(|e| Error::io(partial.display().to_string(), e))?;
-    let written = match crate::providers::proxmox::to_vma::write_vma(&opts.target, file) {
+    let written = match crate::providers::proxmox::to_vma::write_vma(&guest, file) {
         Ok(w) => w,
         Err(e) => {
             let _ = std::fs::remove_file(&partial);
@@ -121,20 +138,8 @@ fn run_qcow2(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
     if occupied && !a.overwrite {
         return Err(Error::TargetNotEmpty(a.target.clone()));
     }
-    let staging = crate::providers::proxmox::staging::Staging::new(
-        &crate::providers::proxmox::staging::staging_base(super::cache_base()),
-    )?;
-    let guest = staging.path().join("guest");
-    let opts = RestoreOptions {
-        target: guest.clone(),
-        threads: a.threads,
-        ..Default::default()
-    };
-    let progress = Arc::new(Progress::default());
-    let reporter = ctx.out.progress("restore", progress.clone());
-    let result = restore(&repo, &id, &opts, progress);
-    reporter.finish();
-    result?;
+    // Held (not `_`): the staging directory lives until the end.
+    let (_staging, guest) = restore_staged(ctx, &repo, &id, a.threads)?;
     let images = crate::providers::proxmox::qcow2::convert_vm(&guest, &a.target)?;
     if ctx.out.json {
         ctx.out
