@@ -227,7 +227,7 @@ fn every_refusal_and_failure_says_what_happened_and_what_to_do() {
         "pve_task_timeout",
         "task_timeout",
     );
-    wait_for("the endless task stopped as asked", || {
+    common::served::eventually("the endless task stopped as asked", || {
         sim.tasks()
             .iter()
             .any(|(_, exit, stop)| *stop && exit.as_deref() == Some("interrupted by signal"))
@@ -267,17 +267,6 @@ fn every_refusal_and_failure_says_what_happened_and_what_to_do() {
         "moved",
     );
     assert!(e.retryable());
-}
-
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let until = std::time::Instant::now() + common::served::WAIT;
-    loop {
-        if let Some(t) = f() {
-            return t;
-        }
-        assert!(std::time::Instant::now() < until, "never: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]
@@ -362,7 +351,7 @@ fn a_service_plan_backs_up_a_vm_and_a_container_through_the_api() {
         assert_eq!(status, 202, "{body}");
     }
     for plan in ["vm101", "ct200"] {
-        wait_for(&format!("{plan} recoverable"), || {
+        common::served::eventually(&format!("{plan} recoverable"), || {
             let points = get(&svc, &format!("/api/v1/points?plan={plan}"));
             let all = points.as_array().cloned().unwrap_or_default();
             (all.len() == 1 && all[0]["state"] == "recoverable").then_some(())
@@ -425,7 +414,7 @@ fn a_service_plan_backs_up_a_vm_and_a_container_through_the_api() {
     let svc = start(&dir.join("data"), &config, None);
     let (status, _) = post(&svc, "/api/v1/plans/vm101/run", &serde_json::Value::Null);
     assert_eq!(status, 202);
-    let job = wait_for("the job fails", || {
+    let job = common::served::eventually("the job fails", || {
         let jobs = get(&svc, "/api/v1/jobs?plan=vm101");
         jobs.as_array()?
             .iter()

@@ -9,26 +9,10 @@ mod common;
 
 use std::fs;
 use std::path::Path;
-use std::time::Duration;
 
-use common::served::{get, post, sources_allow, start, Service, WAIT};
+use common::served::{get, post, sources_allow, start, Service};
 use common::{random_files, Env};
 use serde_json::{json, Value};
-
-/// Polls `f` until it gives `Some`, at most `WAIT`.
-fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let until = std::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            std::time::Instant::now() < until,
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 /// A service whose configuration adds `repositories` (TOML) to the default
 /// repository in its data directory.
@@ -50,7 +34,7 @@ fn serve(dir: &Path, repositories: &str) -> Service {
 fn run_until_copy_proven(svc: &Service, plan: &str, previous: Option<&str>) -> Value {
     let (status, body) = post(svc, &format!("/api/v1/plans/{plan}/run"), &Value::Null);
     assert_eq!(status, 202, "{body}");
-    eventually("the new copy proven", || {
+    common::served::eventually("the new copy proven", || {
         let p = get(svc, &format!("/api/v1/plans/{plan}"));
         let newest = &p["copies"][0]["newest"];
         (newest["state"] == "recoverable" && newest["point"].as_str() != previous).then_some(p)
@@ -146,7 +130,7 @@ fn each_point_is_copied_and_the_copy_proven_on_its_own_and_kept_by_the_plans_rul
     let second = newest_copy(&run_until_copy_proven(&svc, "docs", Some(&first_copy)));
     fs::write(src.join("new-2"), common::random_bytes(90_000, 43)).unwrap();
     run_until_copy_proven(&svc, "docs", Some(&second));
-    let gone = eventually("the first copy forgotten and deleted", || {
+    let gone = common::served::eventually("the first copy forgotten and deleted", || {
         let p = get(&svc, &format!("/api/v1/points/{first_copy}"));
         let listed: Value =
             serde_json::from_str(replica.ok(&["snapshots", "--json"]).trim()).unwrap();
@@ -217,7 +201,7 @@ fn a_copy_on_an_object_lock_bucket_is_immutable_and_makes_the_plan_protected() {
     assert_eq!(plan["copies"][0]["location"], "remote", "{plan}");
     assert_eq!(plan["copies"][0]["locks_enforced_by"], "storage", "{plan}");
     assert_eq!(newest["immutable"], true, "{plan}");
-    let plan = eventually("the plan protected", || {
+    let plan = common::served::eventually("the plan protected", || {
         let p = get(&svc, "/api/v1/plans/vault");
         (p["protection"]["status"] == "protected").then_some(p)
     });

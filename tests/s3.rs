@@ -260,21 +260,6 @@ fn a_locked_point_on_an_object_lock_bucket_cannot_be_deleted_through_s3() {
     s3.delete_version(FileKind::Config, "", &version).unwrap();
 }
 
-/// Polls `f` until it gives `Some`, at most `served::WAIT`.
-fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let until = std::time::Instant::now() + common::served::WAIT;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            std::time::Instant::now() < until,
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn a_service_backs_up_to_s3_proves_the_point_and_stores_its_lock_there() {
     use common::served::{get, post, sources_allow, start};
@@ -318,7 +303,7 @@ fn a_service_backs_up_to_s3_proves_the_point_and_stores_its_lock_there() {
     assert_eq!(status, 201, "{body}");
     let (status, body) = post(&svc, "/api/v1/plans/offsite/run", &serde_json::Value::Null);
     assert_eq!(status, 202, "{body}");
-    let point = eventually("a recoverable point in S3", || {
+    let point = common::served::eventually("a recoverable point in S3", || {
         let points = get(&svc, "/api/v1/points?plan=offsite");
         points
             .as_array()

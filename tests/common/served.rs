@@ -265,3 +265,19 @@ pub fn raw(
     let (status, body) = raw_bytes(addr, method, path, token, headers, body);
     (status, String::from_utf8_lossy(&body).into_owned())
 }
+
+/// `f`'s first `Some`, asked every 100 ms; fails the test after [`WAIT`]
+/// naming `what`.
+pub fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let until = std::time::Instant::now() + WAIT;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
