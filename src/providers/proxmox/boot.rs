@@ -143,6 +143,21 @@ fn qemu_args(disks: &[(String, PathBuf)], spec: &BootSpec, accel: &str) -> Vec<S
     .iter()
     .map(|s| s.to_string())
     .collect();
+    // The guest is whatever the backup held: qemu may not call
+    // obsolete or privileged system calls nor start processes, and runs
+    // as `nobody` once its files are open when the service is root.
+    args.extend(
+        [
+            "-sandbox",
+            "on,obsolete=deny,spawn=deny,resourcecontrol=deny",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        args.extend(["-runas", "nobody"].iter().map(|s| s.to_string()));
+    }
     for (dev, path) in disks {
         let interface = if dev.starts_with("ide") || dev.starts_with("sata") {
             "ide"
@@ -317,6 +332,16 @@ pub fn boot(
             .unwrap_or_else(std::sync::PoisonError::into_inner),
     );
     outcome.console_tail = tail_lines(&text);
+    // qemu's own failure to start (exit 1: an option it lacks, a file it
+    // cannot open) says nothing of the guest; a BIOS with nothing to boot
+    // ends it with 0 (-no-reboot).
+    if let Some(status) = exited.filter(|s| !s.success() && s.code().is_some()) {
+        return Err(format!(
+            "{} could not run the guest ({status}): {}",
+            spec.qemu.display(),
+            outcome.console_tail.join(" / ")
+        ));
+    }
     if !outcome.came_up && outcome.failure.is_none() {
         outcome.failure = Some(match exited {
             Some(status) => format!(
@@ -401,6 +426,28 @@ mod tests {
     fn escapes_are_stripped_before_the_marker_is_looked_for() {
         let raw = "\u{1b}c\u{1b}[?7l\u{1b}[2JSeaBIOS\r\nvouch-guest lo\u{1b}[0mgin: ";
         assert_eq!(strip_escapes(raw), "SeaBIOS\nvouch-guest login: ");
+    }
+
+    #[test]
+    fn an_emulator_that_cannot_start_is_no_verdict_on_the_guest() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("drive-scsi0.raw"), vec![0u8; 4096]).unwrap();
+        let mut spec = BootSpec::new("login:", Duration::from_secs(5), 256);
+        spec.accelerator = Some("tcg".into());
+        // Missing, and failing at its start (exit 1).
+        spec.qemu = PathBuf::from("/nonexistent/qemu-system-x86_64");
+        assert!(boot(dir.path(), &spec, None)
+            .unwrap_err()
+            .contains("qemu-system-x86"));
+        spec.qemu = PathBuf::from("/bin/false");
+        assert!(boot(dir.path(), &spec, None)
+            .unwrap_err()
+            .contains("could not run the guest"));
+        // No disk at all: a guest that cannot come up (a verdict).
+        let empty = tempfile::tempdir().unwrap();
+        let started = boot(empty.path(), &spec, None).unwrap();
+        assert!(!started.came_up);
+        assert!(started.failure.unwrap().contains("no disk image"));
     }
 
     #[test]
