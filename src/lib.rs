@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod anomaly;
 pub mod backend;
 pub mod backup;
 pub mod bench;

@@ -202,6 +202,45 @@ pub struct BackupCommitted {
     pub snapshot_time_unix_ns: i64,
     /// Figures.
     pub summary: BackupSummary,
+    /// What changed since the point it was compared with (schema v2; none
+    /// for a first backup, a disk image, and events upcast from v1).
+    pub changes: Option<ChangeFigures>,
+}
+
+/// What changed between a backup and the point it was compared with (its
+/// parent), as the ransomware heuristic weighs it. Counted from the two
+/// snapshots' trees and the index (how each blob was stored), never from a
+/// second read of the data. Kept in the log so that a plan's baseline is
+/// derived from its history: the same log gives the same verdicts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeFigures {
+    /// The point compared with.
+    pub compared_with: SnapshotId,
+    /// Regular files in it.
+    pub files_before: u64,
+    /// Regular files added (renamed ones not counted).
+    pub added: u64,
+    /// Regular files whose content changed at the same path.
+    pub changed: u64,
+    /// Regular files removed (renamed ones not counted).
+    pub deleted: u64,
+    /// Files renamed in their directory: `a.doc` became `a.doc.x` or `a.x`.
+    pub renamed: u64,
+    /// Files of 1 KiB or more that compressed before and no longer do,
+    /// changed in place, renamed, or replaced in their directory (a rename
+    /// to a compression format's extension is not counted). None: not known
+    /// (the repository stores without compression, so nothing tells).
+    pub became_incompressible: Option<u64>,
+    /// The unknown extension most renamed files gained (`locked` for
+    /// `a.doc` -> `a.doc.locked`), if any.
+    pub churn_extension: Option<String>,
+    /// How many files gained it.
+    pub churn_files: u64,
+    /// The ransom-note-like file name added in the most directories that
+    /// existed before, if any.
+    pub note_name: Option<String>,
+    /// In how many.
+    pub note_dirs: u64,
 }
 
 /// Who keeps a locked file from being deleted in a repository.
@@ -434,9 +473,10 @@ pub struct PointUnlocked {
 /// One signal of the ransomware heuristic.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AnomalySignal {
-    /// What was measured (`entropy-jump`, `mass-rewrite`, `extension-change`).
+    /// What was measured (`entropy-jump`, `extension-churn`, `ransom-note`,
+    /// `mass-rewrite`, `dedup-miss`; see `docs/security.md`).
     pub kind: String,
-    /// Strength, 0-1000.
+    /// Strength, 0-1000: 500 is the signal's threshold.
     pub score_permille: u32,
     /// For humans.
     pub detail: String,
@@ -451,6 +491,9 @@ pub struct AnomalyDetected {
     pub compared_with: Option<SnapshotId>,
     /// The signals.
     pub signals: Vec<AnomalySignal>,
+    /// The paths that weighed most, heaviest first (schema v2; empty when
+    /// upcast from v1).
+    pub paths: Vec<String>,
 }
 
 /// How bad an alert is.
@@ -838,7 +881,7 @@ events! {
     JobFinished => "job.finished", v 1;
     JobFailed => "job.failed", v 1;
     JobAbandoned => "job.abandoned", v 1;
-    BackupCommitted => "backup.committed", v 1;
+    BackupCommitted => "backup.committed", v 2;
     PointDiscovered => "point.discovered", v 1;
     VerificationStarted => "verification.started", v 1;
     VerificationPassed => "verification.passed", v 1;
@@ -848,7 +891,7 @@ events! {
     RestoreTestFailed => "restore_test.failed", v 3;
     PointForgotten => "point.forgotten", v 1;
     PointLocked => "point.locked", v 1;
-    AnomalyDetected => "anomaly.detected", v 1;
+    AnomalyDetected => "anomaly.detected", v 2;
     AlertRaised => "alert.raised", v 2;
     AlertDelivered => "alert.delivered", v 1;
     AlertDeliveryFailed => "alert.delivery_failed", v 1;

@@ -109,6 +109,8 @@ fn first_release_samples_upcast() -> Vec<Event> {
                 a.rule = String::new();
                 a.labels.clear();
             }
+            Event::BackupCommitted(b) => b.changes = None,
+            Event::AnomalyDetected(a) => a.paths.clear(),
             // Plans: the samples are unpaused and weekly already.
             _ => {}
         }

@@ -46,11 +46,11 @@ pub use error::{EventError, Result};
 pub use event::{
     AccessRefused, ActionAudited, AgentRegistered, AgentSeen, AlertDelivered, AlertDeliveryFailed,
     AlertRaised, AlertResolved, AnomalyDetected, AnomalySignal, BackupCommitted, BackupSummary,
-    ClockStepped, ConfigurationChanged, ContentRead, CopyCommitted, Event, GuestEvidence,
-    JobAbandoned, JobFailed, JobFinished, JobKind, JobProgress, JobScheduled, JobSpec, JobStarted,
-    LeaseExpired, LeaseGranted, LockEnforcement, LogRepaired, LogScrubbed, PacksReadBack,
-    PlanChanged, PlanCreated, PlanRemoved, PointDiscovered, PointForgotten, PointLocked,
-    PointUnlocked, PointVanished, RestoreCompleted, RestoreEvidence, RestoreSpec,
+    ChangeFigures, ClockStepped, ConfigurationChanged, ContentRead, CopyCommitted, Event,
+    GuestEvidence, JobAbandoned, JobFailed, JobFinished, JobKind, JobProgress, JobScheduled,
+    JobSpec, JobStarted, LeaseExpired, LeaseGranted, LockEnforcement, LogRepaired, LogScrubbed,
+    PacksReadBack, PlanChanged, PlanCreated, PlanRemoved, PointDiscovered, PointForgotten,
+    PointLocked, PointUnlocked, PointVanished, RestoreCompleted, RestoreEvidence, RestoreSpec,
     RestoreTestFailed, RestoreTestPassed, RestoreTestStarted, ServiceStarted, Severity,
     UnknownEvent, VerificationFailed, VerificationPassed, VerificationStarted, EVENT_TYPES,
 };

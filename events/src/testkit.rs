@@ -158,6 +158,19 @@ pub(crate) fn sample_events() -> Vec<Event> {
                 stored_bytes: 60,
                 duration_ms: 7,
             },
+            changes: Some(ChangeFigures {
+                compared_with: sid(2),
+                files_before: 9,
+                added: 1,
+                changed: 2,
+                deleted: 3,
+                renamed: 4,
+                became_incompressible: Some(5),
+                churn_extension: Some("locked".into()),
+                churn_files: 4,
+                note_name: Some("HOW_TO_DECRYPT.txt".into()),
+                note_dirs: 3,
+            }),
         }
         .into(),
         PointDiscovered {
@@ -226,6 +239,7 @@ pub(crate) fn sample_events() -> Vec<Event> {
                 score_permille: 900,
                 detail: "x".into(),
             }],
+            paths: vec!["/home/a.doc.locked".into()],
         }
         .into(),
         AlertRaised {

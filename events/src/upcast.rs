@@ -33,6 +33,8 @@ pub const UPCASTERS: &[(&str, u16, Upcaster)] = &[
     ("restore_test.failed", 2, restore_test_v2_to_v3),
     ("alert.raised", 1, alert_raised_v1_to_v2),
     ("repository.read_back", 1, read_back_v1_to_v2),
+    ("backup.committed", 1, backup_committed_v1_to_v2),
+    ("anomaly.detected", 1, anomaly_detected_v1_to_v2),
 ];
 
 use rmpv::Value;
@@ -224,6 +226,23 @@ fn read_back_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
     }
     fields.push(Value::Array(packs.into_iter().map(Value::from).collect()));
     fields.push(Value::Nil);
+    encode(fields)
+}
+
+/// `backup.committed` v1 → v2: no change figures (v1 did not count what
+/// changed; the heuristic's baseline skips such points).
+fn backup_committed_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 6..=6, "backup.committed")?;
+    fields.push(Value::Nil);
+    encode(fields)
+}
+
+/// `anomaly.detected` v1 → v2: no paths named.
+fn anomaly_detected_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 3..=3, "anomaly.detected")?;
+    fields.push(Value::Array(Vec::new()));
     encode(fields)
 }
 

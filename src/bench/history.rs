@@ -441,6 +441,7 @@ impl Builder<'_> {
             snapshot: point,
             snapshot_time_unix_ns: t0,
             summary,
+            changes: None,
         }
         .into();
         let end = finished(&backup);

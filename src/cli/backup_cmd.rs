@@ -152,6 +152,24 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
         .zip(traffic_before)
         .map(|(now, before)| now.since(before));
     let s = &outcome.manifest.summary;
+    // The ransomware heuristic against the parent alone (a plan's history
+    // is the service's): what changed, and whether it looks like an attack.
+    let compared = crate::anomaly::examine(
+        &repo,
+        &outcome.manifest,
+        &[],
+        &vouch_events::BackupSummary {
+            files: s.files,
+            bytes: s.bytes_read,
+            added_bytes: s.bytes_added,
+            stored_bytes: s.bytes_stored,
+            duration_ms: s.duration_ms,
+        },
+    )
+    .unwrap_or_else(|e| {
+        tracing::warn!("could not compare the snapshot with its parent: {e}");
+        None
+    });
     let code = if s.warnings > 0 {
         exit_code::PARTIAL
     } else {
@@ -165,6 +183,11 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
             "summary": s,
             "warnings": outcome.manifest.warnings,
             "network": network,
+            "changes": compared.as_ref().map(|(p, _)| &p.figures),
+            "anomaly": compared.as_ref().filter(|(_, a)| a.anomalous).map(|(_, a)| json!({
+                "signals": a.signals,
+                "paths": a.paths,
+            })),
             "exit_code": code,
         }));
     } else {
@@ -191,6 +214,20 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
                 human_bytes(n.received),
                 n.requests
             ));
+        }
+        if let Some((_, a)) = compared.as_ref().filter(|(_, a)| a.anomalous) {
+            eprintln!(
+                "warning: compared with its parent, this snapshot looks like files being encrypted (nothing was stopped; check the host):"
+            );
+            for sig in &a.signals {
+                eprintln!(
+                    "  {} ({}/1000): {}",
+                    sig.kind, sig.score_permille, sig.detail
+                );
+            }
+            for p in a.paths.iter().take(5) {
+                eprintln!("  e.g. {p}");
+            }
         }
         if s.warnings > 0 {
             eprintln!(

@@ -22,8 +22,8 @@ use vouch_actors::service::{
 use vouch_actors::{Clock, SystemClock};
 use vouch_events::sources::agent_source;
 use vouch_events::{
-    BackupCommitted, BackupSummary, Event, JobId, KeepPolicy, PacksReadBack, PlanId,
-    PointForgotten, PointVanished, RepositoryId, RestoreEvidence, RestoreTestFailed,
+    AnomalyDetected, BackupCommitted, BackupSummary, Event, JobId, KeepPolicy, PacksReadBack,
+    PlanId, PointForgotten, PointVanished, RepositoryId, RestoreEvidence, RestoreTestFailed,
     RestoreTestPassed, RestoreTestStarted, SnapshotId as PointId, VerificationFailed,
     VerificationPassed, VerificationStarted, VerifyDepth,
 };
@@ -168,7 +168,10 @@ impl Handler<RunJob> for EngineWorker {
                 });
             }
         }
-        if let JobCommand::Backup { plan, definition } = &msg.command {
+        if let JobCommand::Backup {
+            plan, definition, ..
+        } = &msg.command
+        {
             if let Some((agent, path)) = agent_source(&definition.source) {
                 let (plan, agent, path) = (plan.clone(), agent.to_owned(), path.to_owned());
                 let board = self.agents.clone();
@@ -241,7 +244,11 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
     let cancelled = || cancel.is_cancelled();
     let fail = |e: Error| failure_of(&e, cancel.is_cancelled());
     match command {
-        JobCommand::Backup { plan, definition } => {
+        JobCommand::Backup {
+            plan,
+            definition,
+            history,
+        } => {
             // Checked again at every start: the policy may have changed
             // since the plan was accepted, or a symlink been planted on
             // the way to its source.
@@ -284,23 +291,27 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
             let s = &outcome.manifest.summary;
             let bytes_stored = Progress::get(&progress.bytes_stored);
             tracing::info!(snapshot = %outcome.snapshot.short(), files = s.files, "backup committed");
-            Ok(JobOutput {
-                events: vec![BackupCommitted {
-                    job: Some(job),
-                    plan: Some(plan),
-                    repository: definition.repository.clone(),
-                    snapshot: point_of(&outcome.snapshot),
-                    snapshot_time_unix_ns: outcome.manifest.time_ns,
-                    summary: BackupSummary {
-                        files: s.files,
-                        bytes: s.bytes_read,
-                        added_bytes: s.bytes_added,
-                        stored_bytes: bytes_stored,
-                        duration_ms: started.elapsed().as_millis() as u64,
-                    },
-                }
-                .into()],
-            })
+            let summary = BackupSummary {
+                files: s.files,
+                bytes: s.bytes_read,
+                added_bytes: s.bytes_added,
+                stored_bytes: bytes_stored,
+                duration_ms: started.elapsed().as_millis() as u64,
+            };
+            let point = point_of(&outcome.snapshot);
+            let (changes, anomaly) = compare_with_parent(&repo, &outcome, &history, &summary);
+            let mut events: Vec<Event> = vec![BackupCommitted {
+                job: Some(job),
+                plan: Some(plan),
+                repository: definition.repository.clone(),
+                snapshot: point,
+                snapshot_time_unix_ns: outcome.manifest.time_ns,
+                summary,
+                changes,
+            }
+            .into()];
+            events.extend(anomaly.map(|a| Event::from(AnomalyDetected { point, ..a })));
+            Ok(JobOutput { events })
         }
         JobCommand::Verify {
             point,
@@ -989,6 +1000,42 @@ fn vzdump_backup(
     Ok(JobOutput { events })
 }
 
+/// The ransomware heuristic on a committed backup: what changed since its
+/// parent and, if that is an anomaly, the `anomaly.detected` to record
+/// (its point still to be set). A comparison that fails costs only the
+/// figures (logged): the backup itself is committed and good.
+fn compare_with_parent(
+    repo: &crate::repo::Repository,
+    outcome: &crate::backup::BackupOutcome,
+    history: &vouch_actors::service::BackupHistory,
+    summary: &BackupSummary,
+) -> (Option<vouch_events::ChangeFigures>, Option<AnomalyDetected>) {
+    let _span =
+        tracing::info_span!("ransomware_heuristic", snapshot = %outcome.snapshot.short()).entered();
+    match crate::anomaly::examine(repo, &outcome.manifest, history, summary) {
+        Ok(None) => (None, None),
+        Ok(Some((profile, verdict))) => {
+            let anomaly = verdict.anomalous.then(|| {
+                tracing::warn!(
+                    signals = ?verdict.signals.iter().map(|s| (&s.kind, s.score_permille)).collect::<Vec<_>>(),
+                    "anomaly: this backup looks like files being encrypted (reported; nothing is stopped)"
+                );
+                AnomalyDetected {
+                    point: profile.figures.compared_with,
+                    compared_with: Some(profile.figures.compared_with),
+                    signals: verdict.signals,
+                    paths: verdict.paths,
+                }
+            });
+            (Some(profile.figures), anomaly)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not compare the backup with its parent; no change figures recorded");
+            (None, None)
+        }
+    }
+}
+
 /// The `backup.committed` of one guest's snapshot.
 fn guest_committed(
     job: &JobId,
@@ -1010,6 +1057,7 @@ fn guest_committed(
             stored_bytes: s.bytes_stored,
             duration_ms: s.duration_ms,
         },
+        changes: None,
     }
     .into()
 }

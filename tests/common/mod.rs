@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub mod guests;
+pub mod ransom;
 pub mod served;
 
 pub const PASSWORD: &str = "correct horse battery staple";

@@ -259,6 +259,20 @@ export async function render(main, route, ctx) {
 <section class="panel" id="pt-restore-section" aria-labelledby="h-restore"><h2 id="h-restore">Restore to a host</h2><div id="pt-restore"></div></section>
 <section aria-labelledby="h-history"><h2 id="h-history">History</h2><div id="pt-history"></div></section>`;
 
+  function changesHtml(c) {
+    if (!c) return '';
+    return `<details data-changes><summary>What changed since <code>${esc(c.compared_with.slice(0, 12))}</code></summary>${dl([
+      ['Files before', fmtCount(c.files_before)],
+      ['Changed in place', fmtCount(c.changed)],
+      ['Added', fmtCount(c.added)],
+      ['Deleted', fmtCount(c.deleted)],
+      ['Renamed', fmtCount(c.renamed)],
+      ['Stopped compressing', c.became_incompressible === null ? '<span class="muted">unknown (the repository does not compress)</span>' : fmtCount(c.became_incompressible)],
+      ['Extension gained', c.churn_extension ? `<code>.${esc(c.churn_extension)}</code> by ${fmtCount(c.churn_files)} files` : '<span class="muted">none</span>'],
+      ['Note-like file', c.note_name ? `<code>${esc(c.note_name)}</code> in ${fmtCount(c.note_dirs)} directories` : '<span class="muted">none</span>'],
+    ])}</details>`;
+  }
+
   function drawDetail() {
     const s = point.summary;
     const anomalies = point.anomalies || [];
@@ -283,8 +297,11 @@ ${dl([
     ['Lock', point.locked_until ? `<span class="badge locked">locked</span> until ${esc(fmtTime(point.locked_until))}` : '<span class="muted">not locked</span>'],
   ])}
 ${ctx.canOperate ? `<form id="lock-form" class="inline-form"><label for="lock-until">Lock against deletion until (UTC)</label> <input type="datetime-local" id="lock-until" name="until" required> <button type="submit" class="secondary">Lock</button> <small class="muted">A lock can be extended, never shortened.</small></form>` : ''}
-<section aria-labelledby="h-anom"><h2 id="h-anom">Anomaly flags</h2>
-${anomalies.length ? `<ul class="anomalies">${anomalies.map((a) => `<li><span class="badge anomaly">${esc(a.kind)}</span> score ${(a.score_permille / 10).toFixed(1)} % — ${esc(a.detail)}</li>`).join('')}</ul><p class="help">The ransomware heuristic reports; it never acts.</p>` : '<p class="muted">None reported.</p>'}
+<section aria-labelledby="h-anom" data-anomalies><h2 id="h-anom">Ransomware heuristic</h2>
+${anomalies.length ? `<p class="over"><strong>Anomaly:</strong> compared with the point before it, this one looks like files being encrypted. Check the host; earlier points are untouched. The heuristic reports; it never acts.</p>
+<ul class="anomalies">${anomalies.map((a) => `<li><span class="badge anomaly">${esc(a.kind)}</span> score ${esc(String(a.score_permille))}/1000 (500 is its threshold) — ${esc(a.detail)}</li>`).join('')}</ul>
+${(point.anomaly_paths || []).length ? `<p>The paths that weighed most:</p><ul class="anomalies" data-anomaly-paths>${point.anomaly_paths.map((p) => `<li><code>${esc(p)}</code></li>`).join('')}</ul>` : ''}` : (point.changes ? '<p class="muted">No anomaly: nothing in what changed looks like encryption.</p>' : '<p class="muted">Not compared: a first backup, a copy, a disk image, or a point recorded before the heuristic existed.</p>')}
+${changesHtml(point.changes)}
 </section>`;
     main.querySelector('#pt-evidence').innerHTML = evidenceHtml(point.restore_test, point.coverage);
     main.querySelector('#pt-verify').innerHTML = verificationHtml(point.verification);

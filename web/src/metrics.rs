@@ -1132,6 +1132,7 @@ mod tests {
                     snapshot: id,
                     snapshot_time_unix_ns: t0 + i64::from(i) * sec,
                     summary: BackupSummary::default(),
+                    changes: None,
                 }
                 .into(),
             );
@@ -1257,6 +1258,7 @@ mod tests {
                     bytes: 2,
                     ..BackupSummary::default()
                 },
+                changes: None,
             }
             .into(),
             VerificationPassed {

@@ -515,6 +515,54 @@ pub struct AnomalyView {
     pub detail: String,
 }
 
+/// What changed between a point and the point it was compared with (its
+/// parent), as the ransomware heuristic counted it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ChangesView {
+    /// The point compared with (64 hex digits).
+    pub compared_with: String,
+    /// Regular files in it.
+    pub files_before: u64,
+    /// Files added.
+    pub added: u64,
+    /// Files whose content changed in place.
+    pub changed: u64,
+    /// Files deleted.
+    pub deleted: u64,
+    /// Files renamed in their directory (`a.doc` to `a.doc.x` or `a.x`).
+    pub renamed: u64,
+    /// Files that compressed before and no longer do (null: not known,
+    /// the repository stores without compression).
+    pub became_incompressible: Option<u64>,
+    /// The extension foreign to their directories that most renamed files
+    /// gained, if any.
+    pub churn_extension: Option<String>,
+    /// How many files gained it.
+    pub churn_files: u64,
+    /// A ransom-note-like name added in directories that existed, if any.
+    pub note_name: Option<String>,
+    /// In how many directories.
+    pub note_dirs: u64,
+}
+
+impl From<&vouch_events::ChangeFigures> for ChangesView {
+    fn from(c: &vouch_events::ChangeFigures) -> Self {
+        ChangesView {
+            compared_with: c.compared_with.to_hex(),
+            files_before: c.files_before,
+            added: c.added,
+            changed: c.changed,
+            deleted: c.deleted,
+            renamed: c.renamed,
+            became_incompressible: c.became_incompressible,
+            churn_extension: c.churn_extension.clone(),
+            churn_files: c.churn_files,
+            note_name: c.note_name.clone(),
+            note_dirs: c.note_dirs,
+        }
+    }
+}
+
 /// A recovery point.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct PointView {
@@ -549,8 +597,14 @@ pub struct PointView {
     pub summary: Option<SummaryView>,
     /// Locked against deletion until then.
     pub locked_until: Option<String>,
-    /// Anomaly signals.
+    /// Signals of the ransomware heuristic (it reports, never acts).
     pub anomalies: Vec<AnomalyView>,
+    /// The paths that weighed most in those signals, heaviest first.
+    pub anomaly_paths: Vec<String>,
+    /// What changed since the point it was compared with (null: a first
+    /// backup, a copy, a disk image, or a point recorded before these
+    /// figures existed).
+    pub changes: Option<ChangesView>,
     /// What it is a copy of, for a copy in a plan's replica (null: a point
     /// of its own).
     pub copy_of: Option<CopyOfView>,
@@ -658,6 +712,8 @@ pub(crate) fn point_view(pt: &vouch_events::Point) -> PointView {
                 detail: a.detail.clone(),
             })
             .collect(),
+        anomaly_paths: pt.anomaly_paths.clone(),
+        changes: pt.changes.as_ref().map(ChangesView::from),
         copy_of: pt.copy.as_ref().map(|c| CopyOfView {
             source: c.source.to_hex(),
             location: if c.off_host { "remote" } else { "local" }.to_owned(),

@@ -43,7 +43,9 @@ impl Handler<RunJob> for FakeEngineWorker {
     fn handle(&mut self, msg: RunJob, _: &mut Self::Context) -> Self::Result {
         let now = vouch_events::Clock::now_unix_ns(&vouch_events::SystemClock);
         let events = match msg.command {
-            JobCommand::Backup { plan, definition } => vec![BackupCommitted {
+            JobCommand::Backup {
+                plan, definition, ..
+            } => vec![BackupCommitted {
                 job: Some(msg.job.clone()),
                 plan: Some(plan),
                 repository: definition.repository,
@@ -56,6 +58,7 @@ impl Handler<RunJob> for FakeEngineWorker {
                     stored_bytes: 600,
                     duration_ms: 5,
                 },
+                changes: None,
             }
             .into()],
             JobCommand::Verify { point, depth, .. } => vec![VerificationPassed {
@@ -1135,6 +1138,7 @@ async fn commit_point(s: &Server, n: u8) -> SnapshotId {
                 stored_bytes: 1,
                 duration_ms: 1,
             },
+            changes: None,
         }
         .into()])
         .await
@@ -1803,6 +1807,7 @@ async fn a_filtered_page_of_events_scans_a_bounded_part_of_the_log() {
                         stored_bytes: 1,
                         duration_ms: 1,
                     },
+                    changes: None,
                 }
                 .into()
             })

@@ -341,6 +341,10 @@ pub fn health_incidents(append: &AppendStatus, read_unavailable: Option<&str>) -
     out
 }
 
+/// An anomaly signal counts from this score on (the heuristic's threshold,
+/// `vouch::anomaly::assess::THRESHOLD`).
+const ANOMALY_THRESHOLD: u32 = 500;
+
 /// The rules: job failed (a plan's latest backup failed or was abandoned),
 /// verification failed, restore test failed, plan not protected (no
 /// recoverable point inside its RPO, once the plan is older than its RPO),
@@ -555,11 +559,31 @@ pub fn incidents_with(
                 _ => {}
             }
             if pt.flagged() {
-                let kinds: Vec<&str> = pt.anomalies.iter().map(|a| a.kind.as_str()).collect();
+                let signals: Vec<String> = pt
+                    .anomalies
+                    .iter()
+                    .filter(|a| a.score_permille >= ANOMALY_THRESHOLD)
+                    .map(|a| format!("{} ({})", a.kind, a.detail))
+                    .collect();
+                let paths: Vec<&str> = pt
+                    .anomaly_paths
+                    .iter()
+                    .take(5)
+                    .map(String::as_str)
+                    .collect();
                 out.push(Incident {
-                    subject: format!("point {short} of plan {id}: anomaly detected"),
-                    severity: Severity::Warning,
-                    message: format!("point {point} looks unusual: {}", kinds.join(", ")),
+                    subject: format!("point {short} of plan {id}: files look encrypted (anomaly)"),
+                    // A host being encrypted is what wakes people up.
+                    severity: Severity::Critical,
+                    message: format!(
+                        "point {point} looks like files being encrypted: {}{}. The heuristic reports, it never acts: check the host; earlier points are untouched",
+                        signals.join("; "),
+                        if paths.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; e.g. {}", paths.join(", "))
+                        }
+                    ),
                     rule: "AnomalyDetected",
                     labels: labels(&[("plan", id.clone()), ("point", point)]),
                 });
@@ -1559,6 +1583,7 @@ mod tests {
                 files,
                 ..Default::default()
             },
+            changes: None,
         }
         .into()
     }

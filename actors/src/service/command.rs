@@ -7,9 +7,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use actix::{Message, Recipient};
 use vouch_events::{
-    Event, JobId, JobKind, JobSpec, KeepPolicy, PlanDefinition, PlanId, RepositoryId, RestoreSpec,
-    SnapshotId, VerifyDepth,
+    BackupSummary, ChangeFigures, Event, JobId, JobKind, JobSpec, KeepPolicy, PlanDefinition,
+    PlanId, RepositoryId, RestoreSpec, SnapshotId, VerifyDepth,
 };
+
+/// A plan's recent backups, oldest first: each one's figures and what
+/// changed then (none for a first backup or one recorded before change
+/// figures existed).
+pub type BackupHistory = Vec<(BackupSummary, Option<ChangeFigures>)>;
 
 /// What a job does, with everything the worker needs to do it.
 #[derive(Clone, Debug)]
@@ -20,6 +25,10 @@ pub enum JobCommand {
         plan: PlanId,
         /// Its definition when the job started.
         definition: Box<PlanDefinition>,
+        /// The plan's recent backups, oldest first, for the ransomware
+        /// heuristic's baseline; the dispatcher fills it in from the
+        /// projections when the job starts.
+        history: BackupHistory,
     },
     /// Verify one point.
     Verify {

@@ -566,6 +566,33 @@ impl Dispatcher {
             );
             return;
         }
+        if let JobCommand::Backup { plan, .. } = &q.command {
+            let plan = plan.clone();
+            let job = q.job.clone();
+            self.running.insert(job.clone(), self.running_entry(&q));
+            self.with_projections(
+                ctx,
+                self.seen_seq,
+                move |p| policy::backup_history(p, &plan),
+                move |act, ctx, res| {
+                    act.running.remove(&job);
+                    match res {
+                        Ok(h) => {
+                            if let JobCommand::Backup { history, .. } = &mut q.command {
+                                *history = h;
+                            }
+                        }
+                        // The heuristic then measures against no history,
+                        // which only lowers its thresholds to their floors.
+                        Err(e) => {
+                            tracing::warn!(job = %job, error = %e, "could not read the plan's recent backups; the ransomware heuristic runs without its baseline")
+                        }
+                    }
+                    act.launch(ctx, q);
+                },
+            );
+            return;
+        }
         if let JobCommand::Reconcile { repository, .. } = &q.command {
             let repository = repository.clone();
             let job = q.job.clone();
@@ -1123,6 +1150,7 @@ pub fn rebuild_command(
         JobKind::Backup => plan.map(|pl| JobCommand::Backup {
             plan: pl.id.clone(),
             definition: Box::new(pl.definition.clone()),
+            history: Vec::new(),
         }),
         JobKind::Verify => match j.point {
             Some(point) => Some(JobCommand::Verify {
@@ -1437,6 +1465,7 @@ mod tests {
                     snapshot: point,
                     snapshot_time_unix_ns: 1,
                     summary: BackupSummary::default(),
+                    changes: None,
                 }
                 .into(),
                 JobScheduled {

@@ -388,6 +388,7 @@ impl ServiceHandle {
         self.enqueue(JobCommand::Backup {
             plan,
             definition: Box::new(def),
+            history: Vec::new(),
         })
         .await
     }

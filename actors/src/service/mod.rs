@@ -40,7 +40,8 @@ pub use alerting::{
     Receiver, WebhookFormat, LOG_NOT_WRITABLE, ONE_OFF_ALERT_FOR, READ_MODEL_UNAVAILABLE,
 };
 pub use command::{
-    CancelToken, JobCommand, JobFailure, JobOutput, ProgressCell, ProgressReading, RunJob, Workers,
+    BackupHistory, CancelToken, JobCommand, JobFailure, JobOutput, ProgressCell, ProgressReading,
+    RunJob, Workers,
 };
 pub use dispatcher::{kind_name, rebuild_command, DispatchConfig, JobTimeouts, LiveProgress};
 pub use error::ServiceError;

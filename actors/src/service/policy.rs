@@ -28,6 +28,26 @@ pub fn live_points<'a>(p: &'a Projections, plan: &PlanId) -> Vec<&'a Point> {
     v
 }
 
+/// How many of a plan's recent backups the ransomware heuristic's baseline
+/// holds.
+pub const BACKUP_HISTORY: usize = 10;
+
+/// The plan's latest [`BACKUP_HISTORY`] committed backups (forgotten ones
+/// too: they are history), oldest first.
+pub fn backup_history(p: &Projections, plan: &PlanId) -> super::command::BackupHistory {
+    let mut v: Vec<&Point> = p
+        .points
+        .of_plan(plan)
+        .filter(|pt| pt.origin == vouch_events::PointOrigin::Committed && pt.summary.is_some())
+        .collect();
+    v.sort_by_key(|pt| pt.snapshot_time_unix_ns);
+    let skip = v.len().saturating_sub(BACKUP_HISTORY);
+    v.into_iter()
+        .skip(skip)
+        .filter_map(|pt| Some((pt.summary.clone()?, pt.changes.clone())))
+        .collect()
+}
+
 /// Points of `plan` stored in `repository` that are not expired, its own
 /// and the copies of them (a replica holds only copies), newest snapshot
 /// first.
@@ -692,6 +712,7 @@ mod tests {
                 files,
                 ..Default::default()
             },
+            changes: None,
         }
         .into()
     }

@@ -203,6 +203,7 @@ mod tests {
             snapshot: SnapshotId([point; 32]),
             snapshot_time_unix_ns: 1,
             summary: BackupSummary::default(),
+            changes: None,
         }
         .into()
     }
@@ -256,6 +257,7 @@ mod tests {
                 replica: None,
                 proxmox: None,
             }),
+            history: Vec::new(),
         };
         assert_eq!(foreign(&j, &backup, &[committed("p", "main", 3)]), None);
         assert!(foreign(&j, &backup, &[committed("q", "main", 3)]).is_some());

@@ -259,6 +259,7 @@ impl Scheduler {
                     out.push(JobCommand::Backup {
                         plan: plan.id,
                         definition: Box::new(plan.definition),
+                        history: Vec::new(),
                     });
                 }
                 Ok(Decision::NotDue { next_unix_ns }) => {

@@ -1068,6 +1068,7 @@ fn commit(point: SnapshotId) -> Event {
             stored_bytes: 1,
             duration_ms: 1,
         },
+        changes: None,
     }
     .into()
 }
@@ -1605,6 +1606,7 @@ async fn a_plan_unproven_across_an_alerter_restart_still_alerts_after_its_rpo() 
                 files: 3,
                 ..Default::default()
             },
+            changes: None,
         }
         .into(),
     ])
@@ -1654,6 +1656,7 @@ async fn a_plan_unproven_across_an_alerter_restart_still_alerts_after_its_rpo() 
             files: 3,
             ..Default::default()
         },
+        changes: None,
     }
     .into()])
         .await

@@ -689,6 +689,7 @@ impl Model {
                 commands.push(JobCommand::Backup {
                     plan: id,
                     definition: Box::new(definition),
+                    history: Vec::new(),
                 });
             }
         }
@@ -1031,6 +1032,7 @@ impl Model {
                         JobCommand::Backup {
                             plan,
                             definition: Box::new(definition),
+                            history: Vec::new(),
                         },
                         "asked for",
                     );

@@ -832,6 +832,7 @@ mod tests {
                     stored_bytes: 0,
                     duration_ms: 0,
                 },
+                changes: None,
             }
             .into(),
             VerificationPassed {

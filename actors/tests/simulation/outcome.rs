@@ -45,7 +45,9 @@ pub fn ending(
         return fail("cancelled", false, started_events(&job, command));
     }
     match command {
-        JobCommand::Backup { plan, definition } => match rng.weighted(&[14, 1, 2, 1, 1]) {
+        JobCommand::Backup {
+            plan, definition, ..
+        } => match rng.weighted(&[14, 1, 2, 1, 1]) {
             0 | 1 => {
                 let empty = rng.chance(1, 12);
                 let files = if empty { 0 } else { 1 + rng.below(5000) as u64 };
@@ -62,6 +64,7 @@ pub fn ending(
                         stored_bytes: files * 50,
                         duration_ms: 1000,
                     },
+                    changes: None,
                 }
                 .into()])
             }

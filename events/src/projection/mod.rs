@@ -128,7 +128,9 @@ fn leading_str(payload: &[u8]) -> Option<&str> {
 ///    scopes, the rules tag ([`PROJECTION_RULES`]).
 /// 5: the newest recorded time (`latest_recorded_unix_ns`, the clock cap).
 /// 6: copies (`copy.committed`: `Point::copy`, `PointOrigin::Copied`).
-pub const PROJECTION_SNAPSHOT_VERSION: u16 = 6;
+/// 7: change figures and anomaly paths on points (`Point::changes`,
+///    `Point::anomaly_paths`).
+pub const PROJECTION_SNAPSHOT_VERSION: u16 = 7;
 
 /// A digest of the projection's source code, computed by the build
 /// script: a snapshot folded by other rules is not trusted (its derived

@@ -7,7 +7,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::event::{
-    AnomalySignal, BackupSummary, Event, LockEnforcement, RestoreEvidence, UnknownEvent,
+    AnomalySignal, BackupSummary, ChangeFigures, Event, LockEnforcement, RestoreEvidence,
+    UnknownEvent,
 };
 use crate::ids::{JobId, PlanId, RepositoryId, SnapshotId};
 use crate::plan::VerifyDepth;
@@ -200,8 +201,13 @@ pub struct Point {
     pub last_restore_test: Option<RestoreOutcome>,
     /// Locked against deletion until then.
     pub locked_until_unix_ns: Option<i64>,
+    /// What changed since the point it was compared with (committed
+    /// points of schema v2 that had a parent).
+    pub changes: Option<ChangeFigures>,
     /// Signals of the ransomware heuristic.
     pub anomalies: Vec<AnomalySignal>,
+    /// The paths that weighed most in its anomalies.
+    pub anomaly_paths: Vec<String>,
     /// The latest failed check (verification or restore test): restore
     /// evidence older than this does not make the point recoverable.
     pub last_failed_check: Option<Recorded>,
@@ -258,7 +264,9 @@ impl Point {
             last_verification: None,
             last_restore_test: None,
             locked_until_unix_ns: None,
+            changes: None,
             anomalies: Vec::new(),
+            anomaly_paths: Vec::new(),
             last_failed_check: None,
             expired: None,
             unreadable: Vec::new(),
@@ -550,6 +558,7 @@ impl PointsProjection {
                     }
                     p.origin = PointOrigin::Committed;
                     p.summary = Some(e.summary.clone());
+                    p.changes = e.changes.clone();
                     if p.plan.is_none() {
                         p.plan = e.plan.clone();
                         if let Some(plan) = &e.plan {
@@ -562,7 +571,7 @@ impl PointsProjection {
                     p.state = p.derive_state();
                     return None;
                 }
-                let p = Point::new(
+                let mut p = Point::new(
                     e.snapshot,
                     e.repository.clone(),
                     e.plan.clone(),
@@ -571,6 +580,7 @@ impl PointsProjection {
                     at,
                     Some(e.summary.clone()),
                 );
+                p.changes = e.changes.clone();
                 self.points.insert(e.snapshot, p);
                 self.index(e.snapshot, e.plan.as_ref(), at, false);
                 None
@@ -864,6 +874,11 @@ impl PointsProjection {
                     return bad(Some(e.point), "anomaly on a point never known".into());
                 };
                 p.anomalies.extend(e.signals.iter().cloned());
+                for path in &e.paths {
+                    if !p.anomaly_paths.contains(path) {
+                        p.anomaly_paths.push(path.clone());
+                    }
+                }
                 None
             }
             _ => None,

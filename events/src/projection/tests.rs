@@ -56,6 +56,7 @@ fn commit_at(point: u8, time: i64) -> Event {
             bytes: 300,
             ..BackupSummary::default()
         },
+        changes: None,
     }
     .into()
 }
@@ -285,6 +286,7 @@ fn anomalies_flag_a_point_without_changing_its_state() {
                 score_permille: 800,
                 detail: String::new(),
             }],
+            paths: Vec::new(),
         }
         .into(),
     );
@@ -1037,6 +1039,7 @@ fn the_per_plan_index_answers_like_a_scan_and_stays_out_of_snapshots() {
                 snapshot: sid(i),
                 snapshot_time_unix_ns: T0 + i as i64 * SEC,
                 summary: BackupSummary::default(),
+                changes: None,
             }
             .into(),
         );

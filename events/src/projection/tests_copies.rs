@@ -56,6 +56,7 @@ fn commit(point: u8) -> Event {
             bytes: 300,
             ..BackupSummary::default()
         },
+        changes: None,
     }
     .into()
 }

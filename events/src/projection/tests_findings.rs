@@ -60,6 +60,7 @@ fn commit_files(point: u8, plan: u8, files: u64) -> Event {
             bytes: files * 100,
             ..BackupSummary::default()
         },
+        changes: None,
     }
     .into()
 }
@@ -1156,6 +1157,7 @@ fn mutants_a_point_is_flagged_only_by_an_anomaly() {
                 score_permille: 900,
                 detail: String::new(),
             }],
+            paths: Vec::new(),
         }
         .into(),
     );

@@ -471,6 +471,7 @@ mod tests {
                         files: 1,
                         ..BackupSummary::default()
                     },
+                    changes: None,
                 }
                 .into(),
             );
@@ -825,6 +826,7 @@ mod tests {
                 snapshot: sid(99),
                 snapshot_time_unix_ns: 99_000,
                 summary: BackupSummary::default(),
+                changes: None,
             }
             .into(),
         )

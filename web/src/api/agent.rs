@@ -550,6 +550,7 @@ pub(crate) async fn result(
                         stored_bytes: input.stored_bytes,
                         duration_ms: input.duration_ms,
                     },
+                    changes: None,
                 }
                 .into()],
             })

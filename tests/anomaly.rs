@@ -1,0 +1,373 @@
+//! The ransomware heuristic on real trees: a simulated attack is detected
+//! at 2 %, 10 % and 50 %, by each of its signals; benign churn (an upgrade
+//! of a source tree, a package upgrade of `/usr`, a compiler's build tree,
+//! log rotation, new photos) raises nothing. Real files, a real repository,
+//! real backups; the comparison reads only trees and the index.
+//!
+//! `VOUCH_ANOMALY_TREE=/path/to/linux-6.1 cargo test --release --test
+//! anomaly -- --ignored --nocapture` runs the attack table on a large tree
+//! (`docs/security.md` has its figures), and `VOUCH_ANOMALY_UPGRADE` names
+//! the later tree to replace it with.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::ransom::{self, Attack};
+use vouch::anomaly::{examine, Assessment, Profile};
+use vouch::backend::LocalBackend;
+use vouch::backup::{backup, BackupOptions};
+use vouch::crypto::KdfParams;
+use vouch::progress::Progress;
+use vouch::repo::{InitOptions, Repository};
+
+fn new_repo(dir: &Path) -> Repository {
+    vouch::crypto::allow_weak_kdf();
+    let opts = InitOptions {
+        kdf: KdfParams {
+            memory_kib: 1024,
+            iterations: 1,
+            parallelism: 1,
+        },
+        ..Default::default()
+    };
+    Repository::init(Arc::new(LocalBackend::new(dir.join("repo"))), b"pw", &opts)
+        .unwrap_or_else(|e| panic!("init: {e}"))
+}
+
+fn summary_of(m: &vouch::format::Manifest) -> vouch_events::BackupSummary {
+    vouch_events::BackupSummary {
+        files: m.summary.files,
+        bytes: m.summary.bytes_read,
+        added_bytes: m.summary.bytes_added,
+        stored_bytes: m.summary.bytes_stored,
+        duration_ms: m.summary.duration_ms,
+    }
+}
+
+/// Backs up `src` (the same path each time, so each backup's parent is the
+/// one before) and compares it with its parent.
+fn backup_and_examine(repo: &Repository, src: &Path) -> Option<(Profile, Assessment)> {
+    let opts = BackupOptions {
+        paths: vec![src.to_path_buf()],
+        ..Default::default()
+    };
+    let out = backup(repo, &opts, Arc::new(Progress::default()))
+        .unwrap_or_else(|e| panic!("backup: {e}"));
+    examine(repo, &out.manifest, &[], &summary_of(&out.manifest))
+        .unwrap_or_else(|e| panic!("examine: {e}"))
+}
+
+/// Backs up `src`, lets `change` act on it, backs it up again and returns
+/// the second backup's comparison.
+fn compare_after(src: &Path, change: impl FnOnce(&Path)) -> (Profile, Assessment) {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = new_repo(dir.path());
+    assert!(
+        backup_and_examine(&repo, src).is_none(),
+        "a first backup has no parent"
+    );
+    change(src);
+    backup_and_examine(&repo, src).expect("the second backup has a parent")
+}
+
+fn signal(a: &Assessment, kind: &str) -> u32 {
+    a.signals
+        .iter()
+        .find(|s| s.kind == kind)
+        .map_or(0, |s| s.score_permille)
+}
+
+fn project(dir: &Path) -> std::path::PathBuf {
+    let src = dir.join("tree");
+    let n = ransom::project_tree(&src);
+    assert!(n > 200, "the project tree has {n} files");
+    src
+}
+
+#[test]
+fn an_attack_that_encrypts_and_renames_is_detected_at_2_10_and_50_percent() {
+    for permille in [20, 100, 500] {
+        let dir = tempfile::tempdir().unwrap();
+        let src = project(dir.path());
+        let mut encrypted = 0;
+        let (p, a) = compare_after(&src, |s| {
+            encrypted = ransom::attack(
+                s,
+                Attack {
+                    permille,
+                    rename_to: Some("locked"),
+                    notes: false,
+                    encrypt: true,
+                },
+            )
+        });
+        let f = &p.figures;
+        assert!(a.anomalous, "{permille} permille: {a:#?}\n{f:#?}");
+        assert_eq!(f.churn_extension.as_deref(), Some("locked"));
+        assert_eq!(f.churn_files, encrypted as u64, "{f:#?}");
+        assert!(signal(&a, "extension-churn") >= 500);
+        // Files of 1 KiB or more that compressed are the ones weighed.
+        assert!(
+            f.became_incompressible.unwrap_or(0) * 10 >= encrypted as u64 * 6,
+            "{f:#?}"
+        );
+        assert_eq!(f.renamed, encrypted as u64);
+        assert!(
+            a.paths.iter().any(|p| p.ends_with(".locked")),
+            "{:?}",
+            a.paths
+        );
+    }
+}
+
+#[test]
+fn encryption_in_place_without_renames_is_caught_by_the_entropy_jump() {
+    for permille in [100, 500] {
+        let dir = tempfile::tempdir().unwrap();
+        let src = project(dir.path());
+        let (p, a) = compare_after(&src, |s| {
+            ransom::attack(
+                s,
+                Attack {
+                    permille,
+                    rename_to: None,
+                    notes: false,
+                    encrypt: true,
+                },
+            );
+        });
+        assert!(a.anomalous, "{permille}: {a:#?}");
+        assert!(signal(&a, "entropy-jump") >= 500, "{a:#?}");
+        assert_eq!(signal(&a, "extension-churn"), 0);
+        assert_eq!(p.figures.renamed, 0);
+    }
+}
+
+#[test]
+fn notes_dropped_in_the_directories_alone_are_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = project(dir.path());
+    let (p, a) = compare_after(&src, |s| {
+        ransom::attack(
+            s,
+            Attack {
+                permille: 100,
+                rename_to: None,
+                notes: true,
+                encrypt: false,
+            },
+        );
+    });
+    assert!(a.anomalous, "{a:#?}");
+    assert_eq!(p.figures.note_name.as_deref(), Some(ransom::NOTE));
+    assert!(p.figures.note_dirs >= 3, "{:?}", p.figures);
+    assert!(a.paths.iter().all(|p| p.ends_with(ransom::NOTE)));
+}
+
+#[test]
+fn an_upgrade_of_a_source_tree_raises_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = project(dir.path());
+    let (p, a) = compare_after(&src, ransom::upgrade_sources);
+    let f = &p.figures;
+    assert!(!a.anomalous, "{a:#?}\n{f:#?}");
+    // The upgrade did happen, and was seen.
+    assert!(f.changed * 2 > f.files_before, "{f:#?}");
+    assert!(f.deleted > 10 && f.added > 10, "{f:#?}");
+    assert!(signal(&a, "mass-rewrite") >= 500, "{a:#?}");
+}
+
+#[test]
+fn a_package_upgrade_of_usr_raises_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("usr");
+    let n = ransom::usr_tree(&src, 120);
+    assert!(n > 50, "this machine's /usr gave {n} files");
+    let (p, a) = compare_after(&src, ransom::upgrade_usr);
+    assert!(!a.anomalous, "{a:#?}\n{:#?}", p.figures);
+    assert!(
+        p.figures.changed * 2 > p.figures.files_before,
+        "{:#?}",
+        p.figures
+    );
+}
+
+#[test]
+fn a_rebuilt_build_tree_raises_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("project");
+    ransom::build_tree(&src, 1);
+    let (p, a) = compare_after(&src, |s| ransom::rebuild(s, 2));
+    assert!(!a.anomalous, "{a:#?}\n{:#?}", p.figures);
+    assert!(
+        p.figures.deleted >= 180 && p.figures.added >= 180,
+        "{:#?}",
+        p.figures
+    );
+}
+
+#[test]
+fn log_rotation_raises_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("log");
+    ransom::log_tree(&src, 30);
+    let (p, a) = compare_after(&src, |s| ransom::rotate_logs(s, 30));
+    let f = &p.figures;
+    assert!(!a.anomalous, "{a:#?}\n{f:#?}");
+    assert_eq!(
+        f.churn_extension, None,
+        "gz and rotation numbers are ordinary"
+    );
+    assert!(f.changed >= 90, "{f:#?}");
+}
+
+#[test]
+fn new_photos_and_archives_raise_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = project(dir.path());
+    let (p, a) = compare_after(&src, |s| ransom::add_photos(s, 150));
+    let f = &p.figures;
+    assert!(!a.anomalous, "{a:#?}\n{f:#?}");
+    assert_eq!(f.added, 150, "{f:#?}");
+    assert_eq!(f.became_incompressible, Some(0), "{f:#?}");
+    assert!(signal(&a, "dedup-miss") > 0, "{a:#?}");
+}
+
+#[test]
+fn without_compression_nothing_is_known_about_entropy() {
+    let dir = tempfile::tempdir().unwrap();
+    vouch::crypto::allow_weak_kdf();
+    let opts = InitOptions {
+        kdf: KdfParams {
+            memory_kib: 1024,
+            iterations: 1,
+            parallelism: 1,
+        },
+        compression_level: 0,
+        ..Default::default()
+    };
+    let repo = Repository::init(
+        Arc::new(LocalBackend::new(dir.path().join("repo"))),
+        b"pw",
+        &opts,
+    )
+    .unwrap();
+    let src = project(dir.path());
+    backup_and_examine(&repo, &src);
+    ransom::attack(
+        &src,
+        Attack {
+            permille: 500,
+            rename_to: None,
+            notes: false,
+            encrypt: true,
+        },
+    );
+    let (p, a) = backup_and_examine(&repo, &src).unwrap();
+    assert_eq!(p.figures.became_incompressible, None);
+    assert!(a.signals.iter().all(|s| s.kind != "entropy-jump"));
+}
+
+/// The table of `docs/security.md`: the attack at each level on a large
+/// real tree, and the upgrade to a later release of it.
+#[test]
+#[ignore = "needs a large tree: VOUCH_ANOMALY_TREE (and VOUCH_ANOMALY_UPGRADE)"]
+fn attack_table_on_a_large_tree() {
+    let Some(tree) = std::env::var_os("VOUCH_ANOMALY_TREE") else {
+        eprintln!("VOUCH_ANOMALY_TREE is not set");
+        return;
+    };
+    let work = std::env::var_os("VOUCH_ANOMALY_WORK")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let copy = |to: &Path| {
+        let st = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&tree)
+            .arg(to)
+            .status()
+            .expect("cp");
+        assert!(st.success());
+    };
+    println!("| case | files before | changed | deleted | added | renamed | stopped compressing | churn | notes | signals | anomaly | compare (s) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let row = |name: &str, p: &Profile, a: &Assessment, secs: f64| {
+        let f = &p.figures;
+        let sig: Vec<String> = a
+            .signals
+            .iter()
+            .map(|s| format!("{} {}", s.kind, s.score_permille))
+            .collect();
+        println!(
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {secs:.2} |",
+            f.files_before,
+            f.changed,
+            f.deleted,
+            f.added,
+            f.renamed,
+            f.became_incompressible
+                .map_or("unknown".into(), |n| n.to_string()),
+            f.churn_files,
+            f.note_dirs,
+            sig.join(", "),
+            if a.anomalous { "**yes**" } else { "no" },
+        );
+    };
+    let mut cases: Vec<(String, Attack)> = Vec::new();
+    for permille in [20, 100, 500] {
+        cases.push((
+            format!("encrypt+rename {} %", permille / 10),
+            Attack {
+                permille,
+                rename_to: Some("locked"),
+                notes: true,
+                encrypt: true,
+            },
+        ));
+        cases.push((
+            format!("encrypt in place {} %, no notes", permille / 10),
+            Attack {
+                permille,
+                rename_to: None,
+                notes: false,
+                encrypt: true,
+            },
+        ));
+    }
+    for (name, attack) in cases {
+        let dir = tempfile::tempdir_in(&work).unwrap();
+        let repo = new_repo(dir.path());
+        let src = dir.path().join("tree");
+        copy(&src);
+        backup_and_examine(&repo, &src);
+        ransom::attack(&src, attack);
+        let t = std::time::Instant::now();
+        let (p, a) = backup_and_examine(&repo, &src).expect("a parent");
+        row(&name, &p, &a, t.elapsed().as_secs_f64());
+    }
+    if let Some(later) = std::env::var_os("VOUCH_ANOMALY_UPGRADE") {
+        let dir = tempfile::tempdir_in(&work).unwrap();
+        let repo = new_repo(dir.path());
+        let src = dir.path().join("tree");
+        copy(&src);
+        backup_and_examine(&repo, &src);
+        std::fs::remove_dir_all(&src).unwrap();
+        let st = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&later)
+            .arg(&src)
+            .status()
+            .expect("cp");
+        assert!(st.success());
+        let t = std::time::Instant::now();
+        let (p, a) = backup_and_examine(&repo, &src).expect("a parent");
+        row(
+            "upgrade to the later release",
+            &p,
+            &a,
+            t.elapsed().as_secs_f64(),
+        );
+    }
+}
