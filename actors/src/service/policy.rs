@@ -717,6 +717,39 @@ mod tests {
         .into()
     }
 
+    #[test]
+    fn the_heuristics_history_is_the_plans_latest_ten_backups_oldest_first() {
+        let mut events = vec![(0, plan("main"))];
+        // Committed out of time order: the history follows snapshot time.
+        for n in (1..=12u8).rev() {
+            let mut e = commit(n, "main", "p1", i64::from(n) * 10, u64::from(n));
+            if let Event::BackupCommitted(c) = &mut e {
+                c.changes = (n > 1).then(|| vouch_events::ChangeFigures {
+                    compared_with: SnapshotId([n - 1; 32]),
+                    files_before: u64::from(n) - 1,
+                    added: 1,
+                    changed: 0,
+                    deleted: 0,
+                    renamed: 0,
+                    became_incompressible: Some(0),
+                    churn_extension: None,
+                    churn_files: 0,
+                    note_name: None,
+                    note_dirs: 0,
+                });
+            }
+            events.push((200, e));
+        }
+        events.push((200, commit(50, "main", "other", 5, 99)));
+        let p = state(&events);
+        let h = backup_history(&p, &PlanId::new("p1"));
+        let files: Vec<u64> = h.iter().map(|(s, _)| s.files).collect();
+        assert_eq!(files, (3..=12).collect::<Vec<u64>>());
+        assert!(h
+            .iter()
+            .all(|(s, c)| c.as_ref().is_some_and(|c| c.files_before + 1 == s.files)));
+    }
+
     fn damaged(affected: Option<Vec<SnapshotId>>) -> vouch_events::PacksReadBack {
         vouch_events::PacksReadBack {
             repository: RepositoryId::new("main"),
