@@ -1104,6 +1104,19 @@ impl Alerter {
         }
     }
 
+    /// Remembers the rule and labels of an alert this alerter raises, at
+    /// once: the fold of the log learns them only when the committed event
+    /// comes back, and an evaluation in between that resolves the alert
+    /// (it is open in the projections already) must not render it as
+    /// `VouchAlert`, which Alertmanager would not match with its firing
+    /// message (seen in CI: `LogNotWritable` resolved as `VouchAlert`).
+    fn know_rule(&mut self, raised: &AlertRaised) {
+        self.facts
+            .rules
+            .entry(raised.alert.clone())
+            .or_insert_with(|| (raised.rule.clone(), raised.labels.clone()));
+    }
+
     /// Fills in a notification's rule and labels from what `alert.raised`
     /// recorded (`VouchAlert` and no labels for an alert of a v1 log).
     fn identify(&self, n: &mut Notification) {
@@ -1145,6 +1158,7 @@ impl Alerter {
         let unrecorded = std::mem::take(&mut self.unrecorded);
         let mut retrying: BTreeMap<String, (AlertRaised, i64)> = BTreeMap::new();
         for (subject, (raised, at)) in unrecorded {
+            self.know_rule(&raised);
             if open_subjects.contains(subject.as_str()) {
                 continue;
             }
@@ -1192,6 +1206,7 @@ impl Alerter {
                 labels: inc.labels.clone(),
             };
             retrying.insert(inc.subject.clone(), (raised.clone(), now));
+            self.know_rule(&raised);
             events.push(raised.into());
             notes.push(Notification {
                 alert: id,
