@@ -72,6 +72,30 @@ fn compare_after(src: &Path, change: impl FnOnce(&Path)) -> (Profile, Assessment
     backup_and_examine(&repo, src).expect("the second backup has a parent")
 }
 
+/// One row of the table in `docs/security.md` (seen with `--nocapture`).
+fn report(case: &str, p: &Profile, a: &Assessment) {
+    let f = &p.figures;
+    let sig: Vec<String> = a
+        .signals
+        .iter()
+        .map(|s| format!("{} {}", s.kind, s.score_permille))
+        .collect();
+    println!(
+        "| {case} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        f.files_before,
+        f.changed,
+        f.deleted,
+        f.added,
+        f.renamed,
+        f.became_incompressible
+            .map_or("unknown".into(), |n| n.to_string()),
+        f.churn_files,
+        f.note_dirs,
+        sig.join(", "),
+        if a.anomalous { "**yes**" } else { "no" },
+    );
+}
+
 fn signal(a: &Assessment, kind: &str) -> u32 {
     a.signals
         .iter()
@@ -103,6 +127,7 @@ fn an_attack_that_encrypts_and_renames_is_detected_at_2_10_and_50_percent() {
                 },
             )
         });
+        report(&format!("encrypt + rename {} %", permille / 10), &p, &a);
         let f = &p.figures;
         assert!(a.anomalous, "{permille} permille: {a:#?}\n{f:#?}");
         assert_eq!(f.churn_extension.as_deref(), Some("locked"));
@@ -138,6 +163,7 @@ fn encryption_in_place_without_renames_is_caught_by_the_entropy_jump() {
                 },
             );
         });
+        report(&format!("encrypt in place {} %", permille / 10), &p, &a);
         assert!(a.anomalous, "{permille}: {a:#?}");
         assert!(signal(&a, "entropy-jump") >= 500, "{a:#?}");
         assert_eq!(signal(&a, "extension-churn"), 0);
@@ -160,6 +186,7 @@ fn notes_dropped_in_the_directories_alone_are_detected() {
             },
         );
     });
+    report("notes only", &p, &a);
     assert!(a.anomalous, "{a:#?}");
     assert_eq!(p.figures.note_name.as_deref(), Some(ransom::NOTE));
     assert!(p.figures.note_dirs >= 3, "{:?}", p.figures);
@@ -171,6 +198,7 @@ fn an_upgrade_of_a_source_tree_raises_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let src = project(dir.path());
     let (p, a) = compare_after(&src, ransom::upgrade_sources);
+    report("source tree upgraded", &p, &a);
     let f = &p.figures;
     assert!(!a.anomalous, "{a:#?}\n{f:#?}");
     // The upgrade did happen, and was seen.
@@ -186,6 +214,7 @@ fn a_package_upgrade_of_usr_raises_nothing() {
     let n = ransom::usr_tree(&src, 120);
     assert!(n > 50, "this machine's /usr gave {n} files");
     let (p, a) = compare_after(&src, ransom::upgrade_usr);
+    report("package upgrade of /usr", &p, &a);
     assert!(!a.anomalous, "{a:#?}\n{:#?}", p.figures);
     assert!(
         p.figures.changed * 2 > p.figures.files_before,
@@ -200,6 +229,7 @@ fn a_rebuilt_build_tree_raises_nothing() {
     let src = dir.path().join("project");
     ransom::build_tree(&src, 1);
     let (p, a) = compare_after(&src, |s| ransom::rebuild(s, 2));
+    report("build tree rebuilt", &p, &a);
     assert!(!a.anomalous, "{a:#?}\n{:#?}", p.figures);
     assert!(
         p.figures.deleted >= 180 && p.figures.added >= 180,
@@ -214,6 +244,7 @@ fn log_rotation_raises_nothing() {
     let src = dir.path().join("log");
     ransom::log_tree(&src, 30);
     let (p, a) = compare_after(&src, |s| ransom::rotate_logs(s, 30));
+    report("log rotation", &p, &a);
     let f = &p.figures;
     assert!(!a.anomalous, "{a:#?}\n{f:#?}");
     assert_eq!(
@@ -228,6 +259,7 @@ fn new_photos_and_archives_raise_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let src = project(dir.path());
     let (p, a) = compare_after(&src, |s| ransom::add_photos(s, 150));
+    report("new photos and archives", &p, &a);
     let f = &p.figures;
     assert!(!a.anomalous, "{a:#?}\n{f:#?}");
     assert_eq!(f.added, 150, "{f:#?}");

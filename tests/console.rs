@@ -1437,3 +1437,98 @@ async fn console_point_shows_the_started_guest() {
     drop(driver);
     drop(serve);
 }
+
+/// A backup that looks like files being encrypted: the point's page shows
+/// the heuristic's signals, the paths that weighed most and what changed;
+/// the plans list and the plan's page show the anomaly badge.
+#[actix_web::test]
+async fn console_shows_an_anomaly_on_the_point_and_its_plan() {
+    if !browser_available("console_shows_an_anomaly_on_the_point_and_its_plan") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let downloads = tmp.path().join("downloads");
+    fs::create_dir_all(&downloads).unwrap();
+    let home = tmp.path().join("home");
+    common::ransom::project_tree(&home);
+    let serve = Serve::start(&data);
+    let base = format!("http://{}", serve.addr);
+    let driver = Driver::start().await;
+    let s = driver.session(&downloads).await;
+    sign_in(&s, &base, &serve.token).await;
+    // Runs the plan (creating it the first time) until it has `n` points.
+    let run_until = |n: usize| {
+        format!(
+            "const h = {{ Authorization: 'Bearer ' + sessionStorage.getItem('vouch.token'), 'Content-Type': 'application/json' }};\
+             if (!window.__run{n}) {{ window.__run{n} = (window.__plan || (window.__plan = fetch('/api/v1/plans', {{ method: 'POST', headers: h,\
+               body: JSON.stringify({{ id: 'home', source: {:?}, schedule: '0 3 * * *', rpo: '1h' }}) }})))\
+               .then(() => fetch('/api/v1/plans/home/run', {{ method: 'POST', headers: h, body: '{{}}' }})); }}\
+             return window.__run{n}.then(() => fetch('/api/v1/points?plan=home', {{ headers: h }})).then(r => r.json())\
+               .then(a => a.length >= {n} ? a.sort((x, y) => y.snapshot_at.localeCompare(x.snapshot_at))[0].id : null)",
+            home.display().to_string()
+        )
+    };
+    s.wait_for("the first point", LONG, &run_until(1)).await;
+    common::ransom::attack(
+        &home,
+        common::ransom::Attack {
+            permille: 100,
+            rename_to: Some("locked"),
+            notes: true,
+            encrypt: true,
+        },
+    );
+    let point = s.wait_for("the attacked point", LONG, &run_until(2)).await;
+    let point = point.as_str().unwrap().to_owned();
+    go(&s, &base, &format!("#/points/{point}")).await;
+    let kinds = s
+        .wait_for(
+            "the anomaly's signals",
+            SHORT,
+            "const l = [...document.querySelectorAll('[data-anomalies] .badge.anomaly')].map(e => e.textContent); return l.length ? l.join(',') : null",
+        )
+        .await;
+    for k in ["entropy-jump", "extension-churn", "ransom-note"] {
+        assert!(
+            kinds.as_str().unwrap_or_default().contains(k),
+            "{k} in {kinds}"
+        );
+    }
+    let paths = s
+        .execute(
+            "const e = document.querySelector('[data-anomaly-paths]'); return e ? e.textContent : null",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        paths.as_str().unwrap_or_default().contains(".locked"),
+        "{paths}"
+    );
+    let changes = s
+        .execute(
+            "const e = document.querySelector('[data-changes]'); if (!e) return null; e.open = true; return e.textContent",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        changes.as_str().unwrap_or_default().contains(".locked"),
+        "{changes}"
+    );
+    shot(&s, "point-anomaly.png").await;
+    go(&s, &base, "#/plans").await;
+    let badge = s
+        .wait_for(
+            "the plan's anomaly badge",
+            SHORT,
+            "const e = document.querySelector('tr[data-plan=home] [data-plan-anomaly]'); return e ? e.getAttribute('href') : null",
+        )
+        .await;
+    assert_eq!(badge.as_str(), Some(format!("#/points/{point}").as_str()));
+    shot(&s, "plans-anomaly.png").await;
+    s.quit().await.expect("quit");
+    drop(driver);
+    drop(serve);
+}

@@ -144,6 +144,14 @@ fn an_attack_on_a_plans_source_is_reported_alerted_and_shown_and_nothing_is_stop
     );
     assert_eq!(view["changes"]["churn_files"], encrypted as u64);
 
+    // So does its plan.
+    let plan = get(&svc, "/api/v1/plans/home");
+    assert_eq!(
+        plan["anomalous_points"],
+        serde_json::json!([point.as_str()]),
+        "{plan}"
+    );
+
     // A critical alert names it.
     let alert = eventually("the anomaly alert", || {
         get(&svc, "/api/v1/alerts").as_array().and_then(|l| {

@@ -169,14 +169,21 @@ pub fn assess(profile: &Profile, summary: &BackupSummary, history: &[Past]) -> A
     });
     let anomalous = primary.iter().any(|(s, _)| s.score_permille >= THRESHOLD);
     primary.sort_by_key(|p| std::cmp::Reverse(p.0.score_permille));
+    // Each signal that reached its threshold names its share of the
+    // paths (the strongest first), then the rest fill what is left.
+    let fired: Vec<&[String]> = primary
+        .iter()
+        .filter(|(s, _)| s.score_permille >= THRESHOLD)
+        .map(|(_, ps)| *ps)
+        .collect();
     let mut paths: Vec<String> = Vec::new();
-    for (s, ps) in &primary {
-        if s.score_permille < THRESHOLD {
-            continue;
-        }
-        for p in ps.iter() {
-            if paths.len() < PATHS && !paths.contains(p) {
-                paths.push(p.clone());
+    let share = PATHS / fired.len().max(1);
+    for round in [share, PATHS] {
+        for ps in &fired {
+            for p in ps.iter().take(round) {
+                if paths.len() < PATHS && !paths.contains(p) {
+                    paths.push(p.clone());
+                }
             }
         }
     }

@@ -21,7 +21,7 @@ async function renderList(main, route, ctx) {
       return `<tr data-plan="${esc(p.id)}">
 <th scope="row"><a href="#/plans/${enc}">${esc(p.id)}</a></th>
 <td class="path">${esc(p.source)}</td><td><code>${esc(p.schedule)}</code></td><td>${esc(p.rpo)}</td>
-<td>${protectionBadge(s)}</td>
+<td>${protectionBadge(s)}${(p.anomalous_points || []).length ? ` <a href="#/points/${esc(p.anomalous_points[0])}" class="badge anomaly" data-plan-anomaly title="The ransomware heuristic flagged a point of this plan">anomaly</a>` : ''}</td>
 <td>${p.paused ? '<span class="badge paused">paused</span>' : 'active'}</td>
 <td>${p.last_run ? jobBadge(p.last_run.state) + ' ' + timeEl(p.last_run.at) : '<span class="muted">never</span>'}</td>
 <td class="actions"><a href="#/points?plan=${enc}">Points</a>${ctx.canOperate ? ` <button type="button" class="small" data-run="${esc(p.id)}">Run now</button> <button type="button" class="small secondary" data-${p.paused ? 'resume' : 'pause'}="${esc(p.id)}">${p.paused ? 'Resume' : 'Pause'}</button>` : ''}</td>
@@ -145,7 +145,7 @@ function fill(form, plan) {
   }
 }
 
-const DERIVED = ['protection', 'last_recoverable_at', 'last_run', 'next_run_at', 'created_at', 'copies'];
+const DERIVED = ['protection', 'last_recoverable_at', 'last_run', 'next_run_at', 'created_at', 'copies', 'anomalous_points'];
 
 /** One repository holding copies of the plan's points: where, how held, the newest. */
 function copiesFact(c) {
@@ -229,6 +229,7 @@ ${!isNew && ctx.canOperate ? `<div class="tools"><button type="button" data-run=
 ${isNew ? '' : `<dl class="facts">
 <div><dt>Protection</dt><dd>${protectionBadge(p.protection && p.protection.status)} ${esc((p.protection && p.protection.reason) || '')}</dd></div>
 <div><dt>Last recoverable point</dt><dd>${timeEl(p.last_recoverable_at)}</dd></div>
+${(p.anomalous_points || []).length ? `<div data-plan-anomaly><dt>Anomalies</dt><dd>${p.anomalous_points.map((id) => `<a href="#/points/${esc(id)}" class="badge anomaly">${esc(id.slice(0, 12))}</a>`).join(' ')} <small class="muted">points the ransomware heuristic flagged (it reports, never acts)</small></dd></div>` : ''}
 <div><dt>Last run</dt><dd>${p.last_run ? `${jobBadge(p.last_run.state)} ${timeEl(p.last_run.at)} <a href="#/jobs?plan=${esc(enc)}">jobs</a>` : '<span class="muted">never</span>'}</dd></div>
 <div><dt>Next run</dt><dd>${p.paused ? '<span class="badge paused">paused</span>' : timeEl(p.next_run_at)}</dd></div>
 <div><dt>Recovery points</dt><dd><a href="#/points?plan=${esc(enc)}">list</a> · <a href="#/charts?plan=${esc(enc)}">charts</a></dd></div>

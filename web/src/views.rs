@@ -221,6 +221,9 @@ pub struct PlanView {
     pub copies: Vec<CopiesView>,
     /// How its Proxmox VE guest is dumped (null: snapshot mode, dumps kept).
     pub proxmox: Option<ProxmoxView>,
+    /// Its live points the ransomware heuristic flagged (64 hex digits),
+    /// newest first.
+    pub anomalous_points: Vec<String>,
 }
 
 /// A plan's second copy.
@@ -386,6 +389,15 @@ pub(crate) fn plan_view(
             mode: x.mode.as_str().to_owned(),
             remove_dump: x.remove_dump,
         }),
+        anomalous_points: {
+            let mut flagged: Vec<&vouch_events::Point> = p
+                .points
+                .of_plan(&plan.id)
+                .filter(|pt| pt.expired.is_none() && pt.flagged())
+                .collect();
+            flagged.sort_by_key(|pt| std::cmp::Reverse(pt.snapshot_time_unix_ns));
+            flagged.into_iter().map(|pt| pt.id.to_hex()).collect()
+        },
     }
 }
 
