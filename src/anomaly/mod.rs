@@ -21,11 +21,15 @@ use crate::repo::Repository;
 
 /// Compares the snapshot `manifest` (just committed) with its parent, if
 /// it has one that can still be read: the figures, and the verdict against
-/// `history` (the plan's recent backups, oldest first). None: a first
-/// backup, or a parent that is gone (forgotten meanwhile).
+/// `history` (the plan's recent backups, oldest first). `index`: one that
+/// holds both snapshots' blobs (the backup's own,
+/// [`crate::backup::BackupOutcome::index`]); none: the repository's is
+/// loaded. None: a first backup, or a parent that is gone (forgotten
+/// meanwhile).
 pub fn examine(
     repo: &Repository,
     manifest: &Manifest,
+    index: Option<&crate::repo::MasterIndex>,
     history: &[Past],
     summary: &vouch_events::BackupSummary,
 ) -> Result<Option<(Profile, Assessment)>> {
@@ -44,10 +48,17 @@ pub fn examine(
         // Nothing changed: no tree or index to read.
         Profile::unchanged(repo, compared_with, parent.summary.files)
     } else {
-        let index = repo.load_index()?;
+        let loaded;
+        let index = match index {
+            Some(i) => i,
+            None => {
+                loaded = repo.load_index()?;
+                &loaded
+            }
+        };
         measure(
             repo,
-            &index,
+            index,
             compared_with,
             parent.summary.files,
             &parent.tree,

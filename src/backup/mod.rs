@@ -115,6 +115,12 @@ pub struct BackupOutcome {
     pub snapshot: SnapshotId,
     /// Its manifest.
     pub manifest: Manifest,
+    /// The repository's index as this backup knew it: what it loaded at
+    /// its start and the packs it wrote (every blob of the new snapshot and
+    /// of its parent is in it; another writer's packs of the meantime are
+    /// not). The ransomware heuristic reads it instead of loading the
+    /// index again.
+    pub index: Arc<crate::repo::MasterIndex>,
 }
 
 /// The first fatal error of a pipeline, and the flag every stage polls.
@@ -439,13 +445,23 @@ pub fn backup(
         warnings: all_warnings.into_iter().take(10_000).collect(),
         copied_from: None,
     };
+    let written = packs.clone();
     let snapshot = commit::commit(repo, &guard, packs, &manifest, opts.sync)?;
     drop(guard);
     if let Some(s) = &session {
         s.clear();
     }
     tracing::info!(snapshot = %snapshot.short(), "backup committed");
-    Ok(BackupOutcome { snapshot, manifest })
+    drop(dedup);
+    let mut index = Arc::try_unwrap(index).unwrap_or_else(|shared| (*shared).clone());
+    for pack in &written {
+        index.add_pack(pack);
+    }
+    Ok(BackupOutcome {
+        snapshot,
+        manifest,
+        index: Arc::new(index),
+    })
 }
 
 /// The error for a pipeline thread that panicked.

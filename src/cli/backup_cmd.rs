@@ -157,6 +157,7 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
     let compared = crate::anomaly::examine(
         &repo,
         &outcome.manifest,
+        Some(&outcome.index),
         &[],
         &vouch_events::BackupSummary {
             files: s.files,

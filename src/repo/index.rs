@@ -28,7 +28,7 @@ pub struct BlobLocation {
 }
 
 /// All index files merged.
-#[derive(Default, Debug)]
+#[derive(Clone, Default, Debug)]
 pub struct MasterIndex {
     packs: Vec<PackInfo>,
     pack_pos: HashMap<PackId, u32>,

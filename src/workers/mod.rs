@@ -1012,7 +1012,13 @@ fn compare_with_parent(
 ) -> (Option<vouch_events::ChangeFigures>, Option<AnomalyDetected>) {
     let _span =
         tracing::info_span!("ransomware_heuristic", snapshot = %outcome.snapshot.short()).entered();
-    match crate::anomaly::examine(repo, &outcome.manifest, history, summary) {
+    match crate::anomaly::examine(
+        repo,
+        &outcome.manifest,
+        Some(&outcome.index),
+        history,
+        summary,
+    ) {
         Ok(None) => (None, None),
         Ok(Some((profile, verdict))) => {
             let anomaly = verdict.anomalous.then(|| {
