@@ -152,6 +152,7 @@ fn an_attack_that_encrypts_and_renames_is_detected_at_2_10_and_50_percent() {
                 Attack {
                     permille,
                     rename_to: Some("locked"),
+                    replace_extension: false,
                     notes: false,
                     encrypt: true,
                 },
@@ -178,6 +179,34 @@ fn an_attack_that_encrypts_and_renames_is_detected_at_2_10_and_50_percent() {
 }
 
 #[test]
+fn an_attack_that_replaces_extensions_is_paired_as_renames() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = project(dir.path());
+    let mut encrypted = 0;
+    let (p, a) = compare_after(&src, |s| {
+        encrypted = ransom::attack(
+            s,
+            Attack {
+                permille: 100,
+                rename_to: Some("crypt"),
+                replace_extension: true,
+                notes: false,
+                encrypt: true,
+            },
+        )
+    });
+    report("encrypt + replace extension 10 %", &p, &a);
+    let f = &p.figures;
+    assert!(a.anomalous, "{a:#?}");
+    // `x.rs` -> `x.crypt`: paired with what it replaced, not an addition
+    // and a deletion.
+    assert_eq!(f.renamed, encrypted as u64, "{f:#?}");
+    assert_eq!((f.added, f.deleted), (0, 0), "{f:#?}");
+    assert_eq!(f.churn_extension.as_deref(), Some("crypt"));
+    assert!(f.became_incompressible.unwrap_or(0) * 10 >= encrypted as u64 * 6);
+}
+
+#[test]
 fn encryption_in_place_without_renames_is_caught_by_the_entropy_jump() {
     for permille in [100, 500] {
         let dir = tempfile::tempdir().unwrap();
@@ -188,6 +217,7 @@ fn encryption_in_place_without_renames_is_caught_by_the_entropy_jump() {
                 Attack {
                     permille,
                     rename_to: None,
+                    replace_extension: false,
                     notes: false,
                     encrypt: true,
                 },
@@ -211,6 +241,7 @@ fn notes_dropped_in_the_directories_alone_are_detected() {
             Attack {
                 permille: 100,
                 rename_to: None,
+                replace_extension: false,
                 notes: true,
                 encrypt: false,
             },
@@ -323,6 +354,7 @@ fn without_compression_nothing_is_known_about_entropy() {
         Attack {
             permille: 500,
             rename_to: None,
+            replace_extension: false,
             notes: false,
             encrypt: true,
         },
@@ -384,6 +416,7 @@ fn attack_table_on_a_large_tree() {
             Attack {
                 permille,
                 rename_to: Some("locked"),
+                replace_extension: false,
                 notes: true,
                 encrypt: true,
             },
@@ -393,6 +426,7 @@ fn attack_table_on_a_large_tree() {
             Attack {
                 permille,
                 rename_to: None,
+                replace_extension: false,
                 notes: false,
                 encrypt: true,
             },

@@ -1475,6 +1475,7 @@ async fn console_shows_an_anomaly_on_the_point_and_its_plan() {
         common::ransom::Attack {
             permille: 100,
             rename_to: Some("locked"),
+            replace_extension: false,
             notes: true,
             encrypt: true,
         },

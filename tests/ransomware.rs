@@ -93,6 +93,7 @@ fn an_attack_on_a_plans_source_is_reported_alerted_and_shown_and_nothing_is_stop
         Attack {
             permille: 100,
             rename_to: Some("locked"),
+            replace_extension: false,
             notes: true,
             encrypt: true,
         },

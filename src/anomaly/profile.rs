@@ -277,9 +277,15 @@ impl Walk<'_> {
             .keys()
             .filter_map(|n| names::extension(&String::from_utf8_lossy(n)).map(|(_, e)| e))
             .collect();
+        let mut by_stem: HashMap<String, Vec<String>> = HashMap::new();
+        for g in gone.keys() {
+            if let Some((stem, _)) = names::extension(g) {
+                by_stem.entry(stem.to_owned()).or_default().push(g.clone());
+            }
+        }
         let mut unpaired: Vec<(String, &Node)> = Vec::new();
         for (name, n) in came {
-            match self.rename_source(&gone, &had, &name) {
+            match Self::rename_source(&gone, &by_stem, &had, &name) {
                 Some((old_name, ext)) => {
                     let o = gone.remove(&old_name).expect("the source was just found");
                     self.renamed += 1;
@@ -351,10 +357,12 @@ impl Walk<'_> {
     /// The deleted file `name` was renamed from, and the extension it
     /// gained: `a.doc` for `a.doc.locked` (an extension appended), else a
     /// file of the same stem (`a.doc` for `a.locked`, an extension
-    /// replaced by one the directory did not have).
+    /// replaced by one the directory did not have). `by_stem`: the names
+    /// of `gone` by their stem, so that a directory with many files gone
+    /// and come costs one lookup per file.
     fn rename_source(
-        &self,
         gone: &BTreeMap<String, &Node>,
+        by_stem: &HashMap<String, Vec<String>>,
         had: &HashSet<String>,
         name: &str,
     ) -> Option<(String, String)> {
@@ -365,8 +373,10 @@ impl Walk<'_> {
         if had.contains(&ext) {
             return None;
         }
-        gone.keys()
-            .find(|g| names::extension(g).is_some_and(|(s, _)| s == stem))
+        by_stem
+            .get(stem)?
+            .iter()
+            .find(|g| gone.contains_key(*g))
             .map(|g| (g.clone(), ext))
     }
 }

@@ -61,6 +61,9 @@ pub struct Attack {
     pub permille: u64,
     /// The extension it appends to what it encrypted, if any.
     pub rename_to: Option<&'static str>,
+    /// Whether that extension replaces the file's own (`a.rs` -> `a.x`)
+    /// instead of following it (`a.rs.x`).
+    pub replace_extension: bool,
     /// Whether it drops a note in every directory it touched.
     pub notes: bool,
     /// Whether it encrypts at all (false: only notes).
@@ -90,10 +93,15 @@ pub fn attack(root: &Path, a: Attack) -> usize {
             .expect("encrypt");
         let target = match a.rename_to {
             Some(ext) => {
-                let mut name = path.file_name().expect("name").to_os_string();
-                name.push(format!(".{ext}"));
+                let target = if a.replace_extension {
+                    path.with_extension(ext)
+                } else {
+                    let mut name = path.file_name().expect("name").to_os_string();
+                    name.push(format!(".{ext}"));
+                    path.with_file_name(name)
+                };
                 fs::remove_file(path).expect("remove");
-                path.with_file_name(name)
+                target
             }
             None => path.clone(),
         };
