@@ -207,6 +207,102 @@ fn an_attack_that_replaces_extensions_is_paired_as_renames() {
 }
 
 #[test]
+fn conversions_and_plain_renames_raise_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = project(dir.path());
+    let (p, a) = compare_after(&src, |s| {
+        for (i, f) in ransom::files_of(s).iter().enumerate().take(60) {
+            let text = std::fs::read(f).expect("read");
+            std::fs::remove_file(f).expect("remove");
+            match i % 3 {
+                // `.rs` -> `.ts`, edited: a conversion, still text.
+                0 => {
+                    let mut t = text.clone();
+                    t.extend_from_slice(b"\nexport {};\n");
+                    std::fs::write(f.with_extension("ts"), t).expect("write");
+                }
+                // `.rs` -> `.txt`-like rename, same bytes.
+                1 => std::fs::write(f.with_extension("rstxt"), &text).expect("write"),
+                // `.md` -> `.docx`: a zip container, which does not compress.
+                _ => {
+                    let mut z =
+                        flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+                    std::io::Write::write_all(&mut z, &text).expect("deflate");
+                    let mut out = z.finish().expect("deflate");
+                    out.extend(common::random_bytes(text.len() / 2 + 1024, i as u64));
+                    std::fs::write(f.with_extension("docx"), out).expect("write");
+                }
+            }
+        }
+    });
+    report("conversions and renames (60 files)", &p, &a);
+    let f = &p.figures;
+    assert!(!a.anomalous, "{a:#?}\n{f:#?}");
+    assert_eq!(f.renamed, 60, "{f:#?}");
+    // Only a converted file under 1 KiB (too small to tell whether its new
+    // content compresses) can count as churn.
+    assert!(f.churn_files <= 2, "{f:#?}");
+    assert_eq!(f.became_incompressible, Some(0), "{f:#?}");
+}
+
+#[test]
+fn encryption_of_large_blocks_inside_files_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("big");
+    std::fs::create_dir_all(&src).unwrap();
+    // 24 text files of 8 MiB (several chunks each).
+    let line =
+        b"2026-12-06 03:00:00 host service[123]: request served in 12 ms, status 200, bytes 4096\n";
+    let text: Vec<u8> = line.iter().copied().cycle().take(8 << 20).collect();
+    for i in 0..24 {
+        let mut t = text.clone();
+        t.extend_from_slice(format!("file {i}\n").as_bytes());
+        std::fs::write(src.join(format!("log{i}.txt")), t).unwrap();
+    }
+    let (p, a) = compare_after(&src, |s| {
+        // The first half of each file encrypted in place (as families that
+        // encrypt a file's head in large blocks do); names kept, no notes.
+        for f in ransom::files_of(s) {
+            let mut data = std::fs::read(&f).unwrap();
+            let noise = common::random_bytes(4 << 20, 77);
+            for (d, n) in data.iter_mut().zip(noise) {
+                *d ^= n;
+            }
+            std::fs::write(&f, data).unwrap();
+        }
+    });
+    report("half of each 8 MiB file encrypted", &p, &a);
+    assert!(a.anomalous, "{a:#?}\n{:#?}", p.figures);
+    assert_eq!(
+        p.figures.became_incompressible,
+        Some(24),
+        "{:#?}",
+        p.figures
+    );
+}
+
+#[test]
+fn a_deep_tree_is_compared_without_exhausting_the_stack() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("deep");
+    let mut at = src.clone();
+    for _ in 0..1000 {
+        at.push("d");
+    }
+    std::fs::create_dir_all(&at).unwrap();
+    std::fs::write(at.join("f"), b"before").unwrap();
+    let leaf = at.join("f");
+    // Compared on a small stack, as a service's blocking thread has.
+    let (p, _) = std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(move || compare_after(&src, |_| std::fs::write(&leaf, b"after").unwrap()))
+        .unwrap()
+        .join()
+        .expect("no stack overflow");
+    assert_eq!(p.figures.changed, 1, "{:#?}", p.figures);
+}
+
+#[test]
 fn encryption_in_place_without_renames_is_caught_by_the_entropy_jump() {
     for permille in [100, 500] {
         let dir = tempfile::tempdir().unwrap();

@@ -48,8 +48,11 @@ pub fn examine(
         // Nothing changed: no tree or index to read.
         Profile::unchanged(repo, compared_with, parent.summary.files)
     } else {
+        // The backup's own index holds the parent's blobs unless another
+        // writer committed the parent after this backup loaded it: then
+        // the repository's is read.
         let loaded;
-        let index = match index {
+        let index = match index.filter(|i| i.contains(&parent.tree)) {
             Some(i) => i,
             None => {
                 loaded = repo.load_index()?;

@@ -8,6 +8,12 @@
 const COMPRESSED: &[&str] = &[
     "gz", "tgz", "xz", "txz", "zst", "zstd", "bz2", "tbz", "tbz2", "lz", "lz4", "lzma", "lzo", "z",
     "zip", "7z", "rar", "br", "sz", "jar", "deb", "rpm", "apk", "cab",
+    // Containers that are zip files, and compressed media: converting to
+    // them (`.doc` -> `.docx`, `.wav` -> `.flac`) makes content that does
+    // not compress.
+    "docx", "xlsx", "pptx", "odt", "ods", "odp", "epub", "pdf", "png", "jpg", "jpeg", "gif", "webp",
+    "heic", "avif", "mp3", "flac", "ogg", "opus", "m4a", "aac", "mp4", "m4v", "mkv", "mov", "avi",
+    "webm",
 ];
 
 /// Extensions a file gains in the ordinary course of things: editors,
@@ -102,8 +108,17 @@ pub fn is_ordinary(ext: &str) -> bool {
     is_compressed(ext) || ORDINARY.contains(&ext) || ext.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// Extensions ransom notes come with (or none): text and web pages, not
+/// source code (`restore_data.py`, `decrypt.go` are programs).
+const NOTE_EXTENSIONS: &[&str] = &[
+    "txt", "html", "htm", "hta", "rtf", "url", "png", "bmp", "jpg",
+];
+
 /// True if `name` reads like a ransom note.
 pub fn is_ransom_note(name: &str) -> bool {
+    if extension(name).is_some_and(|(_, e)| !NOTE_EXTENSIONS.contains(&e.as_str())) {
+        return false;
+    }
     let lower = name.to_ascii_lowercase();
     let words: Vec<&str> = lower
         .split(|c: char| !c.is_ascii_alphanumeric())
@@ -162,6 +177,9 @@ mod tests {
             "recovery.rs",
             "datafiles.csv",
             "warning.h",
+            "restore_data.py",
+            "decrypt.go",
+            "read_file.rs",
         ] {
             assert!(!is_ransom_note(n), "{n}");
         }

@@ -11,7 +11,7 @@ use vouch_events::{ChangeFigures, SnapshotId};
 
 use super::names;
 use crate::crypto::SEAL_OVERHEAD;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::{Node, NodeKind, Tree};
 use crate::id::BlobId;
 use crate::repo::{MasterIndex, Repository};
@@ -24,6 +24,9 @@ pub const MIN_WEIGHED_SIZE: u64 = 1024;
 pub const COMPRESSIBLE: f64 = 0.90;
 /// At least this stored/raw ratio, a file does not compress.
 pub const INCOMPRESSIBLE: f64 = 0.97;
+/// At least this share of a file's changed bytes must not compress for
+/// the file to count as having stopped compressing.
+pub const CHANGED_INCOMPRESSIBLE: f64 = 0.5;
 /// Paths kept per kind of evidence (the heaviest).
 const KEPT_PATHS: usize = 32;
 
@@ -77,8 +80,32 @@ pub fn measure(
     before: &BlobId,
     after: &BlobId,
 ) -> Result<Profile> {
+    // The walk recurses once per directory level (at most
+    // `tree::MAX_DEPTH`): it gets the walker's large stack, not the caller's.
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("anomaly-profile".into())
+            .stack_size(64 << 20)
+            .spawn_scoped(scope, || {
+                measure_here(repo, index, compared_with, files_before, before, after)
+            })
+            .map_err(|e| Error::Internal(format!("cannot start the comparison's thread: {e}")))?
+            .join()
+            .map_err(|_| Error::Internal("the comparison with the parent panicked".into()))?
+    })
+}
+
+fn measure_here(
+    repo: &Repository,
+    index: &MasterIndex,
+    compared_with: SnapshotId,
+    files_before: u64,
+    before: &BlobId,
+    after: &BlobId,
+) -> Result<Profile> {
     let compression_known = repo.config().compression_level > 0;
     let mut walk = Walk {
+        visited: 0,
         repo,
         index,
         compression_known,
@@ -91,7 +118,7 @@ pub fn measure(
         churn: HashMap::new(),
         notes: HashMap::new(),
     };
-    walk.dir("", Some(*before), Some(*after))?;
+    walk.dir("", Some(*before), Some(*after), 0)?;
     let (churn_extension, churn_files, churn_paths) = walk
         .churn
         .into_iter()
@@ -162,6 +189,8 @@ fn tally(t: &mut Tally, key: &str, path: String) {
 }
 
 struct Walk<'a> {
+    /// Tree entries looked at so far (capped at `tree::MAX_ENTRIES`).
+    visited: u64,
     repo: &'a Repository,
     index: &'a MasterIndex,
     compression_known: bool,
@@ -180,21 +209,37 @@ fn join(dir: &str, name: &str) -> String {
 }
 
 impl Walk<'_> {
-    fn load(&self, id: Option<BlobId>) -> Result<Tree> {
-        match id {
-            Some(id) => crate::tree::load(self.repo, self.index, &id),
-            None => Ok(Tree::default()),
+    /// Loads a tree at nesting `depth`, within the caps every walk of a
+    /// snapshot keeps (`tree::MAX_DEPTH`, `tree::MAX_ENTRIES`).
+    fn load(&mut self, id: Option<BlobId>, depth: usize) -> Result<Tree> {
+        if depth > crate::tree::MAX_DEPTH {
+            return Err(Error::Damaged(format!(
+                "trees nested deeper than {} levels",
+                crate::tree::MAX_DEPTH
+            )));
         }
+        let tree = match id {
+            Some(id) => crate::tree::load(self.repo, self.index, &id)?,
+            None => Tree::default(),
+        };
+        self.visited += tree.nodes.len() as u64;
+        if self.visited > crate::tree::MAX_ENTRIES {
+            return Err(Error::Damaged(format!(
+                "the snapshots expand to more than {} entries",
+                crate::tree::MAX_ENTRIES
+            )));
+        }
+        Ok(tree)
     }
 
-    /// Regular files at and below `node`.
-    fn files_below(&self, node: &Node) -> Result<u64> {
+    /// Regular files at and below `node`, which is at nesting `depth`.
+    fn files_below(&mut self, node: &Node, depth: usize) -> Result<u64> {
         match node.kind {
             NodeKind::File => Ok(1),
             NodeKind::Dir => {
                 let mut n = 0;
-                for child in self.load(node.subtree)?.nodes {
-                    n += self.files_below(&child)?;
+                for child in self.load(node.subtree, depth + 1)?.nodes {
+                    n += self.files_below(&child, depth + 1)?;
                 }
                 Ok(n)
             }
@@ -219,13 +264,44 @@ impl Walk<'_> {
         (raw > 0).then(|| stored as f64 / raw as f64)
     }
 
-    /// Whether `before` compressed and `after` does not.
+    /// The share of the bytes that changed (the blobs of `after` that
+    /// `before` does not have) stored as they were, because they did not
+    /// compress: a file encrypted whole gives 1, one encrypted in large
+    /// blocks (its head, or stripes a chunk long) gives the share of its
+    /// changed chunks the encryption covered, an edited text file 0. None
+    /// when fewer than [`MIN_WEIGHED_SIZE`] bytes changed or a blob is not
+    /// in the index.
+    fn changed_share(&self, before: &Node, after: &Node) -> Option<f64> {
+        let old: HashSet<&BlobId> = before
+            .content
+            .iter()
+            .filter_map(|e| e.blob.as_ref())
+            .collect();
+        let (mut raw_stored, mut raw) = (0u64, 0u64);
+        for blob in after.content.iter().filter_map(|e| e.blob.as_ref()) {
+            if old.contains(blob) {
+                continue;
+            }
+            let (_, entry) = self.index.get(blob)?;
+            let plain = u64::from(entry.raw_length);
+            let stored = u64::from(entry.length).saturating_sub(SEAL_OVERHEAD as u64);
+            if stored as f64 >= plain as f64 * INCOMPRESSIBLE {
+                raw_stored += plain;
+            }
+            raw += plain;
+        }
+        (raw >= MIN_WEIGHED_SIZE).then(|| raw_stored as f64 / raw as f64)
+    }
+
+    /// Whether `before` compressed and at least half of what changed of it,
+    /// in `after`, does not (the whole file, or the blocks an intermittent
+    /// encryption rewrote).
     fn stopped_compressing(&self, before: &Node, after: &Node) -> bool {
         self.compression_known
-            && matches!(
-                (self.ratio(before), self.ratio(after)),
-                (Some(b), Some(a)) if b <= COMPRESSIBLE && a >= INCOMPRESSIBLE
-            )
+            && self.ratio(before).is_some_and(|b| b <= COMPRESSIBLE)
+            && self
+                .changed_share(before, after)
+                .is_some_and(|a| a >= CHANGED_INCOMPRESSIBLE)
     }
 
     fn note_incompressible(&mut self, before: &Node, after: &Node, path: String) {
@@ -235,12 +311,18 @@ impl Walk<'_> {
         }
     }
 
-    fn dir(&mut self, path: &str, before: Option<BlobId>, after: Option<BlobId>) -> Result<()> {
+    fn dir(
+        &mut self,
+        path: &str,
+        before: Option<BlobId>,
+        after: Option<BlobId>,
+        depth: usize,
+    ) -> Result<()> {
         if before == after {
             return Ok(());
         }
         let existed = before.is_some() && after.is_some();
-        let (old, new) = (self.load(before)?, self.load(after)?);
+        let (old, new) = (self.load(before, depth)?, self.load(after, depth)?);
         let old_by_name: BTreeMap<&[u8], &Node> =
             old.nodes.iter().map(|n| (n.name.as_slice(), n)).collect();
         let new_by_name: BTreeMap<&[u8], &Node> =
@@ -255,8 +337,8 @@ impl Walk<'_> {
                 None if o.kind == NodeKind::File => {
                     gone.insert(label, o);
                 }
-                None => self.deleted += self.files_below(o)?,
-                Some(n) => self.both(path, &label, o, n)?,
+                None => self.deleted += self.files_below(o, depth)?,
+                Some(n) => self.both(path, &label, o, n, depth)?,
             }
         }
         for (name, n) in &new_by_name {
@@ -267,7 +349,7 @@ impl Walk<'_> {
             if n.kind == NodeKind::File {
                 came.push((label, n));
             } else {
-                self.added += self.files_below(n)?;
+                self.added += self.files_below(n, depth)?;
             }
         }
         // Extensions the directory had: a file that takes one of them
@@ -290,7 +372,14 @@ impl Walk<'_> {
                     let o = gone.remove(&old_name).expect("the source was just found");
                     self.renamed += 1;
                     let at = join(path, &name);
-                    if !names::is_ordinary(&ext) && !had.contains(&ext) {
+                    // A conversion (`.js` -> `.ts`) or a plain rename
+                    // (`.jpeg` -> `.jpg`) is not churn: the content must have
+                    // changed into something not known to compress.
+                    let rewritten = o.content != n.content
+                        && !self
+                            .changed_share(o, n)
+                            .is_some_and(|r| r < CHANGED_INCOMPRESSIBLE);
+                    if rewritten && !names::is_ordinary(&ext) && !had.contains(&ext) {
                         tally(&mut self.churn, &ext, at.clone());
                     }
                     if !names::is_compressed(&ext) {
@@ -335,9 +424,11 @@ impl Walk<'_> {
     }
 
     /// The same name on both sides.
-    fn both(&mut self, path: &str, name: &str, o: &Node, n: &Node) -> Result<()> {
+    fn both(&mut self, path: &str, name: &str, o: &Node, n: &Node, depth: usize) -> Result<()> {
         match (o.kind, n.kind) {
-            (NodeKind::Dir, NodeKind::Dir) => self.dir(&join(path, name), o.subtree, n.subtree),
+            (NodeKind::Dir, NodeKind::Dir) => {
+                self.dir(&join(path, name), o.subtree, n.subtree, depth + 1)
+            }
             (NodeKind::File, NodeKind::File) => {
                 if o.content != n.content || o.size != n.size {
                     self.changed += 1;
@@ -347,8 +438,8 @@ impl Walk<'_> {
             }
             (a, b) if a == b => Ok(()),
             _ => {
-                self.deleted += self.files_below(o)?;
-                self.added += self.files_below(n)?;
+                self.deleted += self.files_below(o, depth)?;
+                self.added += self.files_below(n, depth)?;
                 Ok(())
             }
         }

@@ -33,12 +33,18 @@ pub fn live_points<'a>(p: &'a Projections, plan: &PlanId) -> Vec<&'a Point> {
 pub const BACKUP_HISTORY: usize = 10;
 
 /// The plan's latest [`BACKUP_HISTORY`] committed backups (forgotten ones
-/// too: they are history), oldest first.
+/// too: they are history), oldest first. Points the heuristic flagged are
+/// left out: one attack, or one false alarm, must not raise the bar for
+/// the next ten backups.
 pub fn backup_history(p: &Projections, plan: &PlanId) -> super::command::BackupHistory {
     let mut v: Vec<&Point> = p
         .points
         .of_plan(plan)
-        .filter(|pt| pt.origin == vouch_events::PointOrigin::Committed && pt.summary.is_some())
+        .filter(|pt| {
+            pt.origin == vouch_events::PointOrigin::Committed
+                && pt.summary.is_some()
+                && pt.anomalies.is_empty()
+        })
         .collect();
     v.sort_by_key(|pt| pt.snapshot_time_unix_ns);
     let skip = v.len().saturating_sub(BACKUP_HISTORY);
@@ -741,6 +747,22 @@ mod tests {
             events.push((200, e));
         }
         events.push((200, commit(50, "main", "other", 5, 99)));
+        // A flagged point is no baseline.
+        events.push((200, commit(60, "main", "p1", 1000, 60)));
+        events.push((
+            200,
+            vouch_events::AnomalyDetected {
+                point: SnapshotId([60; 32]),
+                compared_with: None,
+                signals: vec![vouch_events::AnomalySignal {
+                    kind: "entropy-jump".into(),
+                    score_permille: 1000,
+                    detail: "x".into(),
+                }],
+                paths: Vec::new(),
+            }
+            .into(),
+        ));
         let p = state(&events);
         let h = backup_history(&p, &PlanId::new("p1"));
         let files: Vec<u64> = h.iter().map(|(s, _)| s.files).collect();
