@@ -577,6 +577,13 @@ pub struct AgentRegistered {
 pub struct AgentSeen {
     /// The agent.
     pub agent: AgentId,
+    /// How far the agent's clock was ahead of the server's (negative:
+    /// behind) when it called in, in milliseconds, as it told (schema v2;
+    /// none when upcast or when the agent did not say).
+    pub clock_skew_ms: Option<i64>,
+    /// The agent's software version when it called in (schema v2; none
+    /// when upcast or not said).
+    pub version: Option<String>,
 }
 
 /// An agent was given a job until a deadline.
@@ -794,6 +801,100 @@ impl LogScrubbed {
     }
 }
 
+/// The status of a security-center check. `Unknown` is never counted as
+/// `Ok`, anywhere: a rollup is as weak as its weakest member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    /// Evaluated, and as it should be.
+    Ok,
+    /// Evaluated: weaker than it should be, nothing broken yet.
+    Warning,
+    /// Evaluated: broken or missing; raises an alert.
+    Failed,
+    /// Could not be evaluated (a fact is missing or unreadable).
+    Unknown,
+}
+
+impl CheckStatus {
+    /// Its name in the API, the metrics and the log.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CheckStatus::Ok => "ok",
+            CheckStatus::Warning => "warning",
+            CheckStatus::Failed => "failed",
+            CheckStatus::Unknown => "unknown",
+        }
+    }
+
+    /// Every status, in the order of the metrics' series.
+    pub const ALL: [CheckStatus; 4] = [
+        CheckStatus::Ok,
+        CheckStatus::Warning,
+        CheckStatus::Failed,
+        CheckStatus::Unknown,
+    ];
+
+    /// How bad, for rollups: `Ok` < `Unknown` < `Warning` < `Failed`
+    /// (unknown is never good, and a known problem is worse than an
+    /// unknown state).
+    pub fn badness(&self) -> u8 {
+        match self {
+            CheckStatus::Ok => 0,
+            CheckStatus::Unknown => 1,
+            CheckStatus::Warning => 2,
+            CheckStatus::Failed => 3,
+        }
+    }
+}
+
+/// A security-center check changed its status (or its reason): recorded
+/// only on a change, so the log says since when each check has been in its
+/// state, and reports of a past period show the state it had then.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecurityCheckChanged {
+    /// The check's stable id, e.g. `encryption/default` or
+    /// `immutability/home`.
+    pub check: String,
+    /// What it checks, e.g. `encryption`.
+    pub kind: String,
+    /// What it is about, e.g. `repository default` (empty: the
+    /// installation).
+    pub subject: String,
+    /// The new status.
+    pub status: CheckStatus,
+    /// Why, in words.
+    pub reason: String,
+    /// What to do (empty when nothing is to be done).
+    pub action: String,
+}
+
+/// An administrator proved they hold an exported copy of a repository's
+/// master key (`vouch key export`): they gave the export's check code, and
+/// the service found it matches the repository's key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyExportConfirmed {
+    /// The repository.
+    pub repository: RepositoryId,
+    /// The check code of the key (not secret: a keyed hash of it).
+    pub key_check: String,
+    /// The token that confirmed.
+    pub by: String,
+}
+
+/// The event log's head was handed out to be recorded elsewhere (`GET
+/// /api/v1/log/head`): an anchor against a rewritten history. Recorded at
+/// most once an hour per token.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogHeadExported {
+    /// The seq of the head handed out.
+    pub seq: u64,
+    /// Whether a signed checkpoint went with it.
+    pub signed: bool,
+    /// The token that asked.
+    pub by: String,
+}
+
 /// An event this build cannot read: a type it does not know or a newer
 /// version of one it knows. Kept as is, shown, never counted as good.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -897,7 +998,7 @@ events! {
     AlertDeliveryFailed => "alert.delivery_failed", v 1;
     AlertResolved => "alert.resolved", v 1;
     AgentRegistered => "agent.registered", v 1;
-    AgentSeen => "agent.seen", v 1;
+    AgentSeen => "agent.seen", v 2;
     LeaseGranted => "agent.lease_granted", v 1;
     LeaseExpired => "agent.lease_expired", v 1;
     ServiceStarted => "service.started", v 1;
@@ -913,6 +1014,9 @@ events! {
     AccessRefused => "audit.refused", v 1;
     RestoreCompleted => "restore.completed", v 1;
     CopyCommitted => "copy.committed", v 1;
+    SecurityCheckChanged => "security.check_changed", v 1;
+    KeyExportConfirmed => "key.export_confirmed", v 1;
+    LogHeadExported => "log.head_exported", v 1;
 }
 
 impl Event {

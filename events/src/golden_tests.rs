@@ -111,6 +111,10 @@ fn first_release_samples_upcast() -> Vec<Event> {
             }
             Event::BackupCommitted(b) => b.changes = None,
             Event::AnomalyDetected(a) => a.paths.clear(),
+            Event::AgentSeen(a) => {
+                a.clock_skew_ms = None;
+                a.version = None;
+            }
             // Plans: the samples are unpaused and weekly already.
             _ => {}
         }

@@ -46,13 +46,14 @@ pub use error::{EventError, Result};
 pub use event::{
     AccessRefused, ActionAudited, AgentRegistered, AgentSeen, AlertDelivered, AlertDeliveryFailed,
     AlertRaised, AlertResolved, AnomalyDetected, AnomalySignal, BackupCommitted, BackupSummary,
-    ChangeFigures, ClockStepped, ConfigurationChanged, ContentRead, CopyCommitted, Event,
-    GuestEvidence, JobAbandoned, JobFailed, JobFinished, JobKind, JobProgress, JobScheduled,
-    JobSpec, JobStarted, LeaseExpired, LeaseGranted, LockEnforcement, LogRepaired, LogScrubbed,
-    PacksReadBack, PlanChanged, PlanCreated, PlanRemoved, PointDiscovered, PointForgotten,
-    PointLocked, PointUnlocked, PointVanished, RestoreCompleted, RestoreEvidence, RestoreSpec,
-    RestoreTestFailed, RestoreTestPassed, RestoreTestStarted, ServiceStarted, Severity,
-    UnknownEvent, VerificationFailed, VerificationPassed, VerificationStarted, EVENT_TYPES,
+    ChangeFigures, CheckStatus, ClockStepped, ConfigurationChanged, ContentRead, CopyCommitted,
+    Event, GuestEvidence, JobAbandoned, JobFailed, JobFinished, JobKind, JobProgress, JobScheduled,
+    JobSpec, JobStarted, KeyExportConfirmed, LeaseExpired, LeaseGranted, LockEnforcement,
+    LogHeadExported, LogRepaired, LogScrubbed, PacksReadBack, PlanChanged, PlanCreated,
+    PlanRemoved, PointDiscovered, PointForgotten, PointLocked, PointUnlocked, PointVanished,
+    RestoreCompleted, RestoreEvidence, RestoreSpec, RestoreTestFailed, RestoreTestPassed,
+    RestoreTestStarted, SecurityCheckChanged, ServiceStarted, Severity, UnknownEvent,
+    VerificationFailed, VerificationPassed, VerificationStarted, EVENT_TYPES,
 };
 pub use format::{ChainCheckpoint, EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};
@@ -69,10 +70,11 @@ pub use plan::{
 };
 pub use projection::{
     plan_protection, rollup, Agent, AgentsProjection, Alert, AlertsProjection, BackupOutcome, Cap,
-    CopyFacts, Delivery, Inconsistency, Job, JobError, JobState, JobsProjection, Plan,
-    PlanProtection, PlansProjection, Point, PointOrigin, PointState, PointsProjection, Projections,
-    Protection, ReadBackProjection, Recorded, RepositoryReadBack, RestoreOutcome, SliceDamage,
-    UnknownScope, UnknownSeen, VerificationOutcome, CLOCK_TOLERANCE_NS, PROJECTION_RULES,
+    CopyFacts, Delivery, HeadExport, Inconsistency, Job, JobError, JobState, JobsProjection,
+    KeyExport, Plan, PlanProtection, PlansProjection, Point, PointOrigin, PointState,
+    PointsProjection, Projections, Protection, ReadBackProjection, Recorded, RecordedCheck,
+    RepositoryReadBack, RestoreOutcome, ScrubSeen, SecurityProjection, SliceDamage, UnknownScope,
+    UnknownSeen, VerificationOutcome, CLOCK_TOLERANCE_NS, PROJECTION_RULES,
     PROJECTION_SNAPSHOT_VERSION,
 };
 pub use retention::{

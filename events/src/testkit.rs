@@ -275,6 +275,8 @@ pub(crate) fn sample_events() -> Vec<Event> {
         .into(),
         AgentSeen {
             agent: agent.clone(),
+            clock_skew_ms: Some(-1_500),
+            version: Some("0.1.0".into()),
         }
         .into(),
         LeaseGranted {
@@ -390,6 +392,27 @@ pub(crate) fn sample_events() -> Vec<Event> {
             off_host: true,
             locks_enforced_by: LockEnforcement::Storage,
             locked_until_unix_ns: Some(1_702_592_000_000_000_000),
+        }
+        .into(),
+        SecurityCheckChanged {
+            check: "key-location/main".into(),
+            kind: "key-location".into(),
+            subject: "repository main".into(),
+            status: CheckStatus::Warning,
+            reason: "the passphrase file is on the repository's disk".into(),
+            action: "move it to another disk".into(),
+        }
+        .into(),
+        KeyExportConfirmed {
+            repository: RepositoryId::new("main"),
+            key_check: "0123-4567-89ab-cdef".into(),
+            by: "admin".into(),
+        }
+        .into(),
+        LogHeadExported {
+            seq: 42,
+            signed: true,
+            by: "auditor".into(),
         }
         .into(),
     ]

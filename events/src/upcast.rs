@@ -35,6 +35,7 @@ pub const UPCASTERS: &[(&str, u16, Upcaster)] = &[
     ("repository.read_back", 1, read_back_v1_to_v2),
     ("backup.committed", 1, backup_committed_v1_to_v2),
     ("anomaly.detected", 1, anomaly_detected_v1_to_v2),
+    ("agent.seen", 1, agent_seen_v1_to_v2),
 ];
 
 use rmpv::Value;
@@ -243,6 +244,15 @@ fn anomaly_detected_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
     let mut fields = decode(payload)?;
     expect_len(&fields, 3..=3, "anomaly.detected")?;
     fields.push(Value::Array(Vec::new()));
+    encode(fields)
+}
+
+/// `agent.seen` v1 → v2: no clock skew, no version told.
+fn agent_seen_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 1..=1, "agent.seen")?;
+    fields.push(Value::Nil);
+    fields.push(Value::Nil);
     encode(fields)
 }
 

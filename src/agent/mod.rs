@@ -339,10 +339,18 @@ impl Agent {
         let wait = self.options.poll_wait.as_secs().max(1);
         let a = self
             .client
-            .call(&Request::new(
-                Method::GET,
-                format!("/api/v1/agent/jobs?wait={wait}s"),
-            ))
+            .call(
+                &Request::new(Method::GET, format!("/api/v1/agent/jobs?wait={wait}s"))
+                    // Its clock and version, for the security center.
+                    .header(
+                        vouch_web::AGENT_CLOCK_HEADER,
+                        std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_millis())
+                            .to_string(),
+                    )
+                    .header(vouch_web::AGENT_VERSION_HEADER, env!("CARGO_PKG_VERSION")),
+            )
             .map_err(AgentError::Server)?;
         self.check_credential(&a)?;
         match a.status {

@@ -137,12 +137,41 @@ pub enum KeyAction {
     },
     /// Change the passphrase of the key in use (adds the new, removes the old).
     Passwd(KdfArgs),
+    /// Export the repository's master key, for when every passphrase is
+    /// lost: a JSON file (mode 0600) or, with --paper, lines to print and
+    /// keep away from this machine. Prints the key's check code, which
+    /// confirms the export to the service (the security center).
+    Export {
+        /// Write the export here (must not exist); else to standard output.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// The paper form: 8 lines of hex digits, each with a checksum.
+        #[arg(long)]
+        paper: bool,
+    },
+    /// Add a passphrase from a key export (`vouch key export`) when no
+    /// passphrase opens the repository any more. The export is checked
+    /// against the repository before the new key is written.
+    Recover {
+        /// The export (JSON or paper form); `-`: standard input.
+        #[arg(long)]
+        from: std::path::PathBuf,
+        /// New key settings.
+        #[command(flatten)]
+        kdf: KdfArgs,
+    },
 }
 
 /// Key management.
 pub fn key(ctx: &Ctx, a: KeyArgs) -> Result<i32> {
+    match a.action {
+        KeyAction::Recover { from, kdf } => return recover_key(ctx, &from, &kdf),
+        KeyAction::Export { out, paper } => return export_key(ctx, out.as_deref(), paper),
+        _ => {}
+    }
     let repo = ctx.open()?;
     match a.action {
+        KeyAction::Export { .. } | KeyAction::Recover { .. } => {}
         KeyAction::Add(k) => {
             let pw = password::new("VOUCH_NEW_PASSWORD")?;
             let id = repo.add_key(&pw, k.params())?;
@@ -186,6 +215,92 @@ pub fn key(ctx: &Ctx, a: KeyArgs) -> Result<i32> {
                 repo.key_id().short()
             ));
         }
+    }
+    Ok(exit_code::OK)
+}
+
+fn export_key(ctx: &Ctx, out: Option<&std::path::Path>, paper: bool) -> Result<i32> {
+    use crate::repo::key_export;
+    let repo = ctx.open()?;
+    let id = repo.config().id.to_hex();
+    let text = if paper {
+        key_export::to_paper(repo.key(), &id)
+    } else {
+        key_export::to_json(repo.key(), &id)
+    };
+    let check = repo.key_check();
+    match out {
+        Some(path) => {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| {
+                    Error::io(
+                        format!("creating {} (it must not exist yet)", path.display()),
+                        e,
+                    )
+                })?;
+            f.write_all(text.as_bytes())
+                .and_then(|()| f.sync_all())
+                .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+            ctx.out
+                .say(format!("key export written to {}", path.display()));
+        }
+        None => print!("{}", text.as_str()),
+    }
+    if ctx.out.json {
+        ctx.out
+            .json_line(&json!({"type": "key_exported", "repository": id, "check": check}));
+    }
+    eprintln!(
+        "The export is the key itself: whoever holds it reads every backup of this repository \
+         without a passphrase. Keep it away from this machine (a safe, a password manager).\n\
+         Its check code is {check}: give it to the service to confirm the export \
+         (console: Security, or POST /api/v1/security/key-exports)."
+    );
+    Ok(exit_code::OK)
+}
+
+fn recover_key(ctx: &Ctx, from: &std::path::Path, kdf: &KdfArgs) -> Result<i32> {
+    use crate::repo::key_export;
+    let text = if from.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .map_err(|e| Error::io("reading the export from standard input", e))?;
+        s
+    } else {
+        std::fs::read_to_string(from)
+            .map_err(|e| Error::io(format!("reading {}", from.display()), e))?
+    };
+    let text = zeroize::Zeroizing::new(text);
+    let recovered = key_export::parse(&text)?;
+    let backend = ctx.backend()?;
+    let (repo, checked) = Repository::open_with_master_key(backend, recovered.key)?;
+    let id = repo.config().id.to_hex();
+    if !recovered.repository.is_empty() && recovered.repository != id {
+        return Err(Error::InvalidArgument(format!(
+            "the export is of repository {}, this is repository {id}",
+            recovered.repository
+        )));
+    }
+    if !checked {
+        eprintln!("the repository holds no snapshot or index yet: the key could not be checked against its data");
+    }
+    let pw = password::new("VOUCH_NEW_PASSWORD")?;
+    let key_id = repo.add_key(&pw, kdf.params())?;
+    ctx.out.say(format!(
+        "added key {} from the export (check code {})",
+        key_id.short(),
+        repo.key_check()
+    ));
+    if ctx.out.json {
+        ctx.out.json_line(
+            &json!({"type": "key_recovered", "id": key_id.to_hex(), "checked": checked}),
+        );
     }
     Ok(exit_code::OK)
 }

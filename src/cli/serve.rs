@@ -180,6 +180,22 @@ pub struct Config {
     /// (`pve:NAME/qemu/VMID`).
     #[serde(default)]
     pub proxmox: Vec<ProxmoxSection>,
+    /// `[security]`: the security center (docs/security.md).
+    #[serde(default)]
+    pub security: SecuritySection,
+}
+
+/// `[security]`: the security center's evaluation and thresholds.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecuritySection {
+    /// How often the checks are evaluated (default 5m; "off": only when
+    /// the API asks).
+    pub evaluate_every: Option<String>,
+    /// A token unused this long is reported (default 90d).
+    pub token_unused_after: Option<String>,
+    /// More admin tokens than this is reported (default 3).
+    pub max_admins: Option<usize>,
 }
 
 /// `[[proxmox]]`: one Proxmox VE cluster (docs/proxmox.md).
@@ -943,6 +959,24 @@ fn service_config(c: &Config) -> anyhow::Result<ServiceConfig> {
         }
         None => Some(vouch_actors::service::SCRUB_EVERY),
     };
+    let security_every = match c.security.evaluate_every.as_deref() {
+        Some("off") => None,
+        Some(s) => {
+            let d = dur(s, "security.evaluate_every")?;
+            if d < Duration::from_secs(1) {
+                bail!("security.evaluate_every must be at least 1s, or \"off\" (it is {s:?})");
+            }
+            Some(d)
+        }
+        None => Some(vouch_actors::service::security::SECURITY_EVERY),
+    };
+    let mut security_policy = vouch_actors::service::security::SecurityPolicy::default();
+    if let Some(s) = &c.security.token_unused_after {
+        security_policy.token_unused_after = dur(s, "security.token_unused_after")?;
+    }
+    if let Some(n) = c.security.max_admins {
+        security_policy.max_admins = n;
+    }
     Ok(ServiceConfig {
         dispatch,
         scheduler,
@@ -952,6 +986,10 @@ fn service_config(c: &Config) -> anyhow::Result<ServiceConfig> {
         version: env!("CARGO_PKG_VERSION").into(),
         scrub_every,
         read_store_seal_key: None,
+        // Set by `serve` once the repositories and listeners are known.
+        security_probe: None,
+        security_every,
+        security_policy,
     })
 }
 
@@ -1102,6 +1140,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     if let Some(k) = &chain_key {
         tracing::info!(key_id = %hex::encode(k.id()), "event log: signing chain checkpoints");
     }
+    let signs_chain = chain_key.is_some();
     // The read store is trusted only on a seal made with the chain key.
     service_config.read_store_seal_key = chain_key.as_ref().map(|k| k.read_store_seal_key());
     let log_options = LogOptions {
@@ -1137,6 +1176,27 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     let url = super::service_link::base_url(scheme, addr);
     super::service_link::claim(&repos, &data_dir, &url, cert_path.as_deref())?;
 
+    // What the security center reads of the installation.
+    let key_files = s
+        .config
+        .repositories
+        .iter()
+        .map(|r| (RepositoryId::new(r.id.as_str()), r.passphrase_file.clone()))
+        .collect();
+    service_config.security_probe = Some(Arc::new(crate::workers::EngineSecurityProbe::new(
+        repos.clone(),
+        key_files,
+        vec![crate::workers::ListenerSpec {
+            address: addr,
+            certificate: cert_path.clone().map(|p| (p, self_signed)),
+        }],
+        data_dir.clone(),
+        env!("CARGO_PKG_VERSION").into(),
+        signs_chain,
+        service_config.scrub_every,
+        service_config.scheduler.read_back.map(|w| w.window),
+        clock.clone(),
+    )));
     let system = actix_web::rt::System::new();
     system.block_on(async move {
         let agents = Arc::new(AgentBoard::new());

@@ -4,6 +4,7 @@
 pub mod cache;
 mod index;
 pub mod integrity;
+pub mod key_export;
 pub mod lock;
 pub mod owner;
 pub mod pack;
@@ -349,6 +350,50 @@ impl Repository {
         }
         // A damaged key file may be the one this passphrase would open.
         Err(corrupt.unwrap_or(Error::WrongPassword))
+    }
+
+    /// Opens a repository with its master key itself (a recovered key
+    /// export, [`key_export`]), checking it against the repository: the
+    /// key must open a snapshot or an index file when there is one.
+    /// Answers whether it could be checked so (an empty repository holds
+    /// nothing to check against).
+    pub fn open_with_master_key(
+        backend: Arc<dyn Backend>,
+        key: MasterKey,
+    ) -> Result<(Repository, bool)> {
+        let config = Self::read_config(backend.as_ref())?;
+        let repo = Repository {
+            backend,
+            config,
+            key: Arc::new(key),
+            key_id: KeyId::random(),
+            lock_wait: std::time::Duration::ZERO,
+            cache: None,
+        };
+        if let Some((name, _)) = repo.backend.list(FileKind::Snapshot)?.into_iter().next() {
+            let bytes = repo.backend.read(FileKind::Snapshot, &name)?;
+            let id = SnapshotId::from_hex(&name).map_err(|_| {
+                Error::corrupt("snapshots/", format!("{name} is not a snapshot id"))
+            })?;
+            repo.decode_snapshot(&id, &bytes)
+                .map_err(|_| Error::WrongPassword)?;
+            return Ok((repo, true));
+        }
+        if let Some((name, _)) = repo.backend.list(FileKind::Index)?.into_iter().next() {
+            let bytes = repo.backend.read(FileKind::Index, &name)?;
+            let id = IndexId::from_hex(&name)
+                .map_err(|_| Error::corrupt("index/", format!("{name} is not an index id")))?;
+            repo.decode_index_file(&id, &bytes)
+                .map_err(|_| Error::WrongPassword)?;
+            return Ok((repo, true));
+        }
+        Ok((repo, false))
+    }
+
+    /// The check code of this repository's master key (see
+    /// [`key_export::check_code`]).
+    pub fn key_check(&self) -> String {
+        key_export::check_code(&self.key)
     }
 
     /// Keeps a local copy of the index, the snapshots and the trees in

@@ -11,6 +11,7 @@ mod browse;
 pub mod reconcile;
 mod repo_store;
 mod repos;
+mod security_probe;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -31,6 +32,7 @@ use vouch_events::{
 pub use browse::EngineBrowser;
 pub use repo_store::{agent_repositories, EngineRepoStore, AGENTS_DIR};
 pub use repos::{RepoSet, RepoSpec};
+pub use security_probe::{EngineSecurityProbe, ListenerSpec};
 
 use crate::backup::{backup, BackupOptions};
 use crate::error::Error;

@@ -110,9 +110,10 @@ impl WebError {
 impl From<ServiceError> for WebError {
     fn from(e: ServiceError) -> Self {
         match &e {
-            ServiceError::NoSuchPlan(_) | ServiceError::NoSuchJob(_) => {
-                WebError::NotFound(e.to_string())
-            }
+            ServiceError::NoSuchPlan(_)
+            | ServiceError::NoSuchJob(_)
+            | ServiceError::NoSuchRepository(_) => WebError::NotFound(e.to_string()),
+            ServiceError::Invalid(_) => WebError::BadRequest(e.to_string()),
             ServiceError::AlreadyRunning(_) | ServiceError::AlreadyEnded(_) => {
                 WebError::Conflict(e.to_string())
             }

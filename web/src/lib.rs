@@ -46,7 +46,7 @@ use actix_web::{web, App, HttpServer};
 use vouch_actors::service::{AgentBoard, ServiceHandle};
 use vouch_events::sources::SourcePolicy;
 
-pub use api::agent::{LEASE_TTL, MAX_WAIT, SEEN_EVERY};
+pub use api::agent::{AGENT_CLOCK_HEADER, AGENT_VERSION_HEADER, LEASE_TTL, MAX_WAIT, SEEN_EVERY};
 pub use api::misc::VERSION;
 pub use auth::{
     require_token, FailedAuth, LiveTokens, Principal, Role, TokenEntry, TokenError, TokenHash,
@@ -61,7 +61,7 @@ pub use limits::{MAX_BROWSE_CALLS, MAX_DOWNLOADS, MAX_STREAMS, MAX_STREAMS_PER_T
 pub use metrics::{
     Metrics, BACKUP_BYTES_ADDED, BACKUP_BYTES_READ, BUILD_INFO, CONTENT_TYPE, EVENT_LOG_BYTES,
     EVENT_LOG_LAST_SEQ, HTTP_REQUESTS_TOTAL, JOB_DURATION, PLAN_LAST_RECOVERABLE, PLAN_PROTECTION,
-    RECOVERY_POINTS, UNMATCHED_ROUTE, VERIFICATION_COVERAGE, WEBHOOK_DELIVERIES,
+    RECOVERY_POINTS, SECURITY_CHECK, UNMATCHED_ROUTE, VERIFICATION_COVERAGE, WEBHOOK_DELIVERIES,
 };
 pub use openapi::openapi_json_text;
 pub use repo_store::{
@@ -69,7 +69,9 @@ pub use repo_store::{
     SnapshotFacts,
 };
 
-use api::{agent, events, jobs, log_head, misc, plans, points, repo, verify_reports, Ctx};
+use api::{
+    agent, events, jobs, log_head, misc, plans, points, repo, security, verify_reports, Ctx,
+};
 
 /// What every worker of the HTTP server shares.
 #[derive(Clone)]
@@ -216,6 +218,7 @@ impl AppState {
                 agents: self.agents.clone(),
                 refusals: api::repo::RefusalLimiter::default(),
                 agent_seen: api::agent::SeenLimiter::new(self.seen_every),
+                head_exports: api::agent::SeenLimiter::new(api::log_head::RECORD_EVERY),
                 lease_ttl: self.lease_ttl,
             })
         })
@@ -284,6 +287,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(resource!("/events", get => events::list))
             .service(resource!("/events/stream", get => events::stream))
             .service(resource!("/log/head", get => log_head::head))
+            .service(resource!("/security", get => security::get))
+            .service(resource!("/security/key-exports", post => security::confirm_key_export))
             .service(resource!("/alerts", get => misc::alerts))
             .service(resource!("/repositories", get => misc::repositories))
             .service(resource!("/repositories/{id}/verify-reports",

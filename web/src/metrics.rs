@@ -87,6 +87,10 @@ pub const RECOVERY_POINTS: &str = "vouch_recovery_points";
 /// `vouch_plan_protection{plan,status}`: 1 for the plan's current status,
 /// 0 for the others.
 pub const PLAN_PROTECTION: &str = "vouch_plan_protection";
+/// `vouch_security_check{check,status}`: 1 for each security-center
+/// check's current status, 0 for the others (absent before the first
+/// evaluation; `unknown` is a status of its own, never `ok`).
+pub const SECURITY_CHECK: &str = "vouch_security_check";
 /// `vouch_plan_last_recoverable_timestamp_seconds{plan}`: snapshot time of
 /// the newest recoverable point (absent: none).
 pub const PLAN_LAST_RECOVERABLE: &str = "vouch_plan_last_recoverable_timestamp_seconds";
@@ -169,6 +173,7 @@ pub struct Metrics {
     http_requests: IntCounterVec,
     points: IntGaugeVec,
     protection: IntGaugeVec,
+    security: IntGaugeVec,
     last_recoverable: GaugeVec,
     copy_last_recoverable: GaugeVec,
     copy_immutable: IntGaugeVec,
@@ -233,6 +238,16 @@ impl Metrics {
             IntGaugeVec::new(
                 Opts::new(RECOVERY_POINTS, "Recovery points by lifecycle state."),
                 &["state"],
+            )?,
+        )?;
+        let security = reg(
+            r,
+            IntGaugeVec::new(
+                Opts::new(
+                    SECURITY_CHECK,
+                    "1 for each security-center check's current status, 0 for the others.",
+                ),
+                &["check", "status"],
             )?,
         )?;
         let protection = reg(
@@ -430,6 +445,7 @@ impl Metrics {
             http_requests,
             points,
             protection,
+            security,
             last_recoverable,
             copy_last_recoverable,
             copy_immutable,
@@ -624,6 +640,16 @@ impl Metrics {
                 self.set_plan(&pl);
             }
             self.coverage.set(coverage);
+            self.security.reset();
+            if let Some(report) = handle.latest_security().await? {
+                for c in &report.checks {
+                    for s in vouch_events::CheckStatus::ALL {
+                        self.security
+                            .with_label_values(&[c.id.as_str(), s.as_str()])
+                            .set(i64::from(s == c.status));
+                    }
+                }
+            }
             self.last_seq
                 .set(i64::try_from(handle.last_seq()).unwrap_or(i64::MAX));
         }

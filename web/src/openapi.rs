@@ -6,7 +6,9 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi, ToResponse};
 
-use crate::api::{agent, events, jobs, log_head, misc, plans, points, repo, verify_reports};
+use crate::api::{
+    agent, events, jobs, log_head, misc, plans, points, repo, security, verify_reports,
+};
 use crate::error::doc as errors;
 
 struct BearerAuth;
@@ -75,6 +77,7 @@ impl Modify for BearerAuth {
         repo::missing, repo::sync,
         agent::register, agent::next_job, agent::renew, agent::result, agent::list,
         events::list, events::stream, log_head::head,
+        security::get, security::confirm_key_export,
         misc::alerts, misc::repositories, verify_reports::create,
     ),
     components(

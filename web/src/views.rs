@@ -918,6 +918,9 @@ pub(crate) fn event_data(e: &Event) -> Value {
         AccessRefused,
         RestoreCompleted,
         CopyCommitted,
+        SecurityCheckChanged,
+        KeyExportConfirmed,
+        LogHeadExported,
     )
     .unwrap_or(Value::Null)
 }

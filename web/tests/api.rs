@@ -1288,6 +1288,8 @@ async fn metrics_show_when_each_agent_last_called_in() {
             .into(),
             vouch_events::AgentSeen {
                 agent: vouch_events::AgentId::new("web-1"),
+                clock_skew_ms: None,
+                version: None,
             }
             .into(),
         ])

@@ -133,6 +133,8 @@ pub struct AlertFacts {
     /// The subject of each open alert (what an evaluation without the read
     /// model must not raise again, after a restart of the alerter too).
     pub open: HashMap<AlertId, String>,
+    /// The security center's checks as last recorded, by id.
+    pub security: BTreeMap<String, vouch_events::SecurityCheckChanged>,
 }
 
 impl AlertFacts {
@@ -169,6 +171,9 @@ impl AlertFacts {
             }
             Event::LogScrubbed(s) => {
                 self.last_scrub = Some((env.recorded_unix_ns, s.clone()));
+            }
+            Event::SecurityCheckChanged(c) => {
+                self.security.insert(c.check.clone(), c.clone());
             }
             Event::ClockStepped(c) => {
                 self.clock_steps.push((env.recorded_unix_ns, c.clone()));
@@ -274,6 +279,30 @@ pub fn fact_incidents(facts: &AlertFacts, now_ns: i64) -> Vec<Incident> {
             ),
             rule: "ClockStepped",
             labels: BTreeMap::new(),
+        });
+    }
+    // A security-center check that failed stays open until it is
+    // recorded with another status (a new reason alone keeps the alert).
+    for c in facts
+        .security
+        .values()
+        .filter(|c| c.status == vouch_events::CheckStatus::Failed)
+    {
+        out.push(Incident {
+            subject: format!("security check {} failed", c.check),
+            severity: Severity::Critical,
+            message: format!(
+                "security check {} failed: {}{}",
+                c.check,
+                c.reason,
+                if c.action.is_empty() {
+                    String::new()
+                } else {
+                    format!(". What to do: {}", c.action)
+                }
+            ),
+            rule: "SecurityCheckFailed",
+            labels: labels(&[("check", c.check.clone())]),
         });
     }
     // Damage found by the newest scrub stays open until a scrub passes:
@@ -739,7 +768,7 @@ fn severity_name(s: Severity) -> &'static str {
     }
 }
 
-fn rfc3339(ns: i64) -> String {
+pub(crate) fn rfc3339(ns: i64) -> String {
     unix_ns_to_utc(ns)
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default()
@@ -2010,5 +2039,64 @@ mod tests {
         assert!(open[0].message.contains("at seq 4"), "{}", open[0].message);
         f.apply(&env(3, much_later, scrubbed(None)));
         assert!(fact_incidents(&f, much_later).is_empty());
+    }
+
+    fn security(status: vouch_events::CheckStatus, reason: &str) -> Event {
+        vouch_events::SecurityCheckChanged {
+            check: "tls/0.0.0.0:8443".into(),
+            kind: "tls".into(),
+            subject: "0.0.0.0:8443".into(),
+            status,
+            reason: reason.into(),
+            action: "renew it".into(),
+        }
+        .into()
+    }
+
+    /// A security check recorded `failed` raises `SecurityCheckFailed`
+    /// (critical, labelled with the check) with the same subject however
+    /// its reason changes, and resolves when the check is recorded with
+    /// another status; `warning` and `unknown` raise nothing.
+    #[test]
+    fn a_failed_security_check_alerts_until_it_changes() {
+        use vouch_events::CheckStatus;
+        let mut f = AlertFacts::default();
+        f.apply(&env(
+            1,
+            S,
+            security(CheckStatus::Warning, "expires in 20 days"),
+        ));
+        f.apply(&env(2, S, security(CheckStatus::Unknown, "unreadable")));
+        assert!(
+            fact_incidents(&f, S).is_empty(),
+            "warning and unknown do not page"
+        );
+        f.apply(&env(
+            3,
+            S,
+            security(CheckStatus::Failed, "expires in 3 days"),
+        ));
+        let open = fact_incidents(&f, 2 * S);
+        assert_eq!(open.len(), 1, "{open:?}");
+        assert_eq!(
+            (open[0].rule, open[0].severity),
+            ("SecurityCheckFailed", Severity::Critical)
+        );
+        assert_eq!(open[0].labels["check"], "tls/0.0.0.0:8443");
+        assert!(
+            open[0].message.contains("expires in 3 days"),
+            "{}",
+            open[0].message
+        );
+        assert!(open[0].message.contains("renew it"), "{}", open[0].message);
+        f.apply(&env(
+            4,
+            S,
+            security(CheckStatus::Failed, "expires in 2 days"),
+        ));
+        let again = fact_incidents(&f, 2 * S);
+        assert_eq!(again[0].subject, open[0].subject, "one alert per check");
+        f.apply(&env(5, S, security(CheckStatus::Ok, "renewed")));
+        assert!(fact_incidents(&f, 2 * S).is_empty());
     }
 }

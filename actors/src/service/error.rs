@@ -1,6 +1,6 @@
 //! The error type of the service's actors and of [`ServiceHandle`](super::ServiceHandle).
 
-use vouch_events::{EventError, JobId, PlanId};
+use vouch_events::{EventError, JobId, PlanId, RepositoryId};
 
 /// What can go wrong when asking the service to do something.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +28,12 @@ pub enum ServiceError {
     /// The job already ended.
     #[error("job {0} already ended")]
     AlreadyEnded(JobId),
+    /// No such repository.
+    #[error("no repository {0}")]
+    NoSuchRepository(RepositoryId),
+    /// The request cannot be done as asked (what was given is wrong).
+    #[error("{0}")]
+    Invalid(String),
     /// The service is shutting down and takes no new jobs.
     #[error("the service is shutting down and takes no new jobs")]
     ShuttingDown,

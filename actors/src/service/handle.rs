@@ -18,6 +18,10 @@ use super::error::ServiceError;
 use super::read_model::{Query, ReadModelActor, ReadModelHealth, CHECKPOINT_EVERY};
 use super::scheduler::{next_run, PlansChanged, Scheduler, SchedulerConfig, Tick};
 use super::scrub::{ScrubNow, Scrubber, SCRUB_EVERY};
+use super::security::{
+    EvaluateSecurity, LatestSecurity, SecurityPolicy, SecurityProbe, SecurityReport, SecurityWatch,
+    SECURITY_EVERY,
+};
 use super::store::{
     Append, AppendExpecting, AppendHealth, AppendStatus, EventStore, Subscribe, LIVE_CAPACITY,
 };
@@ -48,6 +52,14 @@ pub struct ServiceConfig {
     /// Seals the read store's snapshots with a key (given when the log
     /// has a chain key): a snapshot not sealed with it is rebuilt.
     pub read_store_seal_key: Option<vouch_events::SealKey>,
+    /// Gathers the installation's facts for the security center (none:
+    /// the checks that need them are `unknown`).
+    pub security_probe: Option<Arc<dyn SecurityProbe>>,
+    /// How often the security center is evaluated (none: only when
+    /// asked).
+    pub security_every: Option<Duration>,
+    /// The security center's thresholds.
+    pub security_policy: SecurityPolicy,
 }
 
 impl Default for ServiceConfig {
@@ -61,6 +73,9 @@ impl Default for ServiceConfig {
             version: String::new(),
             scrub_every: Some(SCRUB_EVERY),
             read_store_seal_key: None,
+            security_probe: None,
+            security_every: Some(SECURITY_EVERY),
+            security_policy: SecurityPolicy::default(),
         }
     }
 }
@@ -78,6 +93,7 @@ pub struct ServiceHandle {
     scheduler: Addr<Scheduler>,
     alerter: Addr<Alerter>,
     scrubber: Addr<Scrubber>,
+    security: Addr<SecurityWatch>,
     log: Arc<SharedLog>,
     live: broadcast::Sender<Arc<Envelope>>,
     progress: broadcast::Sender<Arc<LiveProgress>>,
@@ -235,6 +251,16 @@ pub async fn start(
             Scrubber::new(log, store, every, gate)
         })
     };
+    let security = {
+        let (store, read, clock) = (store.clone(), read.clone(), clock.clone());
+        let (probe, every) = (config.security_probe.clone(), config.security_every);
+        let mut policy = config.security_policy.clone();
+        policy.agent_lost_after = config.alerting.agent_lost_after;
+        let gate = RestartGate::new(config.restart, clock.clone());
+        supervise::start("security-watch", move |_| {
+            SecurityWatch::new(store, read, clock, probe, every, policy, gate)
+        })
+    };
     tracing::info!(seq = log.last_seq(), "service started");
     Ok(ServiceHandle {
         store,
@@ -243,6 +269,7 @@ pub async fn start(
         scheduler,
         alerter,
         scrubber,
+        security,
         log,
         live,
         progress,
@@ -283,6 +310,67 @@ impl ServiceHandle {
     /// and records the result as `service.log_scrubbed`, which it returns.
     pub async fn scrub_log(&self) -> Result<vouch_events::LogScrubbed, ServiceError> {
         self.scrubber.send(ScrubNow).await?
+    }
+
+    /// The security center's report: the latest if it is younger than
+    /// `fresh_within`, else a new evaluation (which records what changed).
+    pub async fn security(
+        &self,
+        fresh_within: Duration,
+    ) -> Result<Arc<SecurityReport>, ServiceError> {
+        if let Some(latest) = self.security.send(LatestSecurity).await? {
+            let age = self
+                .clock
+                .now_unix_ns()
+                .saturating_sub(latest.evaluated_at_unix_ns);
+            if age >= 0 && age < crate::duration_to_ns(fresh_within) {
+                return Ok(latest);
+            }
+        }
+        self.security.send(EvaluateSecurity).await?
+    }
+
+    /// The latest security report without evaluating (none before the
+    /// first evaluation): for the metrics.
+    pub async fn latest_security(&self) -> Result<Option<Arc<SecurityReport>>, ServiceError> {
+        Ok(self.security.send(LatestSecurity).await?)
+    }
+
+    /// Confirms that `by` holds an export of `repository`'s key: `code`
+    /// must be the key's check code (compared in constant time). Records
+    /// `key.export_confirmed` and evaluates the security center again.
+    pub async fn confirm_key_export(
+        &self,
+        repository: vouch_events::RepositoryId,
+        code: String,
+        by: String,
+    ) -> Result<Arc<SecurityReport>, ServiceError> {
+        let probe = self.config.security_probe.clone().ok_or_else(|| {
+            ServiceError::Unavailable("this service has no security probe".into())
+        })?;
+        let repo = repository.clone();
+        let expected = tokio::task::spawn_blocking(move || probe.key_check(&repo))
+            .await?
+            .map_err(|why| {
+                ServiceError::Unavailable(format!(
+                    "the key of repository {repository} could not be read: {why}"
+                ))
+            })?
+            .ok_or_else(|| ServiceError::NoSuchRepository(repository.clone()))?;
+        let given = normalize_key_check(&code);
+        if !constant_time_eq(given.as_bytes(), normalize_key_check(&expected).as_bytes()) {
+            return Err(ServiceError::Invalid(format!(
+                "the check code does not match the key of repository {repository}: the export is of another key or was copied wrong"
+            )));
+        }
+        self.append(vec![vouch_events::KeyExportConfirmed {
+            repository,
+            key_check: expected,
+            by,
+        }
+        .into()])
+            .await?;
+        self.security.send(EvaluateSecurity).await?
     }
 
     /// Appends events durably; answered once they are on disk.
@@ -610,4 +698,18 @@ fn changes_plans(events: &[Event]) -> bool {
     events
         .iter()
         .any(|e| matches!(e, Event::PlanCreated(_) | Event::PlanChanged(_)))
+}
+
+/// A key check code as typed: lowercase hex digits only (dashes, spaces
+/// and case are for humans).
+fn normalize_key_check(code: &str) -> String {
+    code.chars()
+        .filter(char::is_ascii_hexdigit)
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// Compares two byte strings in time that depends only on their lengths.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

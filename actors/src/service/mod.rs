@@ -24,6 +24,7 @@ mod read_model;
 mod results;
 mod scheduler;
 mod scrub;
+pub mod security;
 mod store;
 mod supervise;
 #[cfg(test)]

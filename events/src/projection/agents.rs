@@ -22,6 +22,10 @@ pub struct Agent {
     pub version: Option<String>,
     /// When it last called in (server clock).
     pub last_seen_unix_ns: Option<i64>,
+    /// How far its clock was ahead of the server's when it last told
+    /// (milliseconds; negative: behind).
+    #[serde(default)]
+    pub clock_skew_ms: Option<i64>,
     /// Jobs leased to it, with the lease's end.
     pub leases: BTreeMap<JobId, i64>,
 }
@@ -41,6 +45,7 @@ impl AgentsProjection {
             os: None,
             version: None,
             last_seen_unix_ns: None,
+            clock_skew_ms: None,
             leases: BTreeMap::new(),
         })
     }
@@ -69,6 +74,12 @@ impl AgentsProjection {
                 match self.agents.get_mut(&e.agent) {
                     Some(a) => {
                         a.last_seen_unix_ns = Some(at.unix_ns);
+                        if e.clock_skew_ms.is_some() {
+                            a.clock_skew_ms = e.clock_skew_ms;
+                        }
+                        if let Some(v) = &e.version {
+                            a.version = Some(v.clone());
+                        }
                         None
                     }
                     None => bad(format!("agent {} seen before registering", e.agent)),

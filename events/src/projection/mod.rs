@@ -10,6 +10,7 @@ mod jobs;
 mod plans;
 mod points;
 mod read_back;
+mod security;
 
 #[cfg(test)]
 mod tests;
@@ -34,6 +35,7 @@ pub use points::{
     VerificationOutcome,
 };
 pub use read_back::{ReadBackProjection, RepositoryReadBack, SliceDamage};
+pub use security::{HeadExport, KeyExport, RecordedCheck, ScrubSeen, SecurityProjection};
 
 use crate::codec::Envelope;
 use crate::error::{EventError, Result};
@@ -98,7 +100,9 @@ pub enum UnknownScope {
 
 /// Families whose events never bear on a point's state or a plan's
 /// protection.
-const NEUTRAL_FAMILIES: &[&str] = &["alert", "agent", "service", "audit"];
+const NEUTRAL_FAMILIES: &[&str] = &[
+    "alert", "agent", "service", "audit", "security", "key", "log",
+];
 
 /// The first element of a msgpack array payload if it is a string.
 fn leading_str(payload: &[u8]) -> Option<&str> {
@@ -161,6 +165,10 @@ pub struct Projections {
     pub alerts: AlertsProjection,
     /// The rolling read-back of every repository's packs.
     pub read_back: ReadBackProjection,
+    /// The security center's recorded checks, key exports, head exports
+    /// and scrubs.
+    #[serde(default)]
+    pub security: SecurityProjection,
     /// Events that did not fit (the newest [`MAX_INCONSISTENCIES`]).
     pub inconsistencies: Vec<Inconsistency>,
     /// How many events did not fit, in all.
@@ -262,6 +270,7 @@ impl Projections {
             self.agents.apply(at, event),
             self.alerts.apply(at, event),
             self.read_back.apply(at, event),
+            self.security.apply(at, event),
         ];
         for inc in found.into_iter().flatten() {
             self.inconsistent(inc);

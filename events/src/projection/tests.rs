@@ -428,7 +428,12 @@ fn agents_are_seen_and_leases_end_with_their_job() {
         }
         .into(),
         started("j"),
-        AgentSeen { agent: a.clone() }.into(),
+        AgentSeen {
+            agent: a.clone(),
+            clock_skew_ms: None,
+            version: None,
+        }
+        .into(),
     ]);
     let agent = &p.agents.agents[&a];
     assert_eq!(agent.last_seen_unix_ns, Some(T0 + 5 * SEC));
@@ -851,7 +856,12 @@ fn regression_d5_a_future_dated_point_leaves_the_rpo_window_on_the_servers_time(
 #[test]
 fn regression_d6_agent_seen_before_registering_changes_nothing() {
     let a = AgentId::new("ghost");
-    let p = given(&[AgentSeen { agent: a.clone() }.into()]);
+    let p = given(&[AgentSeen {
+        agent: a.clone(),
+        clock_skew_ms: None,
+        version: None,
+    }
+    .into()]);
     assert_eq!(p.inconsistencies.len(), 1);
     assert!(!p.agents.agents.contains_key(&a), "{:?}", p.agents);
 }
@@ -930,7 +940,7 @@ fn arb_any_event() -> impl Strategy<Value = Event> {
         .into()),
         1 => (agent.clone(), job.clone())
             .prop_map(|(agent, job)| LeaseExpired { agent, job }.into()),
-        1 => agent.clone().prop_map(|agent| AgentSeen { agent }.into()),
+        1 => agent.clone().prop_map(|agent| AgentSeen { agent, clock_skew_ms: None, version: None }.into()),
         1 => agent.prop_map(|agent| AgentRegistered {
             agent,
             hostname: "h".into(),

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::IntoParams;
 use vouch_actors::service::{AgentBoard, JobFailure, JobOutput, LeaseError};
@@ -44,7 +44,7 @@ impl SeenLimiter {
         }
     }
 
-    fn due(&self, agent: &str) -> bool {
+    pub(crate) fn due(&self, agent: &str) -> bool {
         let mut m = self.last.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         match m.get(agent) {
@@ -74,14 +74,56 @@ fn require_agent(who: &Principal) -> Result<(), WebError> {
     }
 }
 
+/// The header in which an agent tells its clock (Unix milliseconds) when
+/// it asks for a job.
+pub const AGENT_CLOCK_HEADER: &str = "x-vouch-agent-clock";
+/// The header in which an agent tells its software version.
+pub const AGENT_VERSION_HEADER: &str = "x-vouch-agent-version";
+
+/// What an agent told of itself in its request's headers: how far its
+/// clock is from the server's (milliseconds) and its version. A malformed
+/// header is ignored (the facts are for display, nothing is decided on
+/// them).
+#[derive(Debug, Default)]
+struct Told {
+    clock_skew_ms: Option<i64>,
+    version: Option<String>,
+}
+
+fn told(req: &HttpRequest, now_unix_ns: i64) -> Told {
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    let clock_skew_ms = header(AGENT_CLOCK_HEADER)
+        .and_then(|v| v.parse::<i64>().ok())
+        .map(|agent_ms| agent_ms.saturating_sub(now_unix_ns / 1_000_000));
+    let version = header(AGENT_VERSION_HEADER)
+        .filter(|v| !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned);
+    Told {
+        clock_skew_ms,
+        version,
+    }
+}
+
 /// Records that `who` called in (at most every [`SEEN_EVERY`]).
 async fn seen(ctx: &Ctx, who: &Principal) {
+    seen_telling(ctx, who, Told::default()).await;
+}
+
+/// [`seen`], with what the agent told of itself.
+async fn seen_telling(ctx: &Ctx, who: &Principal, told: Told) {
     if !ctx.agent_seen.due(&who.name) {
         return;
     }
     if let Ok(service) = ctx.service() {
         let event = AgentSeen {
             agent: AgentId::new(&who.name),
+            clock_skew_ms: told.clock_skew_ms,
+            version: told.version,
         };
         if let Err(e) = service.append(vec![event.into()]).await {
             tracing::warn!(error = %e, agent = %who.name, "agent.seen could not be recorded");
@@ -321,6 +363,7 @@ pub(crate) async fn next_job(
     ctx: web::Data<Ctx>,
     who: Principal,
     q: web::Query<JobsQuery>,
+    req: HttpRequest,
 ) -> Result<HttpResponse, WebError> {
     require_agent(&who)?;
     let wait = match &q.wait {
@@ -331,7 +374,7 @@ pub(crate) async fn next_job(
     .min(MAX_WAIT);
     let board = board(&ctx)?.clone();
     let service = ctx.service()?.clone();
-    seen(&ctx, &who).await;
+    seen_telling(&ctx, &who, told(&req, service.now_unix_ns())).await;
     let Some(claim) = board.next(&who.name, wait).await else {
         seen(&ctx, &who).await;
         return Ok(HttpResponse::NoContent().finish());

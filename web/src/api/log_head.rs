@@ -10,6 +10,11 @@ use super::Ctx;
 use crate::auth::Principal;
 use crate::error::{doc as errors, WebError};
 
+/// How often a token's fetch of the head is recorded
+/// (`log.head_exported`): an anchoring job polling every minute does not
+/// fill the log.
+pub(crate) const RECORD_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// The head of the event log.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct LogHead {
@@ -62,6 +67,19 @@ pub(crate) async fn head(ctx: web::Data<Ctx>, who: Principal) -> Result<HttpResp
     .map_err(|e| WebError::Internal(e.to_string()))?
     .map_err(|e| WebError::Internal(e.to_string()))?;
     let (seq, hash) = head.unwrap_or((0, vouch_events::GENESIS_HASH));
+    // The security center's `log-head-export` check reads this record.
+    if seq > 0 && ctx.head_exports.due(&who.name) {
+        if let Ok(service) = ctx.service() {
+            let event = vouch_events::LogHeadExported {
+                seq,
+                signed: cp.is_some(),
+                by: who.name.clone(),
+            };
+            if let Err(e) = service.append(vec![event.into()]).await {
+                tracing::warn!(error = %e, "log.head_exported could not be recorded");
+            }
+        }
+    }
     Ok(HttpResponse::Ok().json(LogHead {
         seq,
         hash: hash.to_hex(),

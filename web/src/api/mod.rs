@@ -10,6 +10,7 @@ pub(crate) mod misc;
 pub(crate) mod plans;
 pub(crate) mod points;
 pub(crate) mod repo;
+pub(crate) mod security;
 pub(crate) mod verify_reports;
 
 use std::path::PathBuf;
@@ -44,6 +45,8 @@ pub(crate) struct Ctx {
     pub(crate) refusals: repo::RefusalLimiter,
     /// Rate of recorded `agent.seen`.
     pub(crate) agent_seen: agent::SeenLimiter,
+    /// Rate of recorded `log.head_exported` (per token).
+    pub(crate) head_exports: agent::SeenLimiter,
     /// How long an agent's lease lasts unless renewed.
     pub(crate) lease_ttl: std::time::Duration,
 }
