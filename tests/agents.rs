@@ -635,7 +635,10 @@ fn a_skewed_agent_clock_changes_nothing() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let svc = serve(dir.path(), "[agents]\nlease_ttl = \"3s\"\n");
+    let svc = serve(
+        dir.path(),
+        "[agents]\nlease_ttl = \"3s\"\n\n[security]\nevaluate_every = \"1s\"\n",
+    );
     let data = dir.path().join("data");
     let agent_dir = dir.path().join("agent");
     enroll(&svc, &data, &agent_dir, "web-1");
@@ -688,6 +691,30 @@ fn a_skewed_agent_clock_changes_nothing() {
             let p = get(&svc, &format!("/api/v1/points/{point}"));
             (p["state"] == "recoverable").then_some(())
         });
+        if skew == "+2d" {
+            // The agent told its clock when it asked for the job: the
+            // skew is recorded, and the security center says it.
+            let seen = get(&svc, "/api/v1/events?type=agent.seen&limit=1000");
+            let told = seen["events"]
+                .as_array()
+                .expect("events")
+                .iter()
+                .filter_map(|e| e["data"]["clock_skew_ms"].as_i64())
+                .next_back()
+                .expect("an agent.seen with the agent's clock");
+            let two_days: i64 = 2 * 86_400 * 1000;
+            assert!(
+                (told - two_days).abs() < 60_000,
+                "the skew told is about two days ahead: {told} ms"
+            );
+            let check = eventually("the security center to see the skew", || {
+                get(&svc, "/api/v1/security")["checks"]
+                    .as_array()
+                    .and_then(|c| c.iter().find(|c| c["id"] == "agent/web-1").cloned())
+                    .filter(|c| c["reason"].as_str().unwrap_or("").contains("ahead of"))
+            });
+            assert_eq!(check["status"], "warning", "{check}");
+        }
     }
 }
 

@@ -327,7 +327,7 @@ impl ServiceHandle {
                 return Ok(latest);
             }
         }
-        self.security.send(EvaluateSecurity).await?
+        self.security.send(EvaluateSecurity::default()).await?
     }
 
     /// The latest security report without evaluating (none before the
@@ -363,14 +363,19 @@ impl ServiceHandle {
                 "the check code does not match the key of repository {repository}: the export is of another key or was copied wrong"
             )));
         }
-        self.append(vec![vouch_events::KeyExportConfirmed {
-            repository,
-            key_check: expected,
-            by,
-        }
-        .into()])
+        let receipt = self
+            .append(vec![vouch_events::KeyExportConfirmed {
+                repository,
+                key_check: expected,
+                by,
+            }
+            .into()])
             .await?;
-        self.security.send(EvaluateSecurity).await?
+        self.security
+            .send(EvaluateSecurity {
+                min_seq: receipt.last_seq,
+            })
+            .await?
     }
 
     /// Appends events durably; answered once they are on disk.

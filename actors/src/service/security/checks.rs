@@ -263,7 +263,7 @@ fn key_export(p: &Projections, r: &RepositoryFacts) -> Check {
                 r.id
             ),
             format!(
-                "export the key (`vouch key export --paper`), store it away from this machine, and confirm it (`vouch key confirm-export --repository {}` or POST /api/v1/security/key-exports)",
+                "export the key (`vouch key export --paper`), store it away from this machine, and confirm it (console: Security, or POST /api/v1/security/key-exports with repository {} and the check code)",
                 r.id
             ),
         ),
@@ -410,7 +410,7 @@ fn tokens(f: &InstallationFacts, now_ns: i64, policy: &SecurityPolicy) -> Vec<Ch
             None,
             CheckStatus::Warning,
             "no valid admin token: nobody can manage tokens or repositories through the API",
-            "make one on the server: `vouch token create --role admin NAME`",
+            "make one on the server: `vouch token create --role admin --name NAME --expires 90d`",
         ),
         n if n > policy.max_admins => check(
             "tokens-admins",
@@ -489,7 +489,7 @@ fn tokens(f: &InstallationFacts, now_ns: i64, policy: &SecurityPolicy) -> Vec<Ch
             None,
             CheckStatus::Warning,
             format!("{} token(s) never expire: {}", forever.len(), forever.join(", ")),
-            "replace them with expiring ones: `vouch token create --expires-in 90d NAME`, then revoke the old",
+            "replace them with expiring ones: `vouch token create --name NAME --role ROLE --expires 90d`, then revoke the old",
         )
     });
     out

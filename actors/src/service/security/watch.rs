@@ -65,10 +65,13 @@ pub fn changes(recorded: &BTreeMap<String, RecordedCheck>, current: &[Check]) ->
         .collect()
 }
 
-/// Evaluate now, record the changes, answer with the report.
-#[derive(Message)]
+/// Evaluate now on a state that has seen at least event `min_seq`,
+/// record the changes, answer with the report.
+#[derive(Message, Default)]
 #[rtype(result = "Result<Arc<SecurityReport>, ServiceError>")]
-pub(crate) struct EvaluateSecurity;
+pub(crate) struct EvaluateSecurity {
+    pub(crate) min_seq: u64,
+}
 
 /// The latest report (none before the first evaluation).
 #[derive(Message)]
@@ -117,8 +120,10 @@ impl Actor for SecurityWatch {
         self.gate.started(ctx);
         if let Some(every) = self.every {
             ctx.run_later(every.min(FIRST_AFTER), move |_, ctx| {
-                ctx.address().do_send(EvaluateSecurity);
-                ctx.run_interval(every, |_, ctx| ctx.address().do_send(EvaluateSecurity));
+                ctx.address().do_send(EvaluateSecurity::default());
+                ctx.run_interval(every, |_, ctx| {
+                    ctx.address().do_send(EvaluateSecurity::default())
+                });
             });
         }
     }
@@ -148,7 +153,7 @@ impl Handler<EvaluateSecurity> for SecurityWatch {
     // twice.
     type Result = AtomicResponse<Self, Result<Arc<SecurityReport>, ServiceError>>;
 
-    fn handle(&mut self, _msg: EvaluateSecurity, _ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: EvaluateSecurity, _ctx: &mut Self::Context) -> Self::Result {
         let (store, read, clock, probe, policy) = (
             self.store.clone(),
             self.read.clone(),
@@ -173,7 +178,7 @@ impl Handler<EvaluateSecurity> for SecurityWatch {
             };
             let now = clock.now_unix_ns();
             let (checks, events, seq) = read
-                .send(Query::new(0, move |p| {
+                .send(Query::new(msg.min_seq, move |p| {
                     let checks = evaluate(p, facts.as_ref(), now, &policy);
                     let events = changes(&p.security.checks, &checks);
                     (checks, events, p.last_seq)
