@@ -1533,3 +1533,125 @@ async fn console_shows_an_anomaly_on_the_point_and_its_plan() {
     drop(driver);
     drop(serve);
 }
+
+/// The security page: every check with its status badge (unknown grey and
+/// dashed, never green), the worst first; an admin confirms a key export
+/// with the check code `vouch key export` printed (a wrong code is
+/// refused and said), and the check turns ok.
+#[actix_web::test]
+async fn console_security_page_shows_the_checks_and_confirms_a_key_export() {
+    if !browser_available("console_security_page_shows_the_checks_and_confirms_a_key_export") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let downloads = tmp.path().join("downloads");
+    fs::create_dir_all(&downloads).unwrap();
+    let home = tmp.path().join("home");
+    fs::create_dir_all(&home).unwrap();
+    fs::write(home.join("a.txt"), b"hello").unwrap();
+    let serve = Serve::start(&data);
+    let base = format!("http://{}", serve.addr);
+    let driver = Driver::start().await;
+    let s = driver.session(&downloads).await;
+    sign_in(&s, &base, &serve.token).await;
+    // A plan with no point yet: its restore tests cannot be told.
+    s.wait_for(
+        "the plan",
+        SHORT,
+        &format!(
+            "if (!window.__plan) {{ window.__plan = fetch('/api/v1/plans', {{ method: 'POST', headers: {{ Authorization: 'Bearer ' + sessionStorage.getItem('vouch.token'), 'Content-Type': 'application/json' }}, body: JSON.stringify({{ id: 'home', source: {:?}, schedule: '0 3 * * *', rpo: '1h' }}) }}).then(r => r.status); }} return window.__plan",
+            home.display().to_string()
+        ),
+    )
+    .await;
+    go(&s, &base, "#/security").await;
+    let status = s
+        .wait_for(
+            "the key-export check",
+            SHORT,
+            "const r = document.querySelector('tr[data-check=\"key-export/default\"]'); return r ? r.dataset.status : null",
+        )
+        .await;
+    assert_eq!(status.as_str(), Some("warning"));
+    // The worst first.
+    let order = s
+        .execute(
+            "const order = { failed: 0, warning: 1, unknown: 2, ok: 3 }; return [...document.querySelectorAll('tr[data-check]')].map(r => order[r.dataset.status])",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let order: Vec<u64> = order
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_u64())
+        .collect();
+    assert!(
+        order.len() > 5 && order.windows(2).all(|w| w[0] <= w[1]),
+        "{order:?}"
+    );
+
+    // A wrong code is refused, and said.
+    set_field(&s, "#ke-check", "0000-0000-0000-0000").await;
+    click(&s, "#key-export-form button[type=submit]").await;
+    let said = s
+        .wait_for(
+            "the refusal",
+            SHORT,
+            "const f = document.querySelector('#flash .flash.error'); return f ? f.textContent : null",
+        )
+        .await;
+    assert!(
+        said.as_str().unwrap_or("").contains("does not match"),
+        "{said}"
+    );
+
+    // The right one, from `vouch key export`.
+    let out = Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .args(["key", "export", "--paper", "--repo"])
+        .arg(data.join("repository"))
+        .env("VOUCH_PASSWORD_FILE", data.join("repository.passphrase"))
+        .env_remove("VOUCH_PASSWORD")
+        .output()
+        .expect("vouch key export runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let paper = String::from_utf8_lossy(&out.stdout).into_owned();
+    let code = paper
+        .lines()
+        .find_map(|l| l.strip_prefix("check "))
+        .expect("a check code")
+        .to_owned();
+    set_field(&s, "#ke-check", &code).await;
+    click(&s, "#key-export-form button[type=submit]").await;
+    s.wait_for(
+        "the key-export check to turn ok",
+        SHORT,
+        "const r = document.querySelector('tr[data-check=\"key-export/default\"]'); return r && r.dataset.status === 'ok' ? true : null",
+    )
+    .await;
+    let unknown = s
+        .wait_for(
+            "the plan's restore-test check, unknown",
+            SHORT,
+            "const r = document.querySelector('tr[data-check=\"restore-tests/home\"]'); if (!r) return null; const b = r.querySelector('.badge'); return [r.dataset.status, b.className, getComputedStyle(b).borderStyle].join(' ')",
+        )
+        .await;
+    assert_eq!(
+        unknown.as_str(),
+        Some("unknown badge c-unknown dashed"),
+        "unknown is grey and dashed, never green"
+    );
+    s.execute("window.scrollTo(0, 0); return null", vec![])
+        .await
+        .unwrap();
+    shot(&s, "security.png").await;
+    s.quit().await.expect("quit");
+    drop(driver);
+    drop(serve);
+}

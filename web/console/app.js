@@ -12,6 +12,7 @@ const PAGES = {
   jobs: () => import('./jobs.js'),
   agents: () => import('./agents.js'),
   alerts: () => import('./alerts.js'),
+  security: () => import('./security.js'),
   events: () => import('./events.js'),
   charts: () => import('./charts.js'),
   signin: () => import('./signin.js'),

@@ -58,6 +58,7 @@ const ASSETS: &[Asset] = &[
     asset!("jobs.js", JS),
     asset!("agents.js", JS),
     asset!("alerts.js", JS),
+    asset!("security.js", JS),
     asset!("events.js", JS),
     asset!("charts.js", JS),
 ];

@@ -139,7 +139,7 @@ pub fn evaluate(
     }
     out.push(open_damage(p));
     out.extend(agents(p, facts, now_ns, policy));
-    out.push(server_version(p, facts));
+    out.push(server_version(facts));
     out.sort_by(|a, b| a.id.cmp(&b.id));
     out
 }
@@ -818,7 +818,7 @@ fn restore_tests(p: &Projections, plan: &Plan, now_ns: i64) -> Check {
             subject,
             CheckStatus::Unknown,
             format!("plan {id} has no point yet"),
-            "",
+            "run the plan now, or wait for its schedule",
         );
     }
     let newest = tests.iter().filter(|t| t.proves()).max_by_key(|t| t.at.seq);
@@ -947,7 +947,7 @@ fn copies(p: &Projections, facts: Option<&InstallationFacts>, plan: &Plan, now_n
             subject,
             CheckStatus::Unknown,
             format!("plan {id} has no copy in {} yet", replica.repository),
-            "",
+            "copies follow each backup; run the plan, or see the copy jobs if they fail",
         );
     };
     let off_host = copy.copy.as_ref().is_some_and(|c| c.off_host)
@@ -1107,17 +1107,16 @@ fn agents(
         .collect()
 }
 
-fn server_version(p: &Projections, facts: Option<&InstallationFacts>) -> Check {
+fn server_version(facts: Option<&InstallationFacts>) -> Check {
     let Some(f) = facts else {
         return check(
             "server-version",
             None,
             CheckStatus::Unknown,
             "the server's version is not known yet",
-            "",
+            "wait for the first evaluation",
         );
     };
-    let _ = p;
     check(
         "server-version",
         None,
