@@ -167,9 +167,100 @@ fn an_attack_on_a_plans_source_is_reported_alerted_and_shown_and_nothing_is_stop
         "the alert names a path: {alert}"
     );
 
+    // Without `anomaly_lock`, nothing is locked.
+    let before = second["data"]["snapshot"].as_str().expect("snapshot");
+    let earlier = get(&svc, &format!("/api/v1/points/{before}"));
+    assert!(earlier["locked_until"].is_null(), "{earlier}");
+
     // It reports, never acts: the plan still runs, and the next backup
     // (compared with the attacked point) is no new anomaly.
     let fourth = run_backup(&svc, "home");
     assert_eq!(fourth["data"]["changes"]["compared_with"], point.as_str());
     assert_eq!(anomalies(&svc).len(), 1);
+}
+
+/// A plan that opts in (`anomaly_lock`) has the last point before an
+/// anomaly locked: in the repository (a record every tool honours) and in
+/// the log (`point.locked`), for the plan's duration. The attacked point
+/// itself and the earlier ones are left as they are.
+#[test]
+fn a_plan_that_opts_in_locks_the_last_point_before_an_anomaly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path().join("home");
+    ransom::project_tree(&src);
+    let config = write_config(dir.path());
+    let data = dir.path().join("data");
+    let svc = start(&data, &config, None);
+    let (status, body) = post(
+        &svc,
+        "/api/v1/plans",
+        &serde_json::json!({"id": "home", "source": src, "schedule": "0 3 * * *", "rpo": "1h",
+            "anomaly_lock": "30d"}),
+    );
+    assert_eq!(status, 201, "plan created: {body}");
+    assert_eq!(body["anomaly_lock"], "30days", "{body}");
+    let first = run_backup(&svc, "home");
+    // An edit: no anomaly, no lock.
+    let f = ransom::files_of(&src)[0].clone();
+    std::fs::write(&f, b"edited\n").expect("edit");
+    let second = run_backup(&svc, "home");
+    let good = second["data"]["snapshot"]
+        .as_str()
+        .expect("snapshot")
+        .to_owned();
+    assert!(get(&svc, "/api/v1/events?type=point.locked")["events"]
+        .as_array()
+        .expect("events")
+        .is_empty());
+    ransom::attack(
+        &src,
+        Attack {
+            permille: 100,
+            rename_to: Some("locked"),
+            replace_extension: false,
+            notes: true,
+            encrypt: true,
+        },
+    );
+    let third = run_backup(&svc, "home");
+    let attacked = third["data"]["snapshot"].as_str().expect("snapshot");
+    assert_eq!(anomalies(&svc).len(), 1);
+    let locked = get(&svc, "/api/v1/events?type=point.locked")["events"]
+        .as_array()
+        .cloned()
+        .expect("events");
+    assert_eq!(locked.len(), 1, "{locked:?}");
+    assert_eq!(
+        locked[0]["data"]["point"],
+        good.as_str(),
+        "the last point before the anomaly"
+    );
+    let view = get(&svc, &format!("/api/v1/points/{good}"));
+    let until = view["locked_until"].as_str().expect("locked").to_owned();
+    assert!(
+        until.as_str() > "2026-12-30",
+        "about 30 days from now: {until}"
+    );
+    let attacked_view = get(&svc, &format!("/api/v1/points/{attacked}"));
+    assert!(attacked_view["locked_until"].is_null(), "{attacked_view}");
+    let first_view = get(
+        &svc,
+        &format!(
+            "/api/v1/points/{}",
+            first["data"]["snapshot"].as_str().expect("id")
+        ),
+    );
+    assert!(first_view["locked_until"].is_null(), "{first_view}");
+    // The repository holds the lock itself: every tool honours it.
+    drop(svc);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .args(["forget", "--outside-service", "--repo"])
+        .arg(data.join("repository"))
+        .arg(&good)
+        .env("VOUCH_PASSWORD_FILE", data.join("repository.passphrase"))
+        .output()
+        .expect("vouch forget runs");
+    assert!(!out.status.success(), "a locked point cannot be forgotten");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("locked"), "{err}");
 }

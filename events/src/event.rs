@@ -973,8 +973,8 @@ macro_rules! events {
 }
 
 events! {
-    PlanCreated => "plan.created", v 4;
-    PlanChanged => "plan.changed", v 4;
+    PlanCreated => "plan.created", v 5;
+    PlanChanged => "plan.changed", v 5;
     PlanRemoved => "plan.removed", v 1;
     JobScheduled => "job.scheduled", v 3;
     JobStarted => "job.started", v 1;

@@ -335,10 +335,41 @@ fn snapshot_ids_are_hex_in_json_and_bin8_in_msgpack() {
 /// What a plan of schema v3 (`replica` kept) or older knew: no boot check,
 /// no dump policy.
 fn pre_v4(d: &mut crate::plan::PlanDefinition, pre_v3: bool) {
+    pre_v5(d);
     d.restore_test.boot = None;
     d.proxmox = None;
     if pre_v3 {
         d.replica = None;
+    }
+}
+
+/// What a plan event of before schema v5 did not record.
+fn pre_v5(d: &mut crate::plan::PlanDefinition) {
+    d.anomaly_lock = None;
+}
+
+#[test]
+fn plan_v4_golden_lines_upcast_to_plans_without_an_anomaly_lock() {
+    let golden = golden();
+    for sample in sample_events() {
+        let name = sample.event_type();
+        if name != "plan.created" && name != "plan.changed" {
+            continue;
+        }
+        let line = golden
+            .get(&format!("{name}@v4"))
+            .unwrap_or_else(|| panic!("no v4 line for {name}"));
+        let got = decode_event(name, 4, &hex::decode(line).expect("hex"));
+        let mut want = sample.clone();
+        match &mut want {
+            Event::PlanCreated(p) => pre_v5(&mut p.definition),
+            Event::PlanChanged(p) => pre_v5(&mut p.definition),
+            _ => unreachable!(),
+        }
+        assert_eq!(
+            got, want,
+            "{name} v4 upcasts to a plan without an anomaly lock"
+        );
     }
 }
 

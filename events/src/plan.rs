@@ -38,6 +38,11 @@ pub struct PlanDefinition {
     /// removed once backed up (schema v4 of the plan events; none when
     /// upcast: snapshot mode, dumps kept).
     pub proxmox: Option<ProxmoxPolicy>,
+    /// When the ransomware heuristic flags a backup of this plan, lock the
+    /// newest unflagged point before it for this long (a lock, never an
+    /// action on the host; none: never, the default; schema v5 of the
+    /// plan events, none when upcast).
+    pub anomaly_lock: Option<Duration>,
 }
 
 /// How a plan's Proxmox VE guest is dumped.

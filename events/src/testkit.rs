@@ -44,6 +44,7 @@ pub(crate) fn plan_def(rpo_secs: u64, max_evidence_secs: u64) -> PlanDefinition 
             mode: DumpMode::Stop,
             remove_dump: true,
         }),
+        anomaly_lock: Some(Duration::from_secs(30 * 86_400)),
     }
 }
 

@@ -25,6 +25,8 @@ pub const UPCASTERS: &[(&str, u16, Upcaster)] = &[
     ("plan.changed", 2, plan_v2_to_v3),
     ("plan.created", 3, plan_v3_to_v4),
     ("plan.changed", 3, plan_v3_to_v4),
+    ("plan.created", 4, plan_v4_to_v5),
+    ("plan.changed", 4, plan_v4_to_v5),
     ("job.scheduled", 1, job_scheduled_v1_to_v2),
     ("job.scheduled", 2, job_scheduled_v2_to_v3),
     ("restore_test.passed", 1, restore_test_passed_v1_to_v2),
@@ -126,6 +128,18 @@ fn plan_v3_to_v4(payload: &[u8]) -> Result<Vec<u8>, String> {
     };
     expect_len(restore_test, 4..=4, "restore-test policy")?;
     restore_test.push(Value::Nil);
+    def.push(Value::Nil);
+    encode(fields)
+}
+
+/// Plan events v4 → v5: no anomaly lock.
+fn plan_v4_to_v5(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 2..=2, "plan event")?;
+    let Value::Array(def) = &mut fields[1] else {
+        return Err("plan definition is not an array".into());
+    };
+    expect_len(def, 10..=10, "plan definition")?;
     def.push(Value::Nil);
     encode(fields)
 }

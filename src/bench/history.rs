@@ -258,6 +258,7 @@ impl Layout {
             paused,
             replica: None,
             proxmox: None,
+            anomaly_lock: None,
         }
     }
 }

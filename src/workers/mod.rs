@@ -220,6 +220,42 @@ fn snapshot_of(id: &PointId) -> SnapshotId {
     SnapshotId(id.0)
 }
 
+/// The plan's opt-in answer to an anomaly (`anomaly_lock`): the newest
+/// point before it is locked for `hold`, in the repository first (the
+/// storage's retention where it has one), then recorded as
+/// `point.locked`. A lock, never an action on the host. A point already
+/// locked for longer keeps its lock; a lock that cannot be written is
+/// logged and the anomaly is reported all the same.
+fn lock_before_anomaly(
+    repo: &crate::repo::Repository,
+    plan: &PlanId,
+    good: PointId,
+    hold: std::time::Duration,
+) -> Option<Event> {
+    let until = crate::util::now_ns().saturating_add(vouch_actors::duration_to_ns(hold));
+    let by = format!("plan {plan}: the last point before an anomaly (anomaly_lock)");
+    match repo.lock_point(&snapshot_of(&good), until, &by) {
+        Ok(outcome) => {
+            tracing::warn!(point = %good.short(), until = %crate::util::rfc3339(outcome.until_ns), "anomaly: the last point before it is locked (the plan's anomaly_lock)");
+            Some(
+                vouch_events::PointLocked {
+                    point: good,
+                    until_unix_ns: outcome.until_ns,
+                }
+                .into(),
+            )
+        }
+        Err(crate::error::Error::PointLocked(why)) => {
+            tracing::info!(point = %good.short(), %why, "anomaly: the last point before it is already locked for longer");
+            None
+        }
+        Err(e) => {
+            tracing::error!(point = %good.short(), error = %e, "anomaly: the last point before it could not be locked");
+            None
+        }
+    }
+}
+
 /// Runs one job to its end (on a blocking thread).
 fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, JobFailure> {
     let RunJob {
@@ -250,6 +286,7 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
             plan,
             definition,
             history,
+            last_good,
         } => {
             // Checked again at every start: the policy may have changed
             // since the plan was accepted, or a symlink been planted on
@@ -304,7 +341,7 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
             let (changes, anomaly) = compare_with_parent(&repo, &outcome, &history, &summary);
             let mut events: Vec<Event> = vec![BackupCommitted {
                 job: Some(job),
-                plan: Some(plan),
+                plan: Some(plan.clone()),
                 repository: definition.repository.clone(),
                 snapshot: point,
                 snapshot_time_unix_ns: outcome.manifest.time_ns,
@@ -312,7 +349,12 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
                 changes,
             }
             .into()];
-            events.extend(anomaly.map(|a| Event::from(AnomalyDetected { point, ..a })));
+            if let Some(a) = anomaly {
+                events.push(AnomalyDetected { point, ..a }.into());
+                if let (Some(hold), Some(good)) = (definition.anomaly_lock, last_good) {
+                    events.extend(lock_before_anomaly(&repo, &plan, good, hold));
+                }
+            }
             Ok(JobOutput { events })
         }
         JobCommand::Verify {

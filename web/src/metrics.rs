@@ -1123,6 +1123,7 @@ mod tests {
             paused: false,
             replica: None,
             proxmox: None,
+            anomaly_lock: None,
         };
         let mut events: Vec<Event> = vec![
             PlanCreated {
@@ -1264,6 +1265,7 @@ mod tests {
             paused: false,
             replica: None,
             proxmox: None,
+            anomaly_lock: None,
         };
         let id = SnapshotId([1; 32]);
         let plan = PlanId::new("a");

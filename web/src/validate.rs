@@ -347,6 +347,15 @@ fn lock_for_schema() -> utoipa::openapi::Object {
     )
 }
 
+fn anomaly_lock_schema() -> utoipa::openapi::Object {
+    grammar::duration_schema(
+        "When the ransomware heuristic flags a backup of the plan, lock the newest \
+         unflagged point before it for this long (a lock, never an action on the host); \
+         null: never (the default).",
+        true,
+    )
+}
+
 fn require_schema() -> utoipa::openapi::Object {
     grammar::nullable_enum_schema(
         "What `protected` requires of the copies: `nothing` (they are shown, the plan's \
@@ -428,6 +437,11 @@ pub struct PlanInput {
     #[serde(default, deserialize_with = "object")]
     #[schema(nullable)]
     pub proxmox: Option<ProxmoxInput>,
+    /// On an anomaly, lock the newest unflagged point before it for this
+    /// long (null or missing: never).
+    #[serde(default, deserialize_with = "double")]
+    #[schema(schema_with = anomaly_lock_schema)]
+    pub anomaly_lock: Option<Option<String>>,
 }
 
 /// The body of `POST /api/v1/plans`, for the OpenAPI document only (the
@@ -507,6 +521,7 @@ pub(crate) fn default_definition() -> PlanDefinition {
         paused: false,
         replica: None,
         proxmox: None,
+        anomaly_lock: None,
     }
 }
 
@@ -589,6 +604,7 @@ pub(crate) fn input_of(d: &PlanDefinition) -> PlanInput {
             mode: Some(p.mode.as_str().to_owned()),
             remove_dump: Some(p.remove_dump),
         }),
+        anomaly_lock: Some(d.anomaly_lock.map(human)),
     }
 }
 
@@ -851,6 +867,11 @@ pub(crate) fn definition(
         },
         remove_dump: p.remove_dump.unwrap_or(false),
     });
+    match input.anomaly_lock {
+        Some(Some(d)) => def.anomaly_lock = duration("anomaly_lock", &d, &mut errors),
+        Some(None) => def.anomaly_lock = None,
+        None => {}
+    }
     if errors.is_empty() {
         Ok((id, def))
     } else {

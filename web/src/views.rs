@@ -224,6 +224,9 @@ pub struct PlanView {
     /// Its live points the ransomware heuristic flagged (64 hex digits),
     /// newest first.
     pub anomalous_points: Vec<String>,
+    /// How long the newest unflagged point is locked when the ransomware
+    /// heuristic flags a backup (null: never).
+    pub anomaly_lock: Option<String>,
 }
 
 /// A plan's second copy.
@@ -389,6 +392,7 @@ pub(crate) fn plan_view(
             mode: x.mode.as_str().to_owned(),
             remove_dump: x.remove_dump,
         }),
+        anomaly_lock: d.anomaly_lock.map(human),
         anomalous_points: {
             let mut flagged: Vec<&vouch_events::Point> = p
                 .points

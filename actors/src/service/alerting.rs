@@ -1611,6 +1611,7 @@ mod tests {
                 paused: false,
                 replica: None,
                 proxmox: None,
+                anomaly_lock: None,
             },
         }
         .into()

@@ -29,6 +29,10 @@ pub enum JobCommand {
         /// heuristic's baseline; the dispatcher fills it in from the
         /// projections when the job starts.
         history: BackupHistory,
+        /// The plan's newest live, committed point the heuristic did not
+        /// flag, when the job started: what `anomaly_lock` locks if this
+        /// backup is flagged. Filled in by the dispatcher like `history`.
+        last_good: Option<SnapshotId>,
     },
     /// Verify one point.
     Verify {

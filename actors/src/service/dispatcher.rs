@@ -573,13 +573,22 @@ impl Dispatcher {
             self.with_projections(
                 ctx,
                 self.seen_seq,
-                move |p| policy::backup_history(p, &plan),
+                move |p| {
+                    (
+                        policy::backup_history(p, &plan),
+                        policy::last_unflagged_point(p, &plan),
+                    )
+                },
                 move |act, ctx, res| {
                     act.running.remove(&job);
                     match res {
-                        Ok(h) => {
-                            if let JobCommand::Backup { history, .. } = &mut q.command {
+                        Ok((h, good)) => {
+                            if let JobCommand::Backup {
+                                history, last_good, ..
+                            } = &mut q.command
+                            {
                                 *history = h;
+                                *last_good = good;
                             }
                         }
                         // The heuristic then measures against no history,
@@ -1151,6 +1160,7 @@ pub fn rebuild_command(
             plan: pl.id.clone(),
             definition: Box::new(pl.definition.clone()),
             history: Vec::new(),
+            last_good: None,
         }),
         JobKind::Verify => match j.point {
             Some(point) => Some(JobCommand::Verify {
@@ -1416,6 +1426,7 @@ mod tests {
             paused: false,
             replica,
             proxmox: None,
+            anomaly_lock: None,
         }
     }
 

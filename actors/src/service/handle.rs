@@ -482,6 +482,7 @@ impl ServiceHandle {
             plan,
             definition: Box::new(def),
             history: Vec::new(),
+            last_good: None,
         })
         .await
     }

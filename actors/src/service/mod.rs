@@ -50,9 +50,9 @@ pub use error::ServiceError;
 pub use fault::ActorName;
 pub use handle::{start, ServiceConfig, ServiceHandle};
 pub use policy::{
-    active_plans, follow_ups, last_backups_scheduled, live_points, periodic_checks, read_back_due,
-    reconcile_lists, repositories_in_use, restore_sample, retention_protects, ReadBackWindow,
-    SUSPECT_POINTS_BOUND,
+    active_plans, follow_ups, last_backups_scheduled, last_unflagged_point, live_points,
+    periodic_checks, read_back_due, reconcile_lists, repositories_in_use, restore_sample,
+    retention_protects, ReadBackWindow, SUSPECT_POINTS_BOUND,
 };
 pub use read_model::{ReadModelHealth, CHECKPOINT_EVERY};
 pub use results::FOREIGN_RESULT;

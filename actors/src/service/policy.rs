@@ -54,6 +54,21 @@ pub fn backup_history(p: &Projections, plan: &PlanId) -> super::command::BackupH
         .collect()
 }
 
+/// The newest live point of `plan` committed by its own backups (not a
+/// copy, not discovered) that the ransomware heuristic did not flag: the
+/// last point before an anomaly, which the plan's `anomaly_lock` locks.
+pub fn last_unflagged_point(p: &Projections, plan: &PlanId) -> Option<SnapshotId> {
+    p.points
+        .of_plan(plan)
+        .filter(|pt| {
+            pt.origin == vouch_events::PointOrigin::Committed
+                && pt.expired.is_none()
+                && pt.anomalies.is_empty()
+        })
+        .max_by_key(|pt| (pt.snapshot_time_unix_ns, pt.since.seq))
+        .map(|pt| pt.id)
+}
+
 /// Points of `plan` stored in `repository` that are not expired, its own
 /// and the copies of them (a replica holds only copies), newest snapshot
 /// first.
@@ -570,6 +585,7 @@ mod tests {
                 paused: false,
                 replica: None,
                 proxmox: None,
+                anomaly_lock: None,
             },
         }
         .into()

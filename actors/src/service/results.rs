@@ -54,6 +54,7 @@ fn repository_of(e: &Event) -> Option<&RepositoryId> {
 fn foreign_point(
     command: &JobCommand,
     committed: &[SnapshotId],
+    anomalous: bool,
     e: &Event,
     point: SnapshotId,
 ) -> Option<String> {
@@ -68,6 +69,20 @@ fn foreign_point(
                 own.short()
             )
         }),
+        // The last point before an anomaly, locked by a plan that opted in
+        // (`anomaly_lock`): only that point, only with an anomaly in the
+        // same result.
+        JobCommand::Backup {
+            definition,
+            last_good: Some(good),
+            ..
+        } if matches!(e, Event::PointLocked(_))
+            && point == *good
+            && anomalous
+            && definition.anomaly_lock.is_some() =>
+        {
+            None
+        }
         // A backup speaks only of the points it commits (anomalies too).
         JobCommand::Backup { .. } => (!committed.contains(&point)).then(|| {
             format!(
@@ -126,6 +141,9 @@ pub(crate) fn foreign(job: &JobId, command: &JobCommand, events: &[Event]) -> Op
             _ => None,
         })
         .collect();
+    let anomalous = events
+        .iter()
+        .any(|e| matches!(e, Event::AnomalyDetected(a) if committed.contains(&a.point)));
     for e in events {
         let ty = e.event_type();
         if let Some(other) = job_of(e).filter(|j| *j != job) {
@@ -159,7 +177,7 @@ pub(crate) fn foreign(job: &JobId, command: &JobCommand, events: &[Event]) -> Op
         }
         if let Some(reason) = e
             .point()
-            .and_then(|point| foreign_point(command, &committed, e, point))
+            .and_then(|point| foreign_point(command, &committed, anomalous, e, point))
         {
             return Some(reason);
         }
@@ -256,14 +274,52 @@ mod tests {
                 paused: false,
                 replica: None,
                 proxmox: None,
+                anomaly_lock: None,
             }),
             history: Vec::new(),
+            last_good: None,
         };
         assert_eq!(foreign(&j, &backup, &[committed("p", "main", 3)]), None);
         assert!(foreign(&j, &backup, &[committed("q", "main", 3)]).is_some());
         assert!(foreign(&j, &backup, &[committed("p", "other", 3)]).is_some());
         // A backup speaks only of the point it commits.
         assert!(foreign(&j, &backup, &[committed("p", "main", 3), passed(4, "j")]).is_some());
+        // ... and, with an anomaly, of the lock of the last point before
+        // it, when the plan opted in, and only that point.
+        let lock = |n: u8| -> Event {
+            vouch_events::PointLocked {
+                point: SnapshotId([n; 32]),
+                until_unix_ns: 1,
+            }
+            .into()
+        };
+        let anomaly: Event = vouch_events::AnomalyDetected {
+            point: SnapshotId([3; 32]),
+            compared_with: Some(SnapshotId([2; 32])),
+            signals: Vec::new(),
+            paths: Vec::new(),
+        }
+        .into();
+        let mut opted = backup.clone();
+        if let JobCommand::Backup {
+            definition,
+            last_good,
+            ..
+        } = &mut opted
+        {
+            definition.anomaly_lock = Some(std::time::Duration::from_secs(86_400));
+            *last_good = Some(SnapshotId([2; 32]));
+        }
+        let result = [committed("p", "main", 3), anomaly.clone(), lock(2)];
+        assert_eq!(foreign(&j, &opted, &result), None);
+        assert!(
+            foreign(&j, &backup, &result).is_some(),
+            "a plan that did not opt in"
+        );
+        let other = [committed("p", "main", 3), anomaly, lock(1)];
+        assert!(foreign(&j, &opted, &other).is_some(), "another point");
+        let quiet = [committed("p", "main", 3), lock(2)];
+        assert!(foreign(&j, &opted, &quiet).is_some(), "no anomaly");
         let read_back = JobCommand::ReadBack {
             repository: RepositoryId::new("main"),
             slices: vec![0],

@@ -260,6 +260,7 @@ impl Scheduler {
                         plan: plan.id,
                         definition: Box::new(plan.definition),
                         history: Vec::new(),
+                        last_good: None,
                     });
                 }
                 Ok(Decision::NotDue { next_unix_ns }) => {

@@ -1011,6 +1011,7 @@ async fn repositories_are_reconciled_at_start_and_every_reconcile_every() {
                 paused: true,
                 replica: None,
                 proxmox: None,
+                anomaly_lock: None,
             },
         }
         .into()])
@@ -1576,6 +1577,7 @@ fn docs_plan() -> Event {
             paused: true,
             replica: None,
             proxmox: None,
+            anomaly_lock: None,
         },
     }
     .into()

@@ -690,6 +690,7 @@ impl Model {
                     plan: id,
                     definition: Box::new(definition),
                     history: Vec::new(),
+                    last_good: None,
                 });
             }
         }
@@ -992,6 +993,7 @@ impl Model {
             paused: self.rng.chance(1, 20),
             replica: None,
             proxmox: None,
+            anomaly_lock: None,
         }
     }
 
@@ -1033,6 +1035,7 @@ impl Model {
                             plan,
                             definition: Box::new(definition),
                             history: Vec::new(),
+                            last_good: None,
                         },
                         "asked for",
                     );

@@ -811,6 +811,7 @@ mod tests {
                 paused: false,
                 replica: None,
                 proxmox: None,
+                anomaly_lock: None,
             },
         }
         .into()

@@ -683,6 +683,7 @@ impl World {
             paused: false,
             replica: None,
             proxmox: None,
+            anomaly_lock: None,
         }
     }
 
