@@ -190,7 +190,7 @@ fn the_security_center_tells_the_truth_and_alerts_on_a_failed_check() {
         "/api/v1/security/key-exports",
         &json!({"repository": "default", "check": "0000-0000-0000-0000"}),
     );
-    assert_eq!(status, 400, "{body}");
+    assert_eq!(status, 409, "{body}");
     assert!(
         body["message"]
             .as_str()

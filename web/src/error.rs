@@ -113,7 +113,7 @@ impl From<ServiceError> for WebError {
             ServiceError::NoSuchPlan(_)
             | ServiceError::NoSuchJob(_)
             | ServiceError::NoSuchRepository(_) => WebError::NotFound(e.to_string()),
-            ServiceError::Invalid(_) => WebError::BadRequest(e.to_string()),
+            ServiceError::Mismatch(_) => WebError::Conflict(e.to_string()),
             ServiceError::AlreadyRunning(_) | ServiceError::AlreadyEnded(_) => {
                 WebError::Conflict(e.to_string())
             }

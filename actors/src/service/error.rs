@@ -31,9 +31,10 @@ pub enum ServiceError {
     /// No such repository.
     #[error("no repository {0}")]
     NoSuchRepository(RepositoryId),
-    /// The request cannot be done as asked (what was given is wrong).
+    /// What was given does not match what the service holds (a key
+    /// export's check code that is not the repository's key's).
     #[error("{0}")]
-    Invalid(String),
+    Mismatch(String),
     /// The service is shutting down and takes no new jobs.
     #[error("the service is shutting down and takes no new jobs")]
     ShuttingDown,

@@ -359,7 +359,7 @@ impl ServiceHandle {
             .ok_or_else(|| ServiceError::NoSuchRepository(repository.clone()))?;
         let given = normalize_key_check(&code);
         if !constant_time_eq(given.as_bytes(), normalize_key_check(&expected).as_bytes()) {
-            return Err(ServiceError::Invalid(format!(
+            return Err(ServiceError::Mismatch(format!(
                 "the check code does not match the key of repository {repository}: the export is of another key or was copied wrong"
             )));
         }

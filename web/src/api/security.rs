@@ -123,18 +123,20 @@ pub struct KeyExportInput {
     pub repository: String,
     /// The check code `vouch key export` printed (16 hex digits; dashes
     /// and spaces are ignored).
-    #[schema(pattern = "^[0-9A-Fa-f -]{16,40}$")]
+    #[schema(pattern = "^[ -]*([0-9A-Fa-f][ -]*){16}$", max_length = 40)]
     pub check: String,
 }
 
 /// Confirms that the repository's key was exported and is kept: the check
 /// code `vouch key export` printed must match the repository's key
-/// (compared in constant time). Records `key.export_confirmed` and answers
+/// (compared in constant time; 409 when it does not). Records
+/// `key.export_confirmed` and answers
 /// with the security center evaluated again. Admin only.
 #[utoipa::path(post, path = "/api/v1/security/key-exports", operation_id = "confirm_key_export",
     tag = "security", request_body = KeyExportInput,
     responses((status = 200, body = SecurityView), (status = 400, response = errors::BadRequest),
         (status = 403, response = errors::Forbidden), (status = 404, response = errors::NotFound),
+        (status = 409, response = errors::Conflict),
         (status = 413, response = errors::PayloadTooLarge),
         (status = 415, response = errors::UnsupportedMediaType), (status = 422, response = errors::Invalid),
         (status = 503, response = errors::Unavailable), (status = 500, response = errors::Internal)),
