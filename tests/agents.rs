@@ -1117,3 +1117,89 @@ fn an_agent_reads_a_btrfs_source_from_a_snapshot_it_removes_after() {
         "recorded under the source's own path, byte-identical, without the placeholder"
     );
 }
+
+/// An agent's host being encrypted is seen too: the server weighs the
+/// agent's backup against its parent in the agent's own repository, as it
+/// does its own backups. An ordinary edit records change figures and no
+/// anomaly; an attack between two runs records `anomaly.detected` with
+/// the host's paths, and a plan that opted in (`anomaly_lock`) has the
+/// point before it locked.
+#[test]
+fn an_attack_on_an_agents_host_is_found_in_its_backup() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(dir.path(), "");
+    let data = dir.path().join("data");
+    let agent_dir = dir.path().join("agent");
+    enroll(&svc, &data, &agent_dir, "web-1");
+    let src = dir.path().join("host-files");
+    common::ransom::project_tree(&src);
+    let (status, body) = post(
+        &svc,
+        "/api/v1/plans",
+        &json!({"id": "web", "source": format!("agent:web-1:{}", src.display()),
+            "schedule": "0 0 1 1 *", "anomaly_lock": "7d"}),
+    );
+    assert_eq!(status, 201, "{body}");
+    let run_once = || {
+        let job_id = run_plan(&svc, "web");
+        let out = agent_cmd(&svc, &agent_dir, &["--jobs", "1", "--poll-wait", "5s"])
+            .output()
+            .expect("agent runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let point = eventually("the backup to finish", || committed_by(&svc, &job_id));
+        let committed = events(&svc, "backup.committed")
+            .into_iter()
+            .find(|e| e["data"]["job"] == job_id.as_str())
+            .expect("its backup.committed");
+        (point, committed)
+    };
+    let (_, first) = run_once();
+    assert!(
+        first["data"]["changes"].is_null(),
+        "a first backup: {first}"
+    );
+    for f in common::ransom::files_of(&src).iter().take(3) {
+        let mut text = std::fs::read(f).expect("read");
+        text.extend_from_slice(b"\n// edited\n");
+        std::fs::write(f, text).expect("edit");
+    }
+    let (good, second) = run_once();
+    assert_eq!(second["data"]["changes"]["changed"], 3, "{second}");
+    assert!(events(&svc, "anomaly.detected").is_empty());
+    common::ransom::attack(
+        &src,
+        common::ransom::Attack {
+            permille: 100,
+            rename_to: Some("locked"),
+            replace_extension: false,
+            notes: true,
+            encrypt: true,
+        },
+    );
+    let (attacked, third) = run_once();
+    assert_eq!(
+        third["data"]["changes"]["compared_with"],
+        good.as_str(),
+        "{third}"
+    );
+    let found = events(&svc, "anomaly.detected");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["data"]["point"], attacked.as_str());
+    let paths: Vec<&str> = found[0]["data"]["paths"]
+        .as_array()
+        .expect("paths")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        !paths.is_empty() && paths.iter().all(|p| p.starts_with(&*src.to_string_lossy())),
+        "the host's paths: {paths:?}"
+    );
+    let locked = events(&svc, "point.locked");
+    assert_eq!(locked.len(), 1, "{locked:?}");
+    assert_eq!(locked[0]["data"]["point"], good.as_str());
+}

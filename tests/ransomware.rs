@@ -264,3 +264,69 @@ fn a_plan_that_opts_in_locks_the_last_point_before_an_anomaly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("locked"), "{err}");
 }
+
+/// A container's dump (`vzdump:` source, a vzdump tar of its root file
+/// system) is weighed like a directory: an attack inside the container
+/// between two dumps is recorded as an anomaly of the second point, with
+/// paths inside the container; the first dump has nothing to compare with.
+#[test]
+fn an_attack_inside_a_container_is_found_in_its_dumps() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("ct-root");
+    let project = root.join("home/user/project");
+    ransom::project_tree(&project);
+    std::fs::create_dir_all(root.join("etc/vzdump")).expect("mkdir");
+    std::fs::write(root.join("etc/vzdump/pct.conf"), "hostname: ct300\n").expect("conf");
+    let dumps = dir.path().join("dump");
+    std::fs::create_dir_all(&dumps).expect("mkdir");
+    let dump = |stamp: &str| {
+        std::fs::write(
+            dumps.join(format!("vzdump-lxc-300-{stamp}.tar")),
+            common::guests::tar_of(&root),
+        )
+        .expect("archive written");
+    };
+    dump("2026_12_01-02_00_00");
+    let config = write_config(dir.path());
+    let svc = start(&dir.path().join("data"), &config, None);
+    let (status, body) = post(
+        &svc,
+        "/api/v1/plans",
+        &serde_json::json!({"id": "ct300", "source": format!("vzdump:{}", dumps.display()),
+            "schedule": "0 3 * * *", "rpo": "1d"}),
+    );
+    assert_eq!(status, 201, "plan created: {body}");
+    let first = run_backup(&svc, "ct300");
+    assert!(first["data"]["changes"].is_null(), "{first}");
+
+    ransom::attack(
+        &project,
+        Attack {
+            permille: 100,
+            rename_to: Some("locked"),
+            replace_extension: false,
+            notes: true,
+            encrypt: true,
+        },
+    );
+    dump("2026_12_02-02_00_00");
+    let second = run_backup(&svc, "ct300");
+    assert_eq!(
+        second["data"]["changes"]["compared_with"], first["data"]["snapshot"],
+        "{second}"
+    );
+    let found = anomalies(&svc);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let a = &found[0]["data"];
+    assert_eq!(a["point"], second["data"]["snapshot"]);
+    let paths: Vec<&str> = a["paths"]
+        .as_array()
+        .expect("paths")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        !paths.is_empty() && paths.iter().all(|p| p.starts_with("/home/user/project/")),
+        "paths inside the container: {paths:?}"
+    );
+}

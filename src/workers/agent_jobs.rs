@@ -11,7 +11,7 @@ use vouch_actors::service::{AgentBoard, AgentJob, AgentRestore, JobFailure, JobO
 use vouch_events::sources::agent_repository;
 use vouch_events::PlanId;
 
-use super::plan_tag;
+use super::{plan_tag, RepoSet};
 
 /// How often a waiting job looks at its cancel flag and its lease.
 const CHECK_EVERY: Duration = Duration::from_millis(250);
@@ -124,5 +124,77 @@ async fn wait_for_agent(
                 board.expire_job(&job);
             }
         }
+    }
+}
+
+/// What the server weighs an agent's backup against once the agent says
+/// it committed it: the ransomware heuristic runs here, on the agent's own
+/// repository (which the server holds the key of), exactly as on a backup
+/// the server made, so an agent's host being encrypted is seen too.
+pub(crate) struct AgentWeigh {
+    pub(crate) repos: Arc<RepoSet>,
+    pub(crate) plan: PlanId,
+    pub(crate) history: vouch_actors::service::BackupHistory,
+    pub(crate) anomaly_lock: Option<Duration>,
+    pub(crate) last_good: Option<vouch_events::SnapshotId>,
+}
+
+impl AgentWeigh {
+    /// `out` with its `backup.committed` given the change figures, and
+    /// the `anomaly.detected` (and the plan's anomaly lock) when the
+    /// backup looks like files being encrypted. A comparison that cannot
+    /// run leaves the result as the agent gave it (logged).
+    pub(crate) async fn weigh(self, out: JobOutput) -> JobOutput {
+        let fallback = out.clone();
+        match tokio::task::spawn_blocking(move || self.weigh_blocking(out)).await {
+            Ok(out) => out,
+            Err(e) => {
+                tracing::warn!(error = %e, "the comparison of the agent's backup stopped; recorded without it");
+                fallback
+            }
+        }
+    }
+
+    fn weigh_blocking(self, mut out: JobOutput) -> JobOutput {
+        let Some((i, committed)) = out.events.iter().enumerate().find_map(|(i, e)| match e {
+            vouch_events::Event::BackupCommitted(b) => Some((i, b.clone())),
+            _ => None,
+        }) else {
+            return out;
+        };
+        let _span = tracing::info_span!("ransomware_heuristic", snapshot = %committed.snapshot.short(), agent_backup = true).entered();
+        let repo = match self.repos.open(&committed.repository) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "the agent's repository cannot be opened; its backup is not compared");
+                return out;
+            }
+        };
+        let manifest = match repo.load_snapshot(&crate::id::SnapshotId(committed.snapshot.0)) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "the agent's snapshot cannot be read; its backup is not compared");
+                return out;
+            }
+        };
+        let (changes, anomaly) =
+            super::compare_manifest(&repo, &manifest, None, &self.history, &committed.summary);
+        if let vouch_events::Event::BackupCommitted(b) = &mut out.events[i] {
+            b.changes = changes;
+        }
+        let weigh = super::Weigh {
+            history: &self.history,
+            anomaly_lock: self.anomaly_lock,
+            last_good: self.last_good,
+        };
+        super::push_anomaly(
+            &mut out.events,
+            &repo,
+            &self.plan,
+            committed.snapshot,
+            anomaly,
+            &weigh,
+        );
+        out
     }
 }

@@ -171,16 +171,28 @@ impl Handler<RunJob> for EngineWorker {
             }
         }
         if let JobCommand::Backup {
-            plan, definition, ..
+            plan,
+            definition,
+            history,
+            last_good,
         } = &msg.command
         {
             if let Some((agent, path)) = agent_source(&definition.source) {
                 let (plan, agent, path) = (plan.clone(), agent.to_owned(), path.to_owned());
                 let board = self.agents.clone();
+                let weigh = agent_jobs::AgentWeigh {
+                    repos: self.repos.clone(),
+                    plan: plan.clone(),
+                    history: history.clone(),
+                    anomaly_lock: definition.anomaly_lock,
+                    last_good: *last_good,
+                };
                 return Box::pin(async move {
                     match board {
                         Some(board) => {
-                            agent_jobs::run_on_agent(board, msg, plan, &agent, &path).await
+                            let out =
+                                agent_jobs::run_on_agent(board, msg, plan, &agent, &path).await?;
+                            Ok(weigh.weigh(out).await)
                         }
                         None => Err(JobFailure::new(
                             "no_agents",
@@ -292,7 +304,12 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
             // since the plan was accepted, or a symlink been planted on
             // the way to its source.
             if definition.source.starts_with("pve:") {
-                return pve_backup(repos, &job, &plan, &definition, &cancel, progress);
+                let weigh = Weigh {
+                    history: &history,
+                    anomaly_lock: definition.anomaly_lock,
+                    last_good,
+                };
+                return pve_backup(repos, &job, &plan, &definition, &weigh, &cancel, progress);
             }
             let dump = vouch_events::sources::vzdump_source(&definition.source);
             let local = dump.unwrap_or(&definition.source);
@@ -313,6 +330,11 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
                     &plan,
                     &definition.repository,
                     dump,
+                    &Weigh {
+                        history: &history,
+                        anomaly_lock: definition.anomaly_lock,
+                        last_good,
+                    },
                     &cancel,
                     progress,
                 )
@@ -349,12 +371,12 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
                 changes,
             }
             .into()];
-            if let Some(a) = anomaly {
-                events.push(AnomalyDetected { point, ..a }.into());
-                if let (Some(hold), Some(good)) = (definition.anomaly_lock, last_good) {
-                    events.extend(lock_before_anomaly(&repo, &plan, good, hold));
-                }
-            }
+            let weigh = Weigh {
+                history: &history,
+                anomaly_lock: definition.anomaly_lock,
+                last_good,
+            };
+            push_anomaly(&mut events, &repo, &plan, point, anomaly, &weigh);
             Ok(JobOutput { events })
         }
         JobCommand::Verify {
@@ -1023,6 +1045,7 @@ fn vzdump_backup(
     plan: &vouch_events::PlanId,
     repository: &RepositoryId,
     dump: &str,
+    weigh: &Weigh<'_>,
     cancel: &vouch_actors::service::CancelToken,
     progress: Arc<Progress>,
 ) -> Result<JobOutput, Error> {
@@ -1039,7 +1062,7 @@ fn vzdump_backup(
         std::path::Path::new(dump),
         &opts,
         progress.clone(),
-        |done| events.push(guest_committed(job, plan, repository, done)),
+        |done| events.extend(guest_committed(job, plan, repository, repo, weigh, done)),
     )?;
     Ok(JobOutput { events })
 }
@@ -1056,13 +1079,25 @@ fn compare_with_parent(
 ) -> (Option<vouch_events::ChangeFigures>, Option<AnomalyDetected>) {
     let _span =
         tracing::info_span!("ransomware_heuristic", snapshot = %outcome.snapshot.short()).entered();
-    match crate::anomaly::examine(
+    compare_manifest(
         repo,
         &outcome.manifest,
         Some(&outcome.index),
         history,
         summary,
-    ) {
+    )
+}
+
+/// [`compare_with_parent`] of a snapshot given by its manifest, with the
+/// index that holds it if the caller has one (else the repository's).
+pub(crate) fn compare_manifest(
+    repo: &crate::repo::Repository,
+    manifest: &crate::format::Manifest,
+    index: Option<&crate::repo::MasterIndex>,
+    history: &vouch_actors::service::BackupHistory,
+    summary: &BackupSummary,
+) -> (Option<vouch_events::ChangeFigures>, Option<AnomalyDetected>) {
+    match crate::anomaly::examine(repo, manifest, index, history, summary) {
         Ok(None) => (None, None),
         Ok(Some((profile, verdict))) => {
             let anomaly = verdict.anomalous.then(|| {
@@ -1086,30 +1121,71 @@ fn compare_with_parent(
     }
 }
 
-/// The `backup.committed` of one guest's snapshot.
+/// What a plan's backup weighs a new point against, and how it answers
+/// an anomaly: the plan's recent backups, its `anomaly_lock`, and its
+/// last unflagged point when the job started.
+pub(crate) struct Weigh<'a> {
+    pub(crate) history: &'a vouch_actors::service::BackupHistory,
+    pub(crate) anomaly_lock: Option<std::time::Duration>,
+    pub(crate) last_good: Option<PointId>,
+}
+
+/// Records an anomaly of `point` (when there is one) and, for a plan that
+/// opted in, the lock of the last point before it.
+pub(crate) fn push_anomaly(
+    events: &mut Vec<Event>,
+    repo: &crate::repo::Repository,
+    plan: &PlanId,
+    point: PointId,
+    anomaly: Option<AnomalyDetected>,
+    weigh: &Weigh<'_>,
+) {
+    let Some(a) = anomaly else { return };
+    events.push(AnomalyDetected { point, ..a }.into());
+    if let (Some(hold), Some(good)) = (weigh.anomaly_lock, weigh.last_good) {
+        events.extend(lock_before_anomaly(repo, plan, good, hold));
+    }
+}
+
+/// The `backup.committed` of one guest's snapshot and, for a container
+/// (its root file system is a tree of files), the ransomware heuristic's
+/// comparison with the guest's previous snapshot. A VM's disk images are
+/// not compared: the heuristic reads files, and an image is one opaque
+/// file (`docs/security.md`).
 fn guest_committed(
     job: &JobId,
     plan: &vouch_events::PlanId,
     repository: &RepositoryId,
+    repo: &crate::repo::Repository,
+    weigh: &Weigh<'_>,
     done: &crate::providers::proxmox::ingest::Ingested,
-) -> vouch_events::Event {
+) -> Vec<vouch_events::Event> {
+    use crate::providers::proxmox::archive::GuestType;
     let s = &done.outcome.manifest.summary;
-    BackupCommitted {
+    let summary = BackupSummary {
+        files: s.files,
+        bytes: s.bytes_read,
+        added_bytes: s.bytes_added,
+        stored_bytes: s.bytes_stored,
+        duration_ms: s.duration_ms,
+    };
+    let point = point_of(&done.outcome.snapshot);
+    let (changes, anomaly) = match done.archive.guest {
+        GuestType::Lxc => compare_with_parent(repo, &done.outcome, weigh.history, &summary),
+        GuestType::Qemu => (None, None),
+    };
+    let mut events = vec![BackupCommitted {
         job: Some(job.clone()),
         plan: Some(plan.clone()),
         repository: repository.clone(),
-        snapshot: point_of(&done.outcome.snapshot),
+        snapshot: point,
         snapshot_time_unix_ns: done.outcome.manifest.time_ns,
-        summary: BackupSummary {
-            files: s.files,
-            bytes: s.bytes_read,
-            added_bytes: s.bytes_added,
-            stored_bytes: s.bytes_stored,
-            duration_ms: s.duration_ms,
-        },
-        changes: None,
+        summary,
+        changes,
     }
-    .into()
+    .into()];
+    push_anomaly(&mut events, repo, plan, point, anomaly, weigh);
+    events
 }
 
 /// Where a service's guest backups stage their archives: `staging/`
@@ -1133,6 +1209,7 @@ fn pve_backup(
     job: &JobId,
     plan: &vouch_events::PlanId,
     definition: &vouch_events::PlanDefinition,
+    weigh: &Weigh<'_>,
     cancel: &vouch_actors::service::CancelToken,
     progress: Arc<Progress>,
 ) -> Result<JobOutput, JobFailure> {
@@ -1207,6 +1284,6 @@ fn pve_backup(
         }
     }
     Ok(JobOutput {
-        events: vec![guest_committed(job, plan, &definition.repository, &done)],
+        events: guest_committed(job, plan, &definition.repository, &repo, weigh, &done),
     })
 }
