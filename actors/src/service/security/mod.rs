@@ -14,7 +14,7 @@ pub use facts::{
     CertificateFacts, InstallationFacts, KeyFacts, ListenerFacts, RepositoryFacts, Retention,
     SecurityProbe, TokenFacts,
 };
-pub use watch::{changes, SecurityReport, SECURITY_EVERY};
+pub use watch::{changes, SecurityReport, RETIRED, SECURITY_EVERY};
 pub(crate) use watch::{EvaluateSecurity, LatestSecurity, SecurityWatch};
 
 #[cfg(test)]

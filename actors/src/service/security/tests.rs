@@ -374,3 +374,39 @@ fn recorded_changes_are_only_the_differences() {
     let changed = super::changes(&p.security.checks, &run(&p, &g));
     assert_eq!(changed.len(), 1, "{changed:?}");
 }
+
+#[test]
+fn a_check_no_longer_evaluated_is_retired_once_as_unknown() {
+    let mut f = facts();
+    f.listeners.push(ListenerFacts {
+        address: "192.0.2.1:80".into(),
+        loopback: false,
+        tls: None,
+    });
+    let mut p = Projections::new();
+    let mut seq = 0;
+    let mut record = |p: &mut Projections, events: Vec<vouch_events::Event>| {
+        for e in &events {
+            seq += 1;
+            p.apply_event(Recorded { seq, unix_ns: NOW }, e);
+        }
+        events.len()
+    };
+    let first = super::changes(&p.security.checks, &run(&p, &f));
+    record(&mut p, first);
+    assert_eq!(
+        p.security.checks["tls/192.0.2.1:80"].status,
+        CheckStatus::Failed
+    );
+    // The listener is gone: its check is retired, once, as unknown (not
+    // ok, and no longer failed).
+    f.listeners.pop();
+    let retire = super::changes(&p.security.checks, &run(&p, &f));
+    assert_eq!(record(&mut p, retire), 1);
+    let r = &p.security.checks["tls/192.0.2.1:80"];
+    assert_eq!(
+        (r.status, r.reason.as_str()),
+        (CheckStatus::Unknown, super::RETIRED)
+    );
+    assert!(super::changes(&p.security.checks, &run(&p, &f)).is_empty());
+}

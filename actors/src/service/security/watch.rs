@@ -41,9 +41,34 @@ pub struct SecurityReport {
     pub since_unix_ns: BTreeMap<String, i64>,
 }
 
+/// The reason recorded for a check that is no longer evaluated.
+pub const RETIRED: &str =
+    "no longer checked: what it was about is gone (a removed plan, repository or agent, another listener)";
+
 /// The checks of `current` to record: new ones, and those whose status,
-/// reason or action differs from what the log last recorded.
+/// reason or action differs from what the log last recorded; and each
+/// recorded check that is no longer evaluated, retired as `unknown` (so a
+/// failed check of a removed plan does not keep its alert open forever).
 pub fn changes(recorded: &BTreeMap<String, RecordedCheck>, current: &[Check]) -> Vec<Event> {
+    let evaluated: std::collections::BTreeSet<&str> =
+        current.iter().map(|c| c.id.as_str()).collect();
+    let retired = recorded
+        .iter()
+        .filter(|(id, r)| {
+            let already = r.status == vouch_events::CheckStatus::Unknown && r.reason == RETIRED;
+            !evaluated.contains(id.as_str()) && !already
+        })
+        .map(|(id, r)| {
+            SecurityCheckChanged {
+                check: id.clone(),
+                kind: r.kind.clone(),
+                subject: r.subject.clone(),
+                status: vouch_events::CheckStatus::Unknown,
+                reason: RETIRED.to_owned(),
+                action: String::new(),
+            }
+            .into()
+        });
     current
         .iter()
         .filter(|c| {
@@ -62,6 +87,7 @@ pub fn changes(recorded: &BTreeMap<String, RecordedCheck>, current: &[Check]) ->
             }
             .into()
         })
+        .chain(retired)
         .collect()
 }
 
