@@ -180,6 +180,9 @@ pub struct Config {
     /// (`pve:NAME/qemu/VMID`).
     #[serde(default)]
     pub proxmox: Vec<ProxmoxSection>,
+    /// `[reports]`: protection reports (PDF printing, delivery).
+    #[serde(default)]
+    pub reports: super::reports_cfg::ReportsSection,
 }
 
 /// `[[proxmox]]`: one Proxmox VE cluster (docs/proxmox.md).
@@ -1083,6 +1086,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     // Leftovers of restore tests cut short by a crash.
     let _ = std::fs::remove_dir_all(repos.sandbox_root());
 
+    let chromium = s.config.reports.chromium.clone();
     // One clock for the log's recorded times and every actor's decisions.
     let clock: Arc<dyn vouch_actors::Clock> = Arc::new(SystemClock);
     let log_dir = data_dir.join("events");
@@ -1154,6 +1158,10 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             .with_min_every(min_every)
             .with_lease_ttl(lease_ttl)
             .with_agent_seen_every(seen_every);
+        let state = match &chromium {
+            Some(path) => state.with_chromium(path),
+            None => state,
+        };
         let server = vouch_web::serve(listener, state, tls)?;
         let server_handle = server.handle();
         let running = actix_web::rt::spawn(server);

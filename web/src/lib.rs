@@ -69,7 +69,7 @@ pub use repo_store::{
     SnapshotFacts,
 };
 
-use api::{agent, events, jobs, log_head, misc, plans, points, repo, verify_reports, Ctx};
+use api::{agent, events, jobs, log_head, misc, plans, points, repo, reports, verify_reports, Ctx};
 
 /// What every worker of the HTTP server shares.
 #[derive(Clone)]
@@ -87,6 +87,7 @@ pub struct AppState {
     agents: Option<Arc<AgentBoard>>,
     lease_ttl: std::time::Duration,
     seen_every: std::time::Duration,
+    chromium: PathBuf,
 }
 
 /// The shortest `verification.every`, `restore_test.every` and
@@ -118,6 +119,7 @@ impl AppState {
             agents: None,
             lease_ttl: api::agent::LEASE_TTL,
             seen_every: api::agent::SEEN_EVERY,
+            chromium: vouch_actors::report::pdf::default_chromium(),
         })
     }
 
@@ -190,6 +192,14 @@ impl AppState {
         self
     }
 
+    /// The Chromium that prints PDF reports (default: the first of
+    /// `chromium`, `chromium-browser`, `google-chrome` on `PATH`).
+    pub fn with_chromium(mut self, chromium: impl Into<PathBuf>) -> Self {
+        self.chromium = chromium.into();
+        self.ctx = None;
+        self
+    }
+
     /// The metrics, to register more or to observe from outside HTTP.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
@@ -217,6 +227,7 @@ impl AppState {
                 refusals: api::repo::RefusalLimiter::default(),
                 agent_seen: api::agent::SeenLimiter::new(self.seen_every),
                 lease_ttl: self.lease_ttl,
+                chromium: self.chromium.clone(),
             })
         })
     }
@@ -285,6 +296,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(resource!("/events/stream", get => events::stream))
             .service(resource!("/log/head", get => log_head::head))
             .service(resource!("/alerts", get => misc::alerts))
+            .service(resource!("/reports", get => reports::get))
             .service(resource!("/repositories", get => misc::repositories))
             .service(resource!("/repositories/{id}/verify-reports",
                     post => verify_reports::create))

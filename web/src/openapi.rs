@@ -6,7 +6,9 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi, ToResponse};
 
-use crate::api::{agent, events, jobs, log_head, misc, plans, points, repo, verify_reports};
+use crate::api::{
+    agent, events, jobs, log_head, misc, plans, points, repo, reports, verify_reports,
+};
 use crate::error::doc as errors;
 
 struct BearerAuth;
@@ -75,10 +77,10 @@ impl Modify for BearerAuth {
         repo::missing, repo::sync,
         agent::register, agent::next_job, agent::renew, agent::result, agent::list,
         events::list, events::stream, log_head::head,
-        misc::alerts, misc::repositories, verify_reports::create,
+        misc::alerts, misc::repositories, verify_reports::create, reports::get,
     ),
     components(
-        schemas(crate::error::ErrorBody, verify_reports::PointReport),
+        schemas(crate::error::ErrorBody, verify_reports::PointReport, reports::ReportBody),
         responses(
             errors::BadRequest, errors::Forbidden, errors::NotFound, errors::Conflict,
             errors::PayloadTooLarge, errors::UnsupportedMediaType, errors::Invalid,

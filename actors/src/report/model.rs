@@ -156,6 +156,9 @@ pub struct PlanLine {
     pub points_made_restore_tested: u64,
     /// Its points recoverable at the period's end (any age).
     pub points_recoverable_at_end: u64,
+    /// Seconds of the period the plan existed (from its creation to its
+    /// removal).
+    pub existed_seconds: u64,
     /// Whether the RPO held for the whole time the plan existed in the
     /// period.
     pub rpo_met: bool,
@@ -734,6 +737,7 @@ impl Fold<'_> {
                 points_made_recoverable: made_recoverable,
                 points_made_restore_tested: made_tested,
                 points_recoverable_at_end: recoverable_at_end,
+                existed_seconds: secs(to.saturating_sub(from).max(0)),
                 rpo_met: missed == 0,
                 rpo_missed_seconds: secs(missed),
                 rpo_longest_miss_seconds: secs(longest),

@@ -34,6 +34,7 @@ pub const CSV_COLUMNS: &[&str] = &[
     "points_made_recoverable",
     "points_made_restore_tested",
     "points_recoverable_at_end",
+    "existed_seconds",
     "rpo_met",
     "rpo_missed_seconds",
     "rpo_longest_miss_seconds",
@@ -80,6 +81,7 @@ fn plan_row(r: &Report, l: &PlanLine) -> Vec<String> {
         l.points_made_recoverable.to_string(),
         l.points_made_restore_tested.to_string(),
         l.points_recoverable_at_end.to_string(),
+        l.existed_seconds.to_string(),
         l.rpo_met.to_string(),
         l.rpo_missed_seconds.to_string(),
         l.rpo_longest_miss_seconds.to_string(),
@@ -271,8 +273,8 @@ fn storage_chart(series: &[Bucket], start_bytes: u64) -> String {
     s
 }
 
-/// Per plan, the share of the period the RPO held (green) and did not
-/// (red).
+/// Per plan, the share of the period the plan did not exist (grey), the
+/// RPO held (green) and did not (red).
 fn rpo_chart(plans: &[PlanLine], period_secs: u64) -> String {
     let row_h = 22u32;
     let label_w = 160u32;
@@ -285,14 +287,17 @@ fn rpo_chart(plans: &[PlanLine], period_secs: u64) -> String {
     );
     for (i, l) in plans.iter().enumerate() {
         let y = 5 + i as u32 * row_h;
-        let missed = l.rpo_missed_seconds.min(period_secs.max(1));
-        let red = (missed * u64::from(w) / period_secs.max(1)) as u32;
+        let total = period_secs.max(1);
+        let scale = |v: u64| (v.min(total) * u64::from(w) / total) as u32;
+        let existed = scale(l.existed_seconds);
+        let red = scale(l.rpo_missed_seconds).min(existed);
         let _ = write!(
             s,
-            "<text x=\"0\" y=\"{}\" font-size=\"11\">{}</text><rect x=\"{label_w}\" y=\"{y}\" width=\"{}\" height=\"16\" fill=\"#2e7d32\"/><rect x=\"{}\" y=\"{y}\" width=\"{red}\" height=\"16\" fill=\"#c62828\"><title>missed {}</title></rect>",
+            "<text x=\"0\" y=\"{}\" font-size=\"11\">{}</text><rect x=\"{label_w}\" y=\"{y}\" width=\"{w}\" height=\"16\" fill=\"#cfcfcf\"><title>did not exist</title></rect><rect x=\"{}\" y=\"{y}\" width=\"{existed}\" height=\"16\" fill=\"#2e7d32\"><title>existed {}</title></rect><rect x=\"{}\" y=\"{y}\" width=\"{red}\" height=\"16\" fill=\"#c62828\"><title>missed {}</title></rect>",
             y + 12,
             esc(&l.plan),
-            w - red,
+            label_w + w - existed,
+            esc(&human_secs(l.existed_seconds)),
             label_w + w - red,
             esc(&human_secs(l.rpo_missed_seconds))
         );
@@ -330,9 +335,9 @@ pub fn html(r: &Report) -> Vec<u8> {
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title><style>{STYLE}</style></head><body>\n<h1>{t}</h1>\n",
         t = esc(&title)
     );
-    let _ = write!(
+    let _ = writeln!(
         s,
-        "<p>From {} to {} (UTC). Folded from the event log up to seq {} (hash <code>{}</code>); {} event(s) in the period.</p>\n",
+        "<p>From {} to {} (UTC). Folded from the event log up to seq {} (hash <code>{}</code>); {} event(s) in the period.</p>",
         esc(&r.period.start),
         esc(&r.period.end),
         r.log.last_seq,
@@ -393,7 +398,7 @@ pub fn html(r: &Report) -> Vec<u8> {
         };
     if !r.plans.is_empty() {
         s.push_str(
-            "<p>Share of the period each plan met its RPO (green) and missed it (red).</p>\n",
+            "<p>Share of the period each plan met its RPO (green), missed it (red) and did not exist (grey); a plan removed in the period is drawn as if it had existed until the end.</p>\n",
         );
         s.push_str(&rpo_chart(&r.plans, period_secs));
     }

@@ -10,6 +10,7 @@ pub(crate) mod misc;
 pub(crate) mod plans;
 pub(crate) mod points;
 pub(crate) mod repo;
+pub(crate) mod reports;
 pub(crate) mod verify_reports;
 
 use std::path::PathBuf;
@@ -46,6 +47,8 @@ pub(crate) struct Ctx {
     pub(crate) agent_seen: agent::SeenLimiter,
     /// How long an agent's lease lasts unless renewed.
     pub(crate) lease_ttl: std::time::Duration,
+    /// The Chromium that prints PDF reports.
+    pub(crate) chromium: PathBuf,
 }
 
 impl Ctx {
