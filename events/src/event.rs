@@ -552,6 +552,50 @@ pub struct AlertDeliveryFailed {
     pub will_retry: bool,
 }
 
+/// A periodic protection report reached a receiver (`[reports]` of the
+/// configuration): recorded so that a restart sends it neither twice nor
+/// never.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportDelivered {
+    /// The configured delivery's name.
+    pub delivery: String,
+    /// `daily`, `weekly` or `monthly`.
+    pub period: String,
+    /// The period's label (`2026-12-06`, `2026-W49`, `2026-12`).
+    pub label: String,
+    /// `installation` or the plan's id.
+    pub scope: String,
+    /// Where it went: `webhook:<receiver name>` or `email` (never a URL or
+    /// an address list's secret).
+    pub target: String,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// BLAKE3 (hex) of the report's JSON: what was sent, to compare with
+    /// the report made again from the log.
+    pub digest: String,
+}
+
+/// A report's delivery attempt failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportDeliveryFailed {
+    /// The configured delivery's name.
+    pub delivery: String,
+    /// `daily`, `weekly` or `monthly`.
+    pub period: String,
+    /// The period's label.
+    pub label: String,
+    /// `installation` or the plan's id.
+    pub scope: String,
+    /// Where it was to go (as in [`ReportDelivered`]).
+    pub target: String,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// What went wrong.
+    pub error: String,
+    /// Whether another attempt follows.
+    pub will_retry: bool,
+}
+
 /// An alert's cause went away.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AlertResolved {
@@ -913,6 +957,8 @@ events! {
     AccessRefused => "audit.refused", v 1;
     RestoreCompleted => "restore.completed", v 1;
     CopyCommitted => "copy.committed", v 1;
+    ReportDelivered => "report.delivered", v 1;
+    ReportDeliveryFailed => "report.delivery_failed", v 1;
 }
 
 impl Event {

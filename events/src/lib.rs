@@ -50,9 +50,10 @@ pub use event::{
     GuestEvidence, JobAbandoned, JobFailed, JobFinished, JobKind, JobProgress, JobScheduled,
     JobSpec, JobStarted, LeaseExpired, LeaseGranted, LockEnforcement, LogRepaired, LogScrubbed,
     PacksReadBack, PlanChanged, PlanCreated, PlanRemoved, PointDiscovered, PointForgotten,
-    PointLocked, PointUnlocked, PointVanished, RestoreCompleted, RestoreEvidence, RestoreSpec,
-    RestoreTestFailed, RestoreTestPassed, RestoreTestStarted, ServiceStarted, Severity,
-    UnknownEvent, VerificationFailed, VerificationPassed, VerificationStarted, EVENT_TYPES,
+    PointLocked, PointUnlocked, PointVanished, ReportDelivered, ReportDeliveryFailed,
+    RestoreCompleted, RestoreEvidence, RestoreSpec, RestoreTestFailed, RestoreTestPassed,
+    RestoreTestStarted, ServiceStarted, Severity, UnknownEvent, VerificationFailed,
+    VerificationPassed, VerificationStarted, EVENT_TYPES,
 };
 pub use format::{ChainCheckpoint, EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};

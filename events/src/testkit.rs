@@ -392,5 +392,26 @@ pub(crate) fn sample_events() -> Vec<Event> {
             locked_until_unix_ns: Some(1_702_592_000_000_000_000),
         }
         .into(),
+        ReportDelivered {
+            delivery: "weekly-ops".into(),
+            period: "weekly".into(),
+            label: "2026-W49".into(),
+            scope: "installation".into(),
+            target: "webhook:ops".into(),
+            attempt: 1,
+            digest: "ab".repeat(32),
+        }
+        .into(),
+        ReportDeliveryFailed {
+            delivery: "weekly-ops".into(),
+            period: "weekly".into(),
+            label: "2026-W49".into(),
+            scope: "installation".into(),
+            target: "email".into(),
+            attempt: 2,
+            error: "connection refused".into(),
+            will_retry: true,
+        }
+        .into(),
     ]
 }

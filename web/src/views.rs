@@ -918,6 +918,8 @@ pub(crate) fn event_data(e: &Event) -> Value {
         AccessRefused,
         RestoreCompleted,
         CopyCommitted,
+        ReportDelivered,
+        ReportDeliveryFailed,
     )
     .unwrap_or(Value::Null)
 }

@@ -98,7 +98,7 @@ pub enum UnknownScope {
 
 /// Families whose events never bear on a point's state or a plan's
 /// protection.
-const NEUTRAL_FAMILIES: &[&str] = &["alert", "agent", "service", "audit"];
+const NEUTRAL_FAMILIES: &[&str] = &["alert", "agent", "service", "audit", "report"];
 
 /// The first element of a msgpack array payload if it is a string.
 fn leading_str(payload: &[u8]) -> Option<&str> {
