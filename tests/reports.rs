@@ -13,6 +13,7 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 
 use common::ransom::{self, Attack};
 use common::served::*;
@@ -451,4 +452,306 @@ fn a_pdf_without_chromium_says_what_to_install() {
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("apt-get install chromium"), "{body}");
     assert_eq!(report(&svc, "period=daily&format=html").0, 200);
+}
+
+// ---- Delivery: a webhook receiver and an SMTP sink on 127.0.0.1 ----
+
+/// One request a receiver got.
+#[derive(Clone, Debug)]
+struct Posted {
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+/// A plain-HTTP receiver on loopback: records every request; the first
+/// `fail_first` are answered 500, the rest 200.
+fn http_receiver(fail_first: usize) -> (std::net::SocketAddr, Arc<Mutex<Vec<Posted>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        let mut n = 0;
+        for conn in listener.incoming() {
+            let Ok(mut tcp) = conn else { continue };
+            let _ = tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+            let mut reader = BufReader::new(&mut tcp);
+            let mut line = String::new();
+            let mut headers = Vec::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            loop {
+                line.clear();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some((k, v)) = line.trim_end().split_once(':') {
+                    headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+                }
+            }
+            let len: usize = headers
+                .iter()
+                .find(|(k, _)| k == "content-length")
+                .and_then(|(_, v)| v.parse().ok())
+                .unwrap_or(0);
+            let mut body = vec![0u8; len];
+            if reader.read_exact(&mut body).is_err() {
+                continue;
+            }
+            n += 1;
+            let status = if n <= fail_first {
+                "500 Internal Server Error"
+            } else {
+                "200 OK"
+            };
+            if n > fail_first {
+                log.lock().expect("lock").push(Posted { headers, body });
+            }
+            let _ = tcp.write_all(
+                format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            );
+        }
+    });
+    (addr, seen)
+}
+
+/// The Python that has aiosmtpd: `VOUCH_AIOSMTPD_PYTHON` (.ci/run makes a
+/// venv), else `python3` if it can import it.
+fn aiosmtpd_python() -> Option<String> {
+    let candidates = std::env::var("VOUCH_AIOSMTPD_PYTHON")
+        .into_iter()
+        .chain(["python3".to_owned()]);
+    for py in candidates {
+        let ok = Command::new(&py)
+            .args(["-c", "import aiosmtpd"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Some(py);
+        }
+    }
+    eprintln!("SKIPPED: aiosmtpd is not installed (pip install aiosmtpd, or set VOUCH_AIOSMTPD_PYTHON; .ci/run does)");
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must provide aiosmtpd for this test"
+    );
+    None
+}
+
+/// The SMTP sink, stopped (stdin closed, then killed) on drop.
+struct SmtpSink {
+    child: std::process::Child,
+    port: u16,
+    out: std::path::PathBuf,
+}
+
+impl Drop for SmtpSink {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the sink with a certificate for 127.0.0.1 signed by a CA of the
+/// test; returns it and the CA's PEM file (what Vouch is told to trust).
+fn smtp_sink(
+    python: &str,
+    dir: &Path,
+    user: &str,
+    password: &str,
+) -> (SmtpSink, std::path::PathBuf) {
+    use std::io::BufRead;
+    let ca_key = rcgen::KeyPair::generate().expect("key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "vouch test SMTP CA");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).expect("CA");
+    let leaf_key = rcgen::KeyPair::generate().expect("key");
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".into()])
+        .expect("params")
+        .signed_by(&leaf_key, &ca)
+        .expect("leaf");
+    let (cert, key, ca_pem) = (
+        dir.join("smtp.crt"),
+        dir.join("smtp.key"),
+        dir.join("smtp-ca.pem"),
+    );
+    std::fs::write(&cert, leaf.pem()).expect("cert");
+    std::fs::write(&key, leaf_key.serialize_pem()).expect("key");
+    std::fs::write(&ca_pem, ca.pem()).expect("CA");
+    let out = dir.join("mail");
+    std::fs::create_dir_all(&out).expect("mail dir");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/smtp_sink.py");
+    let mut child = Command::new(python)
+        .arg(script)
+        .args([&cert, &key, &out])
+        .args([user, password, "300"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the SMTP sink starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("the sink prints its port");
+    let port = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("a port, not {line:?}"));
+    (SmtpSink { child, port, out }, ca_pem)
+}
+
+fn delivered(svc: &Service) -> Vec<(String, String)> {
+    events(svc, "report.delivered")
+        .iter()
+        .map(|e| {
+            (
+                e["data"]["label"].as_str().unwrap_or("").to_owned(),
+                e["data"]["target"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Daily reports go to a webhook (whose first answer is a 500: retried)
+/// and by e-mail through STARTTLS with a login, with the CSV attached. A
+/// fresh delivery sends the newest ended day; a restart three days later
+/// sends the three missed days once each, and nothing twice. What the
+/// webhook got is byte for byte what the API gives for that day.
+#[test]
+fn reports_are_delivered_by_webhook_and_email_once_per_period() {
+    let Some(libfaketime) = libfaketime() else {
+        return;
+    };
+    let Some(python) = aiosmtpd_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (hook, posted) = http_receiver(1);
+    let password = "correct horse battery staple";
+    let (sink, ca) = smtp_sink(&python, dir.path(), "vouch", password);
+    let password_file = dir.path().join("smtp.pass");
+    std::fs::write(&password_file, format!("{password}\n")).expect("password file");
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "[[webhooks]]\nname = \"ops\"\nurl = \"http://{hook}/reports\"\nretry_initial = \"1s\"\n\n\
+             [reports]\ncheck_every = \"1s\"\n\n\
+             [reports.smtp]\nhost = \"127.0.0.1\"\nport = {}\nfrom = \"Vouch <vouch@example.org>\"\n\
+             username = \"vouch\"\npassword_file = {:?}\nca_file = {:?}\ntimeout = \"10s\"\n\n\
+             [[reports.deliveries]]\nname = \"daily-ops\"\nperiod = \"daily\"\nwebhooks = [\"ops\"]\n\
+             email = [\"ops@example.org\"]\nattach = [\"csv\"]\n",
+            sink.port,
+            password_file.to_str().expect("UTF-8"),
+            ca.to_str().expect("UTF-8"),
+        ),
+    );
+    let data = dir.path().join("data");
+    let at = |day: &str| format!("@{day} 10:00:00");
+    let faked = |day: &str| {
+        start_with_env(
+            &[
+                ("LD_PRELOAD", libfaketime),
+                ("FAKETIME", &at(day)),
+                ("NO_FAKE_STAT", "1"),
+            ],
+            &data,
+            &config,
+            None,
+        )
+    };
+
+    // A fresh delivery: the newest ended day, 2026-01-14.
+    let svc = faked(DAY);
+    let got = eventually("the first day delivered to both targets", || {
+        let d = delivered(&svc);
+        (d.len() == 2).then_some(d)
+    });
+    assert!(
+        got.iter().all(|(label, _)| label == "2026-01-14"),
+        "{got:?}"
+    );
+    let failed = events(&svc, "report.delivery_failed");
+    assert_eq!(failed.len(), 1, "the webhook's 500: {failed:?}");
+    assert_eq!(failed[0]["data"]["will_retry"], true);
+    assert_eq!(failed[0]["data"]["target"], "webhook:ops");
+    let first = posted.lock().expect("lock")[0].clone();
+    assert!(first
+        .headers
+        .iter()
+        .any(|(k, v)| k == "x-vouch-report" && v == "daily-ops/2026-01-14"));
+    drop(svc);
+
+    // Three days later: the missed days, once each.
+    let svc = faked("2026-01-18");
+    let got = eventually("the missed days delivered", || {
+        let d = delivered(&svc);
+        (d.len() == 8).then_some(d)
+    });
+    let mut labels: Vec<&str> = got.iter().map(|(l, _)| l.as_str()).collect();
+    labels.sort_unstable();
+    labels.dedup();
+    assert_eq!(
+        labels,
+        ["2026-01-14", "2026-01-15", "2026-01-16", "2026-01-17"]
+    );
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(delivered(&svc).len(), 8, "nothing is sent twice");
+    let posts = posted.lock().expect("lock").clone();
+    assert_eq!(posts.len(), 4, "one POST per day");
+    drop(svc);
+
+    // What the webhook got is what the API gives (the real clock now, and
+    // no deliveries: the mails below are the ones of the faked days).
+    let plain = dir.path().join("plain");
+    std::fs::create_dir_all(&plain).expect("dir");
+    let svc = start(&data, &write_config(&plain, ""), None);
+    for p in &posts {
+        let label = p
+            .headers
+            .iter()
+            .find(|(k, _)| k == "x-vouch-report")
+            .and_then(|(_, v)| v.strip_prefix("daily-ops/"))
+            .expect("the report header")
+            .to_owned();
+        assert_eq!(
+            report_ok(&svc, &format!("period=daily&at={label}")),
+            p.body,
+            "{label}"
+        );
+        let digest = events(&svc, "report.delivered")
+            .iter()
+            .find(|e| e["data"]["label"] == label.as_str() && e["data"]["target"] == "webhook:ops")
+            .map(|e| e["data"]["digest"].as_str().unwrap_or("").to_owned());
+        assert_eq!(digest, Some(blake3::hash(&p.body).to_hex().to_string()));
+    }
+
+    // The e-mails: over STARTTLS, logged in, HTML inline, CSV attached.
+    let mut mails: Vec<String> = std::fs::read_dir(&sink.out)
+        .expect("mail dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "eml"))
+        .map(|e| std::fs::read_to_string(e.path()).expect("mail"))
+        .collect();
+    mails.sort();
+    assert_eq!(mails.len(), 4, "one e-mail per day");
+    for m in &mails {
+        let facts = m.lines().next().unwrap_or("");
+        assert!(
+            facts.starts_with("tls=True auth=True from=vouch@example.org to=ops@example.org"),
+            "{facts}"
+        );
+        assert!(m.contains("Content-Type: text/html"), "HTML inline");
+        assert!(m.contains("vouch-report-daily-2026-01-1"), "CSV attached");
+        assert!(m.contains("text/csv"), "CSV attached");
+        assert!(!m.contains(password), "the password is not in the mail");
+    }
+    drop(sink);
 }

@@ -1087,6 +1087,8 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     let _ = std::fs::remove_dir_all(repos.sandbox_root());
 
     let chromium = s.config.reports.chromium.clone();
+    let reports_config =
+        super::reports_cfg::reports_config(&s.config.reports, &service_config.alerting.receivers)?;
     // One clock for the log's recorded times and every actor's decisions.
     let clock: Arc<dyn vouch_actors::Clock> = Arc::new(SystemClock);
     let log_dir = data_dir.join("events");
@@ -1163,6 +1165,10 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             None => state,
         };
         let server = vouch_web::serve(listener, state, tls)?;
+        actix_web::rt::spawn(vouch_actors::service::run_reports(
+            handle.clone(),
+            reports_config,
+        ));
         let server_handle = server.handle();
         let running = actix_web::rt::spawn(server);
         println!("listening on {scheme}://{addr}");

@@ -184,7 +184,8 @@ impl Period {
 }
 
 /// Parses the `at` of a request: an RFC 3339 time or a date
-/// (`YYYY-MM-DD`, midnight UTC), as nanoseconds since the epoch.
+/// (`YYYY-MM-DD`, midnight UTC), as nanoseconds since the epoch (clamped
+/// to the range of `i64` nanoseconds, the years 1677 to 2262).
 pub fn parse_instant(s: &str) -> Result<i64, ReportError> {
     let bad = || {
         ReportError::BadPeriod(format!(
@@ -192,7 +193,9 @@ pub fn parse_instant(s: &str) -> Result<i64, ReportError> {
         ))
     };
     if let Ok(t) = OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339) {
-        return i64::try_from(t.unix_timestamp_nanos()).map_err(|_| bad());
+        // Outside the years 1677..2262 (i64 nanoseconds): the nearest end.
+        let ns = t.unix_timestamp_nanos();
+        return Ok(i64::try_from(ns).unwrap_or(if ns < 0 { i64::MIN } else { i64::MAX }));
     }
     let date = Date::parse(s, time::macros::format_description!("[year]-[month]-[day]"))
         .map_err(|_| bad())?;

@@ -13,9 +13,10 @@ use super::Ctx;
 use crate::auth::Principal;
 use crate::error::{doc as errors, WebError};
 
-/// How long after a period's end its report is first given: events
-/// recorded just before the end may still be on their way to the disk.
-pub const SETTLE_SECS: i64 = 60;
+/// How long after a period's end its report is first given (the
+/// reporter's [`SETTLE`](vouch_actors::service::SETTLE)): events recorded
+/// just before the end may still be on their way to the disk.
+const SETTLE_SECS: i64 = vouch_actors::service::SETTLE.as_secs() as i64;
 
 /// The parameters of `GET /api/v1/reports`.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -27,7 +28,7 @@ pub(crate) struct ReportQuery {
     period: String,
     /// A date (`2026-12-06`) or an RFC 3339 time inside the period wanted
     /// (default: the newest period that has ended).
-    #[param(value_type = String, required = false)]
+    #[param(schema_with = at_schema, required = false)]
     at: Option<String>,
     /// Only this plan (default: the whole installation).
     #[param(value_type = String, required = false)]
@@ -37,6 +38,27 @@ pub(crate) struct ReportQuery {
     /// headless Chromium).
     #[param(value_type = String, required = false, pattern = "^(json|csv|html|pdf)$")]
     format: Option<String>,
+}
+
+/// `at`: a date or an RFC 3339 time.
+fn at_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, SchemaFormat, Type};
+    let string = |f: KnownFormat| {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(f)))
+            .build()
+    };
+    utoipa::openapi::schema::Schema::OneOf(
+        OneOfBuilder::new()
+            .description(Some(
+                "A date (`2026-12-06`, midnight UTC) or an RFC 3339 time inside the period wanted \
+             (default: the newest period that has ended).",
+            ))
+            .item(string(KnownFormat::Date))
+            .item(string(KnownFormat::DateTime))
+            .build(),
+    )
 }
 
 /// The JSON form of a report (its fields are described in docs/api.md).
