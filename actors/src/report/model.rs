@@ -808,7 +808,149 @@ impl Fold<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use vouch_events::{
+        BackupCommitted, BackupSummary, EventHash, JobFailed, JobScheduled, JobSpec, PlanCreated,
+        PlanDefinition, RepositoryId, VerifyDepth,
+    };
+
     use super::*;
+    use crate::report::{parse_instant, PeriodKind};
+
+    const H: i64 = 3_600_000_000_000;
+
+    fn definition() -> PlanDefinition {
+        PlanDefinition {
+            source: "/srv".into(),
+            schedule: "0 3 * * *".into(),
+            retention: vouch_events::KeepPolicy::default(),
+            verification: vouch_events::VerificationPolicy {
+                after_backup: true,
+                every: None,
+                depth: VerifyDepth::Structure,
+            },
+            restore_test: vouch_events::RestoreTestPolicy {
+                every: None,
+                max_evidence_age: Duration::from_secs(3600),
+                sample_files: None,
+                full_every: None,
+                boot: None,
+            },
+            rpo: Duration::from_secs(3600),
+            repository: RepositoryId::new("main"),
+            paused: false,
+            replica: None,
+            proxmox: None,
+        }
+    }
+
+    fn log(events: Vec<(i64, Event)>) -> Vec<Envelope> {
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(i, (at, event))| Envelope {
+                seq: i as u64 + 1,
+                recorded_unix_ns: at,
+                schema_version: event.schema_version(),
+                prev_hash: EventHash([0; 32]),
+                hash: EventHash([i as u8 + 1; 32]),
+                event,
+            })
+            .collect()
+    }
+
+    fn commit(n: u8, at: i64, stored: u64) -> Event {
+        BackupCommitted {
+            job: None,
+            plan: Some(PlanId::new("p")),
+            repository: RepositoryId::new("main"),
+            snapshot: SnapshotId([n; 32]),
+            snapshot_time_unix_ns: at,
+            summary: BackupSummary {
+                stored_bytes: stored,
+                ..BackupSummary::default()
+            },
+            changes: None,
+        }
+        .into()
+    }
+
+    /// Given a plan made the day before, a backup at 06:00 and a failed
+    /// one at 12:00 of the day, then events after the day's end (one of
+    /// them dated inside the day by a clock that stepped back): the day's
+    /// report counts what the day did, and the later events change
+    /// nothing.
+    #[test]
+    fn a_day_is_folded_from_the_log_up_to_its_end_only() {
+        let day = parse_instant("2026-03-02").expect("day");
+        let job = vouch_events::JobId::new("b1");
+        let mut events = vec![
+            (
+                day - 2 * H,
+                PlanCreated {
+                    plan: PlanId::new("p"),
+                    definition: definition(),
+                }
+                .into(),
+            ),
+            (day - H, commit(1, day - H, 100)),
+            (day + 6 * H, commit(2, day + 6 * H, 40)),
+            (
+                day + 12 * H,
+                JobScheduled {
+                    job: job.clone(),
+                    kind: JobKind::Backup,
+                    plan: Some(PlanId::new("p")),
+                    point: None,
+                    due_unix_ns: day + 12 * H,
+                    attempt: 1,
+                    spec: JobSpec::default(),
+                }
+                .into(),
+            ),
+            (
+                day + 12 * H + 1,
+                JobFailed {
+                    job,
+                    error_kind: "io".into(),
+                    message: "disk gone".into(),
+                    retryable: false,
+                }
+                .into(),
+            ),
+        ];
+        let period = Period::containing(PeriodKind::Daily, day);
+        let scope = Scope::Installation;
+        let before = build(period, &scope, &mut log(events.clone()).into_iter()).expect("report");
+        events.push((day + 25 * H, commit(3, day + 25 * H, 7)));
+        events.push((day + 13 * H, commit(4, day + 13 * H, 9)));
+        let after = build(period, &scope, &mut log(events).into_iter()).expect("report");
+        assert_eq!(before, after, "later events change nothing");
+        let t = &after.totals;
+        assert_eq!(
+            (t.plans, t.points_made, t.backups_failed, t.failures),
+            (1, 1, 1, 1)
+        );
+        assert_eq!((t.stored_bytes_at_start, t.stored_bytes_at_end), (100, 140));
+        let p = &after.plans[0];
+        // Covered: [day-1h, day) by point 1, [06:00, 07:00) by point 2.
+        assert_eq!(p.rpo_missed_seconds, (6 + 17) * 3600);
+        assert_eq!(p.rpo_longest_miss_seconds, 17 * 3600);
+        assert_eq!(p.existed_seconds, 24 * 3600);
+        assert_eq!(after.failures[0].reason, "disk gone");
+        assert_eq!(after.failures[0].what, "backup");
+        assert_eq!(after.series[6].points_made, 1);
+        assert_eq!(after.series[12].failures, 1);
+        assert_eq!(after.log.last_seq, 5);
+        // One plan's scope; an unknown plan has no report.
+        let one = build(
+            period,
+            &Scope::Plan(PlanId::new("p")),
+            &mut log(vec![]).into_iter(),
+        );
+        assert!(one.is_none());
+    }
 
     #[test]
     fn uncovered_time_is_what_no_interval_covers() {
