@@ -36,7 +36,8 @@ pub struct ReportsSection {
 pub struct SmtpSection {
     /// The relay's host name (its certificate must name it).
     pub host: String,
-    /// Default 587 (submission; STARTTLS is always required).
+    /// Default 587 (submission; STARTTLS is always required; implicit TLS,
+    /// port 465, is not supported).
     pub port: Option<u16>,
     /// The sender, `Vouch <vouch@example.org>`.
     pub from: String,
@@ -45,8 +46,7 @@ pub struct SmtpSection {
     /// A file holding the password (never in this file, never logged).
     pub password_file: Option<PathBuf>,
     /// PEM CA certificates the relay's certificate may chain to, besides
-    /// Mozilla's roots (a private CA, or the relay's self-signed
-    /// certificate itself).
+    /// Mozilla's roots (a private CA).
     pub ca_file: Option<PathBuf>,
     /// Time per connection and command (default 30s).
     pub timeout: Option<String>,
