@@ -14,6 +14,7 @@ const PAGES = {
   alerts: () => import('./alerts.js'),
   events: () => import('./events.js'),
   charts: () => import('./charts.js'),
+  reports: () => import('./reports.js'),
   signin: () => import('./signin.js'),
 };
 
