@@ -1655,3 +1655,137 @@ async fn console_security_page_shows_the_checks_and_confirms_a_key_export() {
     drop(driver);
     drop(serve);
 }
+
+/// Issue 17, reports: a day of work done under libfaketime on 2026-01-15
+/// (a plan, one backup), then the console on the real clock shows that
+/// day's report (the plan's line, the totals), downloads its CSV (what the
+/// API gives, byte for byte), and says why a day that has not ended has no
+/// report yet.
+#[actix_web::test]
+async fn console_reports_page_shows_and_downloads_a_past_day() {
+    if !browser_available("console_reports_page_shows_and_downloads_a_past_day") {
+        return;
+    }
+    let Some(lib) = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists()) else {
+        eprintln!("SKIPPED: libfaketime is not installed (apt-get install faketime; .ci/run does)");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install faketime for this test"
+        );
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let downloads = tmp.path().join("downloads");
+    let home = tmp.path().join("home");
+    fs::create_dir_all(&downloads).unwrap();
+    fs::create_dir_all(&home).unwrap();
+    for i in 0..10 {
+        fs::write(
+            home.join(format!("f{i}.txt")),
+            format!("file {i}\n").repeat(100),
+        )
+        .unwrap();
+    }
+    {
+        let config = tmp.path().join("faked.toml");
+        fs::write(
+            &config,
+            format!(
+                "[sources]\nallow = [{:?}]\n",
+                tmp.path().to_str().expect("UTF-8")
+            ),
+        )
+        .unwrap();
+        let svc = common::served::start_with_env(
+            &[
+                ("LD_PRELOAD", lib),
+                ("FAKETIME", "@2026-01-15 10:00:00"),
+                ("NO_FAKE_STAT", "1"),
+            ],
+            &data,
+            &config,
+            None,
+        );
+        let (status, body) = common::served::post(
+            &svc,
+            "/api/v1/plans",
+            &json!({"id": "home", "source": home, "schedule": "0 3 * * *", "rpo": "1h"}),
+        );
+        assert_eq!(status, 201, "{body}");
+        let (status, body) = common::served::post(&svc, "/api/v1/plans/home/run", &Value::Null);
+        assert_eq!(status, 202, "{body}");
+        common::served::eventually("the backup", || {
+            let pts = common::served::get(&svc, "/api/v1/points?plan=home");
+            (pts.as_array().map(Vec::len) == Some(1)).then_some(())
+        });
+    }
+    let serve = Serve::start(&data);
+    let base = format!("http://{}", serve.addr);
+    let driver = Driver::start().await;
+    let s = driver.session(&downloads).await;
+    sign_in(&s, &base, &serve.token).await;
+    click(&s, "#nav a[data-section=reports]").await;
+    s.wait_css("#report-form", SHORT).await;
+    go(&s, &base, "#/reports?period=daily&at=2026-01-15").await;
+    let made = s
+        .wait_for(
+            "the plan's line of the day",
+            SHORT,
+            "const r = document.querySelector('#report-plans tr[data-plan=home]'); return r ? r.children[3].textContent : null",
+        )
+        .await;
+    assert_eq!(made.as_str(), Some("1"), "one point made that day");
+    let title = s
+        .execute(
+            "return document.querySelector('#report-title').textContent",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(title.as_str(), Some("daily 2026-01-15 · installation"));
+    shot(&s, "reports.png").await;
+    click(&s, "#report button[data-format=csv]").await;
+    let path = downloads.join("vouch-report-daily-2026-01-15-installation.csv");
+    let want = common::served::raw_bytes(
+        serve.addr.parse().expect("an address"),
+        "GET",
+        "/api/v1/reports?period=daily&at=2026-01-15&format=csv",
+        &serve.token,
+        &[],
+        b"",
+    );
+    assert_eq!(want.0, 200);
+    let deadline = Instant::now() + LONG;
+    loop {
+        if let Ok(got) = fs::read(&path) {
+            if got.len() == want.1.len() {
+                assert_eq!(got, want.1, "the CSV downloaded is the API's");
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "the CSV was not downloaded");
+        actix_web::rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    go(&s, &base, "#/reports?period=daily&at=2999-01-01").await;
+    let err = s
+        .wait_for(
+            "why there is no report",
+            SHORT,
+            "const e = document.querySelector('#report .error'); return e ? e.textContent : null",
+        )
+        .await;
+    assert!(
+        err.as_str().unwrap_or_default().contains("has not ended"),
+        "{err}"
+    );
+    s.quit().await.expect("quit");
+    drop(driver);
+    drop(serve);
+}

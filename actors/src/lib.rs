@@ -14,10 +14,13 @@
 //! * [`service`]: the running service — event store, read model,
 //!   dispatcher, scheduler and alerter actors, started by
 //!   [`service::start`] and driven through a [`service::ServiceHandle`].
+//! * [`report`]: protection reports folded from the log (JSON, CSV,
+//!   HTML with SVG charts, PDF through Chromium).
 
 #![warn(missing_docs)]
 
 mod clock;
+pub mod report;
 mod schedule;
 pub mod service;
 mod supervisor;

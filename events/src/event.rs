@@ -552,6 +552,50 @@ pub struct AlertDeliveryFailed {
     pub will_retry: bool,
 }
 
+/// A periodic protection report reached a receiver (`[reports]` of the
+/// configuration): recorded so that a restart sends it neither twice nor
+/// never.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportDelivered {
+    /// The configured delivery's name.
+    pub delivery: String,
+    /// `daily`, `weekly` or `monthly`.
+    pub period: String,
+    /// The period's label (`2026-12-06`, `2026-W49`, `2026-12`).
+    pub label: String,
+    /// `installation` or the plan's id.
+    pub scope: String,
+    /// Where it went: `webhook:<receiver name>` or `email` (never a URL or
+    /// an address list's secret).
+    pub target: String,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// BLAKE3 (hex) of the report's JSON: what was sent, to compare with
+    /// the report made again from the log.
+    pub digest: String,
+}
+
+/// A report's delivery attempt failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportDeliveryFailed {
+    /// The configured delivery's name.
+    pub delivery: String,
+    /// `daily`, `weekly` or `monthly`.
+    pub period: String,
+    /// The period's label.
+    pub label: String,
+    /// `installation` or the plan's id.
+    pub scope: String,
+    /// Where it was to go (as in [`ReportDelivered`]).
+    pub target: String,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// What went wrong.
+    pub error: String,
+    /// Whether another attempt follows.
+    pub will_retry: bool,
+}
+
 /// An alert's cause went away.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AlertResolved {
@@ -1017,6 +1061,8 @@ events! {
     SecurityCheckChanged => "security.check_changed", v 1;
     KeyExportConfirmed => "key.export_confirmed", v 1;
     LogHeadExported => "log.head_exported", v 1;
+    ReportDelivered => "report.delivered", v 1;
+    ReportDeliveryFailed => "report.delivery_failed", v 1;
 }
 
 impl Event {

@@ -51,9 +51,10 @@ pub use event::{
     JobSpec, JobStarted, KeyExportConfirmed, LeaseExpired, LeaseGranted, LockEnforcement,
     LogHeadExported, LogRepaired, LogScrubbed, PacksReadBack, PlanChanged, PlanCreated,
     PlanRemoved, PointDiscovered, PointForgotten, PointLocked, PointUnlocked, PointVanished,
-    RestoreCompleted, RestoreEvidence, RestoreSpec, RestoreTestFailed, RestoreTestPassed,
-    RestoreTestStarted, SecurityCheckChanged, ServiceStarted, Severity, UnknownEvent,
-    VerificationFailed, VerificationPassed, VerificationStarted, EVENT_TYPES,
+    ReportDelivered, ReportDeliveryFailed, RestoreCompleted, RestoreEvidence, RestoreSpec,
+    RestoreTestFailed, RestoreTestPassed, RestoreTestStarted, SecurityCheckChanged, ServiceStarted,
+    Severity, UnknownEvent, VerificationFailed, VerificationPassed, VerificationStarted,
+    EVENT_TYPES,
 };
 pub use format::{ChainCheckpoint, EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};

@@ -416,5 +416,26 @@ pub(crate) fn sample_events() -> Vec<Event> {
             by: "auditor".into(),
         }
         .into(),
+        ReportDelivered {
+            delivery: "weekly-ops".into(),
+            period: "weekly".into(),
+            label: "2026-W49".into(),
+            scope: "installation".into(),
+            target: "webhook:ops".into(),
+            attempt: 1,
+            digest: "ab".repeat(32),
+        }
+        .into(),
+        ReportDeliveryFailed {
+            delivery: "weekly-ops".into(),
+            period: "weekly".into(),
+            label: "2026-W49".into(),
+            scope: "installation".into(),
+            target: "email".into(),
+            attempt: 2,
+            error: "connection refused".into(),
+            will_retry: true,
+        }
+        .into(),
     ]
 }

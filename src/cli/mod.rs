@@ -11,6 +11,8 @@ mod maintain;
 mod output;
 mod password;
 mod repo_cmds;
+mod report_mail;
+pub mod reports_cfg;
 mod restore_cmd;
 mod self_signed;
 pub mod serve;

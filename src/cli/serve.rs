@@ -180,6 +180,9 @@ pub struct Config {
     /// (`pve:NAME/qemu/VMID`).
     #[serde(default)]
     pub proxmox: Vec<ProxmoxSection>,
+    /// `[reports]`: protection reports (PDF printing, delivery).
+    #[serde(default)]
+    pub reports: super::reports_cfg::ReportsSection,
     /// `[security]`: the security center (docs/security.md).
     #[serde(default)]
     pub security: SecuritySection,
@@ -1121,6 +1124,9 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     // Leftovers of restore tests cut short by a crash.
     let _ = std::fs::remove_dir_all(repos.sandbox_root());
 
+    let chromium = s.config.reports.chromium.clone();
+    let reports_config =
+        super::reports_cfg::reports_config(&s.config.reports, &service_config.alerting.receivers)?;
     // One clock for the log's recorded times and every actor's decisions.
     let clock: Arc<dyn vouch_actors::Clock> = Arc::new(SystemClock);
     let log_dir = data_dir.join("events");
@@ -1214,7 +1220,15 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             .with_min_every(min_every)
             .with_lease_ttl(lease_ttl)
             .with_agent_seen_every(seen_every);
+        let state = match &chromium {
+            Some(path) => state.with_chromium(path),
+            None => state,
+        };
         let server = vouch_web::serve(listener, state, tls)?;
+        actix_web::rt::spawn(vouch_actors::service::run_reports(
+            handle.clone(),
+            reports_config,
+        ));
         let server_handle = server.handle();
         let running = actix_web::rt::spawn(server);
         println!("listening on {scheme}://{addr}");

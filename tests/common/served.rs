@@ -32,7 +32,37 @@ pub fn start(data_dir: &Path, config: &Path, token: Option<&str>) -> Service {
 /// [`start`] on a given address (to restart a service where its clients
 /// expect it).
 pub fn start_on(data_dir: &Path, config: &Path, token: Option<&str>, listen: &str) -> Service {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vouch"))
+    start_command(
+        Command::new(env!("CARGO_BIN_EXE_vouch")),
+        data_dir,
+        config,
+        token,
+        listen,
+    )
+}
+
+/// [`start`] with `env` added to the service's environment (e.g.
+/// `LD_PRELOAD` of libfaketime: the service is its own child, so dropping
+/// the [`Service`] stops it, which a wrapper process would not).
+pub fn start_with_env(
+    env: &[(&str, &str)],
+    data_dir: &Path,
+    config: &Path,
+    token: Option<&str>,
+) -> Service {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vouch"));
+    cmd.envs(env.iter().copied());
+    start_command(cmd, data_dir, config, token, "127.0.0.1:0")
+}
+
+fn start_command(
+    mut cmd: Command,
+    data_dir: &Path,
+    config: &Path,
+    token: Option<&str>,
+    listen: &str,
+) -> Service {
+    let mut child = cmd
         .args(["serve", "--listen", listen, "--data-dir"])
         .arg(data_dir)
         .arg("--config")

@@ -91,6 +91,13 @@ export async function fileBlob(point, path) {
   return res.blob();
 }
 
+/** A report in one format, as a Blob (the token rides in a header). */
+export async function reportBlob(params) {
+  const res = await fetch(`${BASE}/reports${qs(params)}`, { headers: headers() });
+  if (!res.ok) return fail(res);
+  return res.blob();
+}
+
 /** `GET /readyz` (no auth): `{status, seq}`, or null when not ready. */
 export async function ready() {
   try {

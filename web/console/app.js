@@ -15,6 +15,7 @@ const PAGES = {
   security: () => import('./security.js'),
   events: () => import('./events.js'),
   charts: () => import('./charts.js'),
+  reports: () => import('./reports.js'),
   signin: () => import('./signin.js'),
 };
 

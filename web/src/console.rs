@@ -61,6 +61,7 @@ const ASSETS: &[Asset] = &[
     asset!("security.js", JS),
     asset!("events.js", JS),
     asset!("charts.js", JS),
+    asset!("reports.js", JS),
 ];
 
 /// The page's policy: everything from its own origin, nothing inline but

@@ -70,7 +70,8 @@ pub use repo_store::{
 };
 
 use api::{
-    agent, events, jobs, log_head, misc, plans, points, repo, security, verify_reports, Ctx,
+    agent, events, jobs, log_head, misc, plans, points, repo, reports, security, verify_reports,
+    Ctx,
 };
 
 /// What every worker of the HTTP server shares.
@@ -89,6 +90,7 @@ pub struct AppState {
     agents: Option<Arc<AgentBoard>>,
     lease_ttl: std::time::Duration,
     seen_every: std::time::Duration,
+    chromium: PathBuf,
 }
 
 /// The shortest `verification.every`, `restore_test.every` and
@@ -120,6 +122,7 @@ impl AppState {
             agents: None,
             lease_ttl: api::agent::LEASE_TTL,
             seen_every: api::agent::SEEN_EVERY,
+            chromium: vouch_actors::report::pdf::default_chromium(),
         })
     }
 
@@ -192,6 +195,14 @@ impl AppState {
         self
     }
 
+    /// The Chromium that prints PDF reports (default: the first of
+    /// `chromium`, `chromium-browser`, `google-chrome` on `PATH`).
+    pub fn with_chromium(mut self, chromium: impl Into<PathBuf>) -> Self {
+        self.chromium = chromium.into();
+        self.ctx = None;
+        self
+    }
+
     /// The metrics, to register more or to observe from outside HTTP.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
@@ -220,6 +231,7 @@ impl AppState {
                 agent_seen: api::agent::SeenLimiter::new(self.seen_every),
                 head_exports: api::agent::SeenLimiter::new(api::log_head::RECORD_EVERY),
                 lease_ttl: self.lease_ttl,
+                chromium: self.chromium.clone(),
             })
         })
     }
@@ -290,6 +302,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .service(resource!("/security", get => security::get))
             .service(resource!("/security/key-exports", post => security::confirm_key_export))
             .service(resource!("/alerts", get => misc::alerts))
+            .service(resource!("/reports", get => reports::get))
             .service(resource!("/repositories", get => misc::repositories))
             .service(resource!("/repositories/{id}/verify-reports",
                     post => verify_reports::create))

@@ -23,6 +23,8 @@ const BROWSE_WAIT: Duration = Duration::from_secs(10);
 pub const MAX_UPLOADS: usize = 8;
 /// How long an upload waits for a slot before 503 `busy`.
 const UPLOAD_WAIT: Duration = Duration::from_secs(30);
+/// Reports made at once (each folds the whole log; a PDF runs Chromium).
+pub const MAX_REPORTS: usize = 2;
 /// Event streams one token may hold open.
 pub const MAX_STREAMS_PER_TOKEN: usize = 4;
 /// Event streams open in all.
@@ -34,6 +36,7 @@ pub(crate) struct Limits {
     downloads: Arc<Semaphore>,
     browse: Arc<Semaphore>,
     uploads: Arc<Semaphore>,
+    reports: Arc<Semaphore>,
     streams: Arc<Mutex<Streams>>,
 }
 
@@ -49,6 +52,7 @@ impl Default for Limits {
             downloads: Arc::new(Semaphore::new(MAX_DOWNLOADS)),
             browse: Arc::new(Semaphore::new(MAX_BROWSE_CALLS)),
             uploads: Arc::new(Semaphore::new(MAX_UPLOADS)),
+            reports: Arc::new(Semaphore::new(MAX_REPORTS)),
             streams: Arc::new(Mutex::new(Streams::default())),
         }
     }
@@ -80,6 +84,15 @@ impl Limits {
         self.downloads.clone().try_acquire_owned().map_err(|_| {
             WebError::Busy(format!(
                 "{MAX_DOWNLOADS} downloads are running, as many as the server allows; retry later"
+            ))
+        })
+    }
+
+    /// A report slot, or 503 `busy` at once when every slot is taken.
+    pub(crate) fn report(&self) -> Result<OwnedSemaphorePermit, WebError> {
+        self.reports.clone().try_acquire_owned().map_err(|_| {
+            WebError::Busy(format!(
+                "{MAX_REPORTS} reports are being made, as many as the server allows; retry later"
             ))
         })
     }

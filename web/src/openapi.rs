@@ -7,7 +7,7 @@ use utoipa::openapi::{Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi, ToResponse};
 
 use crate::api::{
-    agent, events, jobs, log_head, misc, plans, points, repo, security, verify_reports,
+    agent, events, jobs, log_head, misc, plans, points, repo, reports, security, verify_reports,
 };
 use crate::error::doc as errors;
 
@@ -78,10 +78,10 @@ impl Modify for BearerAuth {
         agent::register, agent::next_job, agent::renew, agent::result, agent::list,
         events::list, events::stream, log_head::head,
         security::get, security::confirm_key_export,
-        misc::alerts, misc::repositories, verify_reports::create,
+        misc::alerts, misc::repositories, verify_reports::create, reports::get,
     ),
     components(
-        schemas(crate::error::ErrorBody, verify_reports::PointReport),
+        schemas(crate::error::ErrorBody, verify_reports::PointReport, reports::ReportBody),
         responses(
             errors::BadRequest, errors::Forbidden, errors::NotFound, errors::Conflict,
             errors::PayloadTooLarge, errors::UnsupportedMediaType, errors::Invalid,

@@ -925,6 +925,8 @@ pub(crate) fn event_data(e: &Event) -> Value {
         SecurityCheckChanged,
         KeyExportConfirmed,
         LogHeadExported,
+        ReportDelivered,
+        ReportDeliveryFailed,
     )
     .unwrap_or(Value::Null)
 }

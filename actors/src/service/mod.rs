@@ -21,6 +21,7 @@ mod fault;
 mod handle;
 mod policy;
 mod read_model;
+mod reporter;
 mod results;
 mod scheduler;
 mod scrub;
@@ -55,6 +56,10 @@ pub use policy::{
     retention_protects, ReadBackWindow, SUSPECT_POINTS_BOUND,
 };
 pub use read_model::{ReadModelHealth, CHECKPOINT_EVERY};
+pub use reporter::{
+    due_periods, mail_of, run_reports, Delivery, Mail, Mailer, ReportsConfig, Target, MAX_CATCH_UP,
+    SETTLE,
+};
 pub use results::FOREIGN_RESULT;
 pub use scheduler::{next_run, SchedulerConfig, CLOCK_STEP_TOLERANCE};
 pub use scrub::{scrub_event, FIRST_SCRUB_AFTER, SCRUB_EVERY};

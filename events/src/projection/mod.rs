@@ -101,7 +101,7 @@ pub enum UnknownScope {
 /// Families whose events never bear on a point's state or a plan's
 /// protection.
 const NEUTRAL_FAMILIES: &[&str] = &[
-    "alert", "agent", "service", "audit", "security", "key", "log",
+    "alert", "agent", "service", "audit", "security", "key", "log", "report",
 ];
 
 /// The first element of a msgpack array payload if it is a string.

@@ -10,6 +10,7 @@ pub(crate) mod misc;
 pub(crate) mod plans;
 pub(crate) mod points;
 pub(crate) mod repo;
+pub(crate) mod reports;
 pub(crate) mod security;
 pub(crate) mod verify_reports;
 
@@ -49,6 +50,8 @@ pub(crate) struct Ctx {
     pub(crate) head_exports: agent::SeenLimiter,
     /// How long an agent's lease lasts unless renewed.
     pub(crate) lease_ttl: std::time::Duration,
+    /// The Chromium that prints PDF reports.
+    pub(crate) chromium: PathBuf,
 }
 
 impl Ctx {
