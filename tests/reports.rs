@@ -200,6 +200,14 @@ fn a_day_of_work(dir: &Path, libfaketime: &str) -> Done {
         let at = p["committed_at"].as_str().expect("committed_at");
         assert!(at.starts_with(DAY), "faketime holds: {at}");
     }
+    // The security center, evaluated that day (and its changes recorded).
+    let security = get(&svc, "/api/v1/security");
+    assert!(
+        security["evaluated_at"]
+            .as_str()
+            .is_some_and(|t| t.starts_with(DAY)),
+        "{security}"
+    );
     Done {
         points,
         attacked,
@@ -318,6 +326,26 @@ fn reports_tell_what_a_past_day_did_and_never_change() {
     assert_eq!(anomalies[0]["plan"], "home");
     assert!(anomalies[0]["max_score_permille"].as_u64() >= Some(500));
     assert!(!anomalies[0]["paths"].as_array().expect("paths").is_empty());
+    // The security center as the log had it at the day's end.
+    let sec = &r["security"];
+    let counted: u64 = ["ok", "warning", "failed", "unknown"]
+        .iter()
+        .map(|k| sec["counts"][k].as_u64().expect("a count"))
+        .sum();
+    assert!(counted > 5, "{sec}");
+    let not_ok = sec["not_ok"].as_array().expect("not_ok");
+    let export = not_ok
+        .iter()
+        .find(|c| c["check"] == "key-export/default")
+        .unwrap_or_else(|| panic!("key-export/default in {not_ok:?}"));
+    assert_eq!(export["status"], "warning");
+    assert!(export["since"].as_str().is_some_and(|t| t.starts_with(DAY)));
+    assert!(
+        sec["changes"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["check"] == "key-export/default")),
+        "{sec}"
+    );
     let series = r["series"].as_array().expect("series");
     assert_eq!(series.len(), 24, "hours of the day");
     assert_eq!(series[10]["points_made"], 3, "made between 10:00 and 11:00");
@@ -354,6 +382,14 @@ fn reports_tell_what_a_past_day_did_and_never_change() {
     assert_eq!(one["plans"].as_array().map(Vec::len), Some(1));
     assert_eq!(one["plans"][0], *home);
     assert_eq!(one["failures"].as_array().map(Vec::len), Some(0));
+    let own = one["security"]["not_ok"].as_array().expect("not_ok");
+    assert!(
+        !own.is_empty()
+            && own
+                .iter()
+                .all(|c| c["check"].as_str().is_some_and(|id| id.ends_with("/home"))),
+        "a plan's report holds its own checks: {own:?}"
+    );
     let (status, _) = report(&svc, &format!("period=daily&at={DAY}&plan=nope"));
     assert_eq!(status, 404);
 
@@ -419,6 +455,10 @@ fn reports_tell_what_a_past_day_did_and_never_change() {
     let page = String::from_utf8(html).expect("UTF-8 HTML");
     assert!(page.starts_with("<!DOCTYPE html>"));
     assert!(page.matches("<svg").count() >= 3, "three charts");
+    assert!(
+        page.contains("<h2>Security center</h2>") && page.contains("key-export/default"),
+        "the security center's state at the day's end"
+    );
     for external in [
         "http:", "https:", "<script", "src=", "href=", "url(", "@import",
     ] {

@@ -5,12 +5,15 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use vouch_events::{Envelope, Event, JobKind, PlanId, PointState, Projections, SnapshotId};
+use vouch_events::{
+    CheckStatus, Envelope, Event, JobKind, PlanId, PointState, Projections, SnapshotId,
+};
 
 use super::period::Period;
 use super::rfc3339;
 use crate::clock::duration_to_ns;
 use crate::service::kind_name;
+use crate::service::security::RETIRED;
 
 /// The version of the report's shape (JSON fields, CSV columns). Raised
 /// when a field changes meaning or goes; new fields and sections do not
@@ -36,6 +39,16 @@ impl Scope {
         match self {
             Scope::Installation => true,
             Scope::Plan(p) => plan == Some(p),
+        }
+    }
+
+    /// Whether a security check about `subject` is in scope: all of them
+    /// for the installation; a plan's own checks (those whose subject is
+    /// the plan) for a plan.
+    fn covers_security(&self, subject: &str) -> bool {
+        match self {
+            Scope::Installation => true,
+            Scope::Plan(p) => subject == p.as_str(),
         }
     }
 
@@ -75,6 +88,54 @@ pub struct Report {
     pub anomalies: Vec<AnomalyLine>,
     /// Activity per hour (daily reports) or per day, for the charts.
     pub series: Vec<Bucket>,
+    /// The security center as the log recorded it: its state at the
+    /// period's end and the changes within the period.
+    pub security: SecurityPart,
+}
+
+/// The security center in a report (`security.check_changed`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SecurityPart {
+    /// Checks by status at the period's end (`ok`, `warning`, `failed`,
+    /// `unknown`; every status present, 0s too). Retired checks (no longer
+    /// evaluated) are left out. No check recorded yet: every count is 0,
+    /// which says nothing is known, never that all is well.
+    pub counts: BTreeMap<String, u64>,
+    /// The checks that were not `ok` at the period's end, worst first.
+    pub not_ok: Vec<SecurityLine>,
+    /// Changes recorded in the period, oldest first (at most
+    /// [`MAX_LINES`]).
+    pub changes: Vec<SecurityChange>,
+}
+
+/// One check at the period's end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SecurityLine {
+    /// Its id.
+    pub check: String,
+    /// Its status.
+    pub status: String,
+    /// Why.
+    pub reason: String,
+    /// What to do.
+    pub action: String,
+    /// Since when (RFC 3339).
+    pub since: String,
+}
+
+/// One recorded change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SecurityChange {
+    /// When (RFC 3339).
+    pub at: String,
+    /// Its seq.
+    pub seq: u64,
+    /// The check.
+    pub check: String,
+    /// Its new status.
+    pub status: String,
+    /// Why.
+    pub reason: String,
 }
 
 /// The period, in words and times.
@@ -296,6 +357,7 @@ struct Fold<'a> {
     failures_total: u64,
     restore_tests: Vec<RestoreTestLine>,
     anomalies: Vec<AnomalyLine>,
+    security_changes: Vec<SecurityChange>,
     buckets: Vec<(i64, i64)>,
     series: Vec<Bucket>,
     events_in_period: u64,
@@ -480,6 +542,20 @@ impl Fold<'_> {
                     bk.failures += 1;
                 }
             }
+            Event::SecurityCheckChanged(c)
+                if self.scope.covers_security(&c.subject) && c.reason != RETIRED =>
+            {
+                push_capped(
+                    &mut self.security_changes,
+                    SecurityChange {
+                        at: at.clone(),
+                        seq,
+                        check: c.check.clone(),
+                        status: c.status.as_str().to_owned(),
+                        reason: c.reason.clone(),
+                    },
+                );
+            }
             Event::AnomalyDetected(a) => {
                 let plan = self.point_plan(&a.point);
                 if !self.scope.covers(plan.as_ref()) {
@@ -611,6 +687,7 @@ pub fn build(
         failures_total: 0,
         restore_tests: Vec::new(),
         anomalies: Vec::new(),
+        security_changes: Vec::new(),
         buckets,
         series,
         events_in_period: 0,
@@ -645,6 +722,7 @@ impl Fold<'_> {
             anomalies,
             series,
             events_in_period,
+            security_changes,
             ..
         } = self;
         if let Scope::Plan(id) = scope {
@@ -802,7 +880,45 @@ impl Fold<'_> {
             restore_tests,
             anomalies,
             series,
+            security: security_part(&p, scope, security_changes),
         })
+    }
+}
+
+/// The security center at the period's end, from the folded state.
+fn security_part(p: &Projections, scope: &Scope, changes: Vec<SecurityChange>) -> SecurityPart {
+    let mut counts: BTreeMap<String, u64> = CheckStatus::ALL
+        .iter()
+        .map(|s| (s.as_str().to_owned(), 0))
+        .collect();
+    let mut not_ok: Vec<(&CheckStatus, SecurityLine)> = Vec::new();
+    for (id, c) in &p.security.checks {
+        if c.reason == RETIRED || !scope.covers_security(&c.subject) {
+            continue;
+        }
+        *counts.entry(c.status.as_str().to_owned()).or_default() += 1;
+        if c.status != CheckStatus::Ok {
+            not_ok.push((
+                &c.status,
+                SecurityLine {
+                    check: id.clone(),
+                    status: c.status.as_str().to_owned(),
+                    reason: c.reason.clone(),
+                    action: c.action.clone(),
+                    since: rfc3339(c.since.unix_ns),
+                },
+            ));
+        }
+    }
+    not_ok.sort_by(|a, b| {
+        b.0.badness()
+            .cmp(&a.0.badness())
+            .then_with(|| a.1.check.cmp(&b.1.check))
+    });
+    SecurityPart {
+        counts,
+        not_ok: not_ok.into_iter().map(|(_, l)| l).collect(),
+        changes,
     }
 }
 

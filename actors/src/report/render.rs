@@ -310,7 +310,7 @@ const STYLE: &str = "body{font-family:sans-serif;margin:2em;color:#222}\
 table{border-collapse:collapse;margin:1em 0;font-size:12px}\
 th,td{border:1px solid #ccc;padding:3px 6px;text-align:left}\
 th{background:#f0f0f0}.bad{color:#c62828;font-weight:bold}.good{color:#2e7d32}\
-.unknown{color:#8d6e00}code{font-size:11px}h1{font-size:20px}h2{font-size:16px;margin-top:1.5em}";
+.unknown{color:#8d6e00}.warn{color:#8a5100;font-weight:bold}code{font-size:11px}h1{font-size:20px}h2{font-size:16px;margin-top:1.5em}";
 
 fn status_class(status: &str) -> &'static str {
     match status {
@@ -491,6 +491,55 @@ pub fn html(r: &Report) -> Vec<u8> {
                 esc(a.point.get(..12).unwrap_or(&a.point)),
                 esc(&a.signals.join(", ")),
                 esc(&a.paths.join(", "))
+            );
+        }
+        s.push_str("</table>\n");
+    }
+    s.push_str("<h2>Security center</h2>\n");
+    let sec = &r.security;
+    let count = |k: &str| sec.counts.get(k).copied().unwrap_or(0);
+    if sec.counts.values().all(|&n| n == 0) {
+        s.push_str("<p class=\"unknown\">No security check was recorded by the period's end: the state is unknown.</p>\n");
+    } else {
+        let _ = writeln!(
+            s,
+            "<p>At the period's end: {} failed, {} warning, {} unknown, {} ok.</p>",
+            count("failed"),
+            count("warning"),
+            count("unknown"),
+            count("ok")
+        );
+    }
+    if !sec.not_ok.is_empty() {
+        s.push_str("<table><tr><th>Check</th><th>Status</th><th>Why</th><th>What to do</th><th>Since</th></tr>");
+        for c in &sec.not_ok {
+            let class = match c.status.as_str() {
+                "failed" => "bad",
+                "warning" => "warn",
+                _ => "unknown",
+            };
+            let _ = write!(
+                s,
+                "<tr><td><code>{}</code></td><td class=\"{class}\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&c.check),
+                esc(&c.status),
+                esc(&c.reason),
+                esc(&c.action),
+                esc(&c.since)
+            );
+        }
+        s.push_str("</table>\n");
+    }
+    if !sec.changes.is_empty() {
+        s.push_str("<h3>Changes in the period</h3>\n<table><tr><th>When</th><th>Check</th><th>Became</th><th>Why</th></tr>");
+        for c in &sec.changes {
+            let _ = write!(
+                s,
+                "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
+                esc(&c.at),
+                esc(&c.check),
+                esc(&c.status),
+                esc(&c.reason)
             );
         }
         s.push_str("</table>\n");
