@@ -1225,10 +1225,29 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             None => state,
         };
         let server = vouch_web::serve(listener, state, tls)?;
-        actix_web::rt::spawn(vouch_actors::service::run_reports(
-            handle.clone(),
-            reports_config,
-        ));
+        // The periodic reports, restarted if they ever panic (what was
+        // delivered is in the log, so a restart sends nothing twice).
+        {
+            let handle = handle.clone();
+            actix_web::rt::spawn(async move {
+                loop {
+                    let run = actix_web::rt::spawn(vouch_actors::service::run_reports(
+                        handle.clone(),
+                        reports_config.clone(),
+                    ));
+                    match run.await {
+                        Ok(()) => break,
+                        Err(e) => {
+                            tracing::error!(error = %e, "the periodic reports stopped unexpectedly; restarting them in 5s");
+                            actix_web::rt::time::sleep(Duration::from_secs(5)).await;
+                        }
+                    }
+                    if handle.is_stopping() {
+                        break;
+                    }
+                }
+            });
+        }
         let server_handle = server.handle();
         let running = actix_web::rt::spawn(server);
         println!("listening on {scheme}://{addr}");

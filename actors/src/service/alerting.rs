@@ -135,6 +135,9 @@ pub struct AlertFacts {
     pub open: HashMap<AlertId, String>,
     /// The security center's checks as last recorded, by id.
     pub security: BTreeMap<String, vouch_events::SecurityCheckChanged>,
+    /// Report deliveries that gave up, by (delivery, target), with the
+    /// periods not delivered (until a later delivery of that period).
+    pub reports_given_up: BTreeMap<(String, String), BTreeMap<String, String>>,
 }
 
 impl AlertFacts {
@@ -174,6 +177,21 @@ impl AlertFacts {
             }
             Event::SecurityCheckChanged(c) => {
                 self.security.insert(c.check.clone(), c.clone());
+            }
+            Event::ReportDeliveryFailed(f) if !f.will_retry => {
+                self.reports_given_up
+                    .entry((f.delivery.clone(), f.target.clone()))
+                    .or_default()
+                    .insert(format!("{} {}", f.scope, f.label), f.error.clone());
+            }
+            Event::ReportDelivered(d) => {
+                let key = (d.delivery.clone(), d.target.clone());
+                if let Some(periods) = self.reports_given_up.get_mut(&key) {
+                    periods.remove(&format!("{} {}", d.scope, d.label));
+                    if periods.is_empty() {
+                        self.reports_given_up.remove(&key);
+                    }
+                }
             }
             Event::ClockStepped(c) => {
                 self.clock_steps.push((env.recorded_unix_ns, c.clone()));
@@ -303,6 +321,27 @@ pub fn fact_incidents(facts: &AlertFacts, now_ns: i64) -> Vec<Incident> {
             ),
             rule: "SecurityCheckFailed",
             labels: labels(&[("check", c.check.clone())]),
+        });
+    }
+    // A report delivery that gave up stays open until that period is
+    // delivered (after a restart, which tries again).
+    for ((delivery, target), periods) in &facts.reports_given_up {
+        let shown: Vec<String> = periods
+            .iter()
+            .take(5)
+            .map(|(period, error)| format!("{period} ({error})"))
+            .collect();
+        out.push(Incident {
+            subject: format!("report delivery {delivery} to {target} failed"),
+            severity: Severity::Warning,
+            message: format!(
+                "{} report(s) of delivery {delivery} could not be sent to {target} after every attempt: {}{}. They are sent again after a restart of the service; the reports themselves are in the API (GET /api/v1/reports)",
+                periods.len(),
+                shown.join("; "),
+                if periods.len() > 5 { "; ..." } else { "" }
+            ),
+            rule: "ReportNotDelivered",
+            labels: labels(&[("delivery", delivery.clone()), ("target", target.clone())]),
         });
     }
     // Damage found by the newest scrub stays open until a scrub passes:
@@ -2099,5 +2138,58 @@ mod tests {
         assert_eq!(again[0].subject, open[0].subject, "one alert per check");
         f.apply(&env(5, S, security(CheckStatus::Ok, "renewed")));
         assert!(fact_incidents(&f, 2 * S).is_empty());
+    }
+
+    /// A report delivery that gave up raises `ReportNotDelivered` (a
+    /// warning, one per delivery and target) until that period is
+    /// delivered; failures that will be retried raise nothing.
+    #[test]
+    fn a_report_delivery_that_gave_up_alerts_until_delivered() {
+        let failed = |will_retry: bool, label: &str| -> Event {
+            vouch_events::ReportDeliveryFailed {
+                delivery: "daily-ops".into(),
+                period: "daily".into(),
+                label: label.into(),
+                scope: "installation".into(),
+                target: "email".into(),
+                attempt: 3,
+                error: "connection refused".into(),
+                will_retry,
+            }
+            .into()
+        };
+        let mut f = AlertFacts::default();
+        f.apply(&env(1, S, failed(true, "2026-12-05")));
+        assert!(fact_incidents(&f, S).is_empty(), "still retrying");
+        f.apply(&env(2, S, failed(false, "2026-12-05")));
+        f.apply(&env(3, S, failed(false, "2026-12-06")));
+        let open = fact_incidents(&f, S);
+        assert_eq!(open.len(), 1, "{open:?}");
+        assert_eq!(
+            (open[0].rule, open[0].severity),
+            ("ReportNotDelivered", Severity::Warning)
+        );
+        assert!(
+            open[0].message.starts_with("2 report(s)"),
+            "{}",
+            open[0].message
+        );
+        for (seq, label) in [(4, "2026-12-05"), (5, "2026-12-06")] {
+            f.apply(&env(
+                seq,
+                S,
+                vouch_events::ReportDelivered {
+                    delivery: "daily-ops".into(),
+                    period: "daily".into(),
+                    label: label.into(),
+                    scope: "installation".into(),
+                    target: "email".into(),
+                    attempt: 1,
+                    digest: "00".repeat(32),
+                }
+                .into(),
+            ));
+        }
+        assert!(fact_incidents(&f, S).is_empty());
     }
 }
