@@ -30,6 +30,15 @@ pub fn default_chromium() -> PathBuf {
     PathBuf::from(CHROMIUM_NAMES[0])
 }
 
+/// Whether this process runs as root (the owner of `/proc/self` is the
+/// effective user), where Chromium refuses to start with its sandbox; as
+/// any other user the sandbox stays on. Unknown counts as root: the page
+/// is Vouch's own, escaped and script-free, and the print must not fail.
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").map_or(true, |m| m.uid() == 0)
+}
+
 /// Prints `html` to PDF with the Chromium at `chromium`. Blocks up to
 /// [`PRINT_TIMEOUT`].
 pub fn print(html: &[u8], chromium: &Path) -> Result<Vec<u8>, ReportError> {
@@ -69,9 +78,9 @@ fn print_in(dir: &Path, html: &[u8], chromium: &Path) -> Result<Vec<u8>, ReportE
     let mut url = std::ffi::OsString::from("file://");
     url.push(&page);
     let mut child = match Command::new(chromium)
+        .args(running_as_root().then_some("--no-sandbox"))
         .args([
             "--headless",
-            "--no-sandbox",
             "--disable-gpu",
             "--no-first-run",
             "--disable-extensions",
