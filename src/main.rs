@@ -46,9 +46,12 @@ fn main() {
             .with_writer(std::io::stderr)
             .init();
     } else {
+        // Colour only on a terminal: never escape codes in the journal or
+        // a log file (ecosystem review D6).
         tracing_subscriber::fmt()
             .with_env_filter(env_filter)
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_target(false)
             .init();
     }

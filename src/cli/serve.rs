@@ -82,9 +82,15 @@ pub struct ServeArgs {
 /// Options of `vouch token`.
 #[derive(Args, Debug)]
 pub struct TokenArgs {
-    /// The service's data directory.
-    #[arg(long, env = "VOUCH_DATA_DIR", default_value = "vouch-data")]
-    pub data_dir: PathBuf,
+    /// The service's data directory; default as `vouch serve`: the
+    /// configuration's `data_dir`, else `vouch-data`.
+    #[arg(long, env = "VOUCH_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// The service's configuration file: its `data_dir` is used unless
+    /// `--data-dir` is given (so a token lands where the service reads
+    /// them).
+    #[arg(long, env = "VOUCH_CONFIG")]
+    pub config: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub action: TokenAction,
@@ -766,7 +772,14 @@ fn ensure_admin_token(data_dir: &Path) -> anyhow::Result<()> {
 
 /// Runs `vouch token`.
 pub fn token(a: TokenArgs) -> anyhow::Result<i32> {
-    let path = a.data_dir.join("tokens.json");
+    let data_dir = match (a.data_dir, &a.config) {
+        (Some(d), _) => d,
+        (None, Some(c)) => Config::load(c)?
+            .data_dir
+            .unwrap_or_else(|| PathBuf::from("vouch-data")),
+        (None, None) => PathBuf::from("vouch-data"),
+    };
+    let path = data_dir.join("tokens.json");
     let mut store = TokenStore::load(&path)?;
     match a.action {
         TokenAction::Create {
@@ -792,7 +805,7 @@ pub fn token(a: TokenArgs) -> anyhow::Result<i32> {
                 }
                 None => None,
             };
-            std::fs::create_dir_all(&a.data_dir)?;
+            std::fs::create_dir_all(&data_dir)?;
             let token = store.create_expiring(&name, role, expires_unix)?;
             store.save(&path)?;
             println!("{token}");
@@ -800,7 +813,7 @@ pub fn token(a: TokenArgs) -> anyhow::Result<i32> {
         }
         TokenAction::List => {
             let usage =
-                vouch_web::token_usage::read(&a.data_dir.join(vouch_web::token_usage::USAGE_FILE));
+                vouch_web::token_usage::read(&data_dir.join(vouch_web::token_usage::USAGE_FILE));
             for t in store.list() {
                 println!(
                     "{}\t{}\t{}\t{}\t{}",

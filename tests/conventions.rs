@@ -1,0 +1,106 @@
+//! Habits admins bring from other tools (`../shared/reviews/ecosystem.md`):
+//! logs without colour codes when they go to the journal or a file (D6),
+//! and `vouch token` finding the service's data directory through its
+//! configuration file (D5).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+/// `vouch serve` logging into a pipe (the journal, a file) writes plain
+/// lines: no ANSI escape sequences.
+#[test]
+fn logs_into_a_pipe_carry_no_colour_codes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .env("VOUCH_LOG", "info")
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("vouch serve starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = Vec::new();
+    for line in BufReader::new(stderr).lines() {
+        let line = line.expect("stderr readable");
+        let ready = line.contains("vouch serve ready");
+        lines.push(line);
+        if ready || lines.len() > 500 {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        lines.iter().any(|l| l.contains("vouch serve ready")),
+        "{lines:#?}"
+    );
+    let coloured: Vec<&String> = lines.iter().filter(|l| l.contains('\u{1b}')).collect();
+    assert!(
+        coloured.is_empty(),
+        "escape codes in piped logs: {coloured:#?}"
+    );
+}
+
+/// `vouch token --config FILE` writes where the service reads: the
+/// configuration's `data_dir` (not `./vouch-data` of the working
+/// directory); `--data-dir` still wins.
+#[test]
+fn vouch_token_finds_the_data_directory_through_the_configuration() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("state");
+    let config = dir.path().join("vouch.toml");
+    std::fs::write(
+        &config,
+        format!("data_dir = {:?}\n", data.to_str().expect("utf-8")),
+    )
+    .expect("config");
+    let cwd = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&cwd).expect("mkdir");
+    let token = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_vouch"))
+            .arg("token")
+            .args(args)
+            .current_dir(&cwd)
+            .env_remove("VOUCH_DATA_DIR")
+            .env_remove("VOUCH_CONFIG")
+            .output()
+            .expect("vouch token runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    token(&[
+        "--config",
+        config.to_str().expect("utf-8"),
+        "create",
+        "--role",
+        "viewer",
+        "--name",
+        "auditor",
+    ]);
+    let tokens =
+        std::fs::read_to_string(data.join("tokens.json")).expect("tokens.json in data_dir");
+    assert!(tokens.contains("\"auditor\""), "{tokens}");
+    assert!(
+        !cwd.join("vouch-data").exists(),
+        "nothing written under the working directory"
+    );
+    let other = dir.path().join("other");
+    token(&[
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--data-dir",
+        other.to_str().expect("utf-8"),
+        "create",
+        "--role",
+        "viewer",
+        "--name",
+        "second",
+    ]);
+    assert!(other.join("tokens.json").exists(), "--data-dir wins");
+}
