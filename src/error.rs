@@ -4,7 +4,9 @@
 use std::io;
 use std::path::PathBuf;
 
-/// Exit codes of the `vouch` binary. Part of the CLI contract: never renumber.
+/// Exit codes of the `vouch` binary. Part of the CLI contract: never
+/// renumber once released. 10, 11 and 12 mean what they mean to restic
+/// (no repository, locked, wrong password), so wrappers carry over.
 pub mod exit_code {
     /// Everything worked.
     pub const OK: i32 = 0;
@@ -16,10 +18,11 @@ pub mod exit_code {
     pub const PARTIAL: i32 = 3;
     /// No repository exists at the given location.
     pub const NO_REPOSITORY: i32 = 10;
-    /// The passphrase matches none of the repository's keys.
-    pub const WRONG_PASSWORD: i32 = 11;
-    /// The repository is locked by another process.
-    pub const LOCKED: i32 = 12;
+    /// The repository is locked by another process (11, as restic).
+    pub const LOCKED: i32 = 11;
+    /// The passphrase matches none of the repository's keys (12, as
+    /// restic).
+    pub const WRONG_PASSWORD: i32 = 12;
     /// Verification found damage.
     pub const DAMAGED: i32 = 13;
     /// The disk (or quota) is full.

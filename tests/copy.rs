@@ -194,7 +194,7 @@ fn wrong_passphrases_and_the_same_repository_are_refused_clearly() {
         .unwrap();
     assert_eq!(
         out.status.code(),
-        Some(11),
+        Some(12),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -389,7 +389,7 @@ fn unlock_and_retry_lock() {
     assert!(env.repo.join("locks/live").exists(), "a live lock is kept");
     assert_eq!(
         env.run(&["backup", src.to_str().unwrap()]).status.code(),
-        Some(12)
+        Some(11)
     );
     let live = env.repo.join("locks/live");
     let releaser = std::thread::spawn(move || {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{random_bytes, Env};
 
 const NO_REPOSITORY: i32 = 10;
-const WRONG_PASSWORD: i32 = 11;
+const WRONG_PASSWORD: i32 = 12;
 const DAMAGED: i32 = 13;
 const DISK_FULL: i32 = 14;
 const UNSUPPORTED: i32 = 15;

@@ -137,12 +137,12 @@ fn keys_add_list_remove_passwd() {
         Some(2)
     );
     env.ok(&["key", "remove", &id_of(false)[..8]]);
-    assert_eq!(open_with("second"), Some(11));
+    assert_eq!(open_with("second"), Some(12));
     // passwd replaces the key in use.
     new_key("passwd", "third");
     assert_eq!(
         open_with(common::PASSWORD),
-        Some(11),
+        Some(12),
         "old passphrase must stop working"
     );
     assert_eq!(open_with("third"), Some(0));
