@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::{describe, random_bytes, Env};
 
-const LOCKED: i32 = 12;
+const LOCKED: i32 = 11;
 
 fn wait_for_lock(env: &Env) {
     let deadline = Instant::now() + Duration::from_secs(20);
