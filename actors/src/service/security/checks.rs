@@ -350,7 +350,7 @@ fn listeners(f: &InstallationFacts, now_ns: i64, policy: &SecurityPolicy) -> Vec
                     format!("the certificate of {} expired at {expiry}{own}", l.address),
                     "install a new certificate ([tls] cert and key) and restart the service",
                 )
-            } else if left < secs(policy.cert_fail_within) || left < secs(policy.cert_warn_within) {
+            } else if left < secs(policy.cert_warn_within) {
                 check(
                     "tls",
                     subject,
