@@ -1738,7 +1738,10 @@ async fn console_reports_page_shows_and_downloads_a_past_day() {
         .wait_for(
             "the plan's line of the day",
             SHORT,
-            "const r = document.querySelector('#report-plans tr[data-plan=home]'); return r ? r.children[3].textContent : null",
+            // The report shown before the navigation (yesterday's) stays in
+            // the page until the new one replaces it: read the row only
+            // under the asked day's title.
+            "const t = document.querySelector('#report-title'); const r = document.querySelector('#report-plans tr[data-plan=home]'); return t && t.textContent.includes('2026-01-15') && r ? r.children[3].textContent : null",
         )
         .await;
     assert_eq!(made.as_str(), Some("1"), "one point made that day");
