@@ -55,15 +55,16 @@ fn main() {
             .with_target(false)
             .init();
     }
-    let _ = ctrlc::set_handler(move || {
-        if serving {
-            vouch::util::note_signal();
-            return;
-        }
-        if vouch::util::interrupted() {
-            std::process::exit(vouch::exit_code::INTERRUPTED);
-        }
-        vouch::util::set_interrupted();
+    // `vouch serve` listens for its signals itself (SIGTERM drains,
+    // SIGHUP reloads); every other command stops at the first and exits at
+    // the second.
+    let _ = (!serving).then(|| {
+        ctrlc::set_handler(move || {
+            if vouch::util::interrupted() {
+                std::process::exit(vouch::exit_code::INTERRUPTED);
+            }
+            vouch::util::set_interrupted();
+        })
     });
     if matches!(
         cli.command,

@@ -24,7 +24,7 @@ use clap::{Args, Subcommand};
 use serde::Deserialize;
 use vouch_actors::service::{
     self, AgentBoard, AlertingConfig, DispatchConfig, ReadBackWindow, Receiver, ReceiverAuth,
-    SchedulerConfig, Secret, ServiceConfig, WebhookFormat,
+    SchedulerConfig, Secret, ServiceConfig, ServiceHandle, WebhookFormat,
 };
 use vouch_actors::{BackoffPolicy, SystemClock};
 use vouch_events::sources::{Protected, RootList, SourcePolicy, DEFAULT_SOURCE_ROOTS};
@@ -640,10 +640,12 @@ fn default_repository(data_dir: &Path) -> anyhow::Result<RepoSpec> {
             &InitOptions::default(),
         )
         .with_context(|| format!("creating the default repository at {}", path.display()))?;
-        eprintln!(
-            "\n*** created the default repository at {}\n*** its passphrase is in {} (mode 0600).\n*** COPY THAT PASSPHRASE SOMEWHERE SAFE, AWAY FROM THIS MACHINE: without it nobody can read the backups.\n",
-            path.display(),
-            pw_path.display()
+        // Through the log, not around it: `--log-format json` stays pure
+        // JSON lines (ecosystem review D6).
+        tracing::warn!(
+            repository = %path.display(),
+            passphrase_file = %pw_path.display(),
+            "created the default repository; its passphrase is in the file named (mode 0600). COPY THAT PASSPHRASE SOMEWHERE SAFE, AWAY FROM THIS MACHINE: without it nobody can read the backups"
         );
     }
     Ok(RepoSpec {
@@ -760,9 +762,9 @@ fn ensure_admin_token(data_dir: &Path) -> anyhow::Result<()> {
     }
     write_secret(&file, format!("{token}\n").as_bytes())?;
     store.save(&path)?;
-    eprintln!(
-        "\n*** the first admin token is in {} (mode 0600); only its hash is kept.\n*** Sign in with it, keep it somewhere safe, then delete the file. Make more with `vouch token create`.\n",
-        file.display()
+    tracing::warn!(
+        file = %file.display(),
+        "the first admin token is in the file named (mode 0600); only its hash is kept. Sign in with it, keep it somewhere safe, then delete the file. Make more with `vouch token create`"
     );
     if std::io::stdout().is_terminal() {
         println!("admin token: {token}");
@@ -1270,6 +1272,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         // reopened and repaired, rather than failing silently forever.
         const LOG_FAILING_EXIT_AFTER: Duration = Duration::from_secs(300);
         let mut log_failed = None;
+        let _signals = spawn_signal_handlers(handle.clone(), s.config_path.clone())?;
         while crate::util::signals() == 0 {
             actix_web::rt::time::sleep(Duration::from_millis(200)).await;
             let append = handle.append_status();
@@ -1279,23 +1282,109 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             }
         }
         if let Some(reason) = &log_failed {
-            eprintln!("the event log has refused appends for {}: {reason}; stopping so that a restart reopens it", humantime::format_duration(LOG_FAILING_EXIT_AFTER));
+            tracing::error!(after = %humantime::format_duration(LOG_FAILING_EXIT_AFTER), %reason, "the event log has refused appends; stopping so that a restart reopens it");
         }
-        eprintln!("stopping: no new jobs; waiting up to {} for running jobs", humantime::format_duration(grace));
+        // The HTTP side stays up while jobs drain: `/readyz` says
+        // "stopping", `/metrics` and the console still answer.
+        tracing::info!(grace = %humantime::format_duration(grace), "stopping: no new jobs; waiting for running jobs (a second SIGTERM or SIGINT cancels them)");
         let drained = handle.shutdown(grace).await;
         if !drained {
-            eprintln!("running jobs did not finish in time; they are abandoned and retried on the next start");
+            tracing::warn!("running jobs did not finish in time; they are abandoned and retried on the next start");
             crate::util::set_interrupted();
         }
-        server_handle.stop(false).await;
+        handle.close_streams();
+        server_handle.stop(true).await;
         let _ = running.await;
         if let Some(reason) = log_failed {
             anyhow::bail!("the event log refuses appends: {reason}");
         }
         anyhow::Ok(())
     })?;
-    eprintln!("stopped");
+    tracing::info!("stopped");
     Ok(0)
+}
+
+/// What a signal asks of `vouch serve`.
+#[cfg(unix)]
+fn stop_signal(name: &str) {
+    crate::util::note_signal();
+    if crate::util::signals() == 1 {
+        tracing::info!(signal = name, "stop asked");
+    } else {
+        tracing::warn!(
+            signal = name,
+            "stop asked again: running jobs are cancelled now"
+        );
+    }
+}
+
+/// Listens for the service's signals: SIGTERM and SIGINT stop it (the
+/// first drains running jobs, the second cancels them), SIGHUP reloads
+/// `[[webhooks]]` and `[alerting]` from the configuration file. The HTTP
+/// server takes none of them (`disable_signals`), so it answers until the
+/// drain is over.
+#[cfg(unix)]
+fn spawn_signal_handlers(
+    handle: ServiceHandle,
+    config_path: Option<PathBuf>,
+) -> anyhow::Result<actix_web::rt::task::JoinHandle<()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+    let mut hup = signal(SignalKind::hangup()).context("listening for SIGHUP")?;
+    Ok(actix_web::rt::spawn(async move {
+        loop {
+            tokio::select! {
+                Some(()) = term.recv() => stop_signal("SIGTERM"),
+                Some(()) = int.recv() => stop_signal("SIGINT"),
+                Some(()) = hup.recv() => reload(config_path.as_deref(), &handle).await,
+                else => break,
+            }
+        }
+    }))
+}
+
+/// Off Unix: Ctrl-C stops (twice: at once); there is no reload signal.
+#[cfg(not(unix))]
+fn spawn_signal_handlers(
+    _handle: ServiceHandle,
+    _config_path: Option<PathBuf>,
+) -> anyhow::Result<actix_web::rt::task::JoinHandle<()>> {
+    Ok(actix_web::rt::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            crate::util::note_signal();
+        }
+    }))
+}
+
+/// SIGHUP: reads the configuration file again and applies what can change
+/// while running (`[[webhooks]]` and `[alerting]`). A file that does not
+/// load changes nothing: the running configuration stays, and the error
+/// says why. Everything else takes effect at the next start.
+#[cfg(unix)]
+async fn reload(config_path: Option<&Path>, handle: &ServiceHandle) {
+    let Some(path) = config_path else {
+        tracing::info!("SIGHUP: nothing to reload (the service was started without --config)");
+        return;
+    };
+    let alerting = match Config::load(path).and_then(|c| service_config(&c)) {
+        Ok(c) => c.alerting,
+        Err(e) => {
+            tracing::error!(path = %path.display(), error = %format!("{e:#}"), "SIGHUP: the configuration was not reloaded (the running one stays); fix the file and send SIGHUP again");
+            return;
+        }
+    };
+    let receivers = alerting.receivers.len();
+    match handle.reconfigure_alerting(alerting).await {
+        Ok(()) => tracing::info!(
+            path = %path.display(),
+            receivers,
+            "SIGHUP: [[webhooks]] and [alerting] reloaded; other sections take effect at the next start"
+        ),
+        Err(e) => {
+            tracing::error!(error = %e, "SIGHUP: the alerter did not take the new configuration")
+        }
+    }
 }
 
 #[cfg(test)]

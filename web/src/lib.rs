@@ -43,6 +43,10 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{Server, ServiceFactory, ServiceRequest, ServiceResponse};
 use actix_web::middleware::from_fn;
 use actix_web::{web, App, HttpServer};
+
+/// How long a stopping server waits for requests still running (the live
+/// event stream ends at once: it does not count).
+pub const HTTP_SHUTDOWN_TIMEOUT_SECS: u64 = 5;
 use vouch_actors::service::{AgentBoard, ServiceHandle};
 use vouch_events::sources::SourcePolicy;
 
@@ -392,7 +396,12 @@ pub fn serve(
             }
         });
     }
-    let server = HttpServer::new(move || app(state.clone()));
+    // The binary owns the signals (SIGTERM drains jobs first, SIGHUP
+    // reloads): the server stops when its handle says so, and gives
+    // requests still running a few seconds.
+    let server = HttpServer::new(move || app(state.clone()))
+        .disable_signals()
+        .shutdown_timeout(HTTP_SHUTDOWN_TIMEOUT_SECS);
     let server = match tls {
         Some(config) => server.listen_rustls_0_23(listener, config)?,
         None => server.listen(listener)?,

@@ -880,6 +880,13 @@ pub struct Evaluate;
 #[rtype(result = "()")]
 pub struct EvaluateAndWait;
 
+/// Replaces the receivers and settings (SIGHUP reloads `[[webhooks]]` and
+/// `[alerting]`), then evaluates: open alerts not yet delivered to a new
+/// receiver are sent to it as after a restart.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct ReconfigureAlerting(pub AlertingConfig);
+
 /// An open alert, as the projections hold it.
 struct OpenAlert {
     id: AlertId,
@@ -944,6 +951,8 @@ pub struct Alerter {
     /// Callers of [`EvaluateAndWait`], answered once no evaluation runs or
     /// is pending.
     idle_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
+    /// The periodic evaluation (re-armed when its interval is reloaded).
+    tick: Option<SpawnHandle>,
     gate: RestartGate,
 }
 
@@ -983,6 +992,7 @@ impl Alerter {
             unrecorded_resolved: HashSet::new(),
             unrecorded_deliveries: Vec::new(),
             idle_waiters: Vec::new(),
+            tick: None,
         }
     }
 
@@ -1513,7 +1523,8 @@ impl Actor for Alerter {
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(256);
         self.gate.started(ctx);
-        ctx.run_interval(self.config.evaluate_every, |act, ctx| act.evaluate(ctx));
+        self.tick =
+            Some(ctx.run_interval(self.config.evaluate_every, |act, ctx| act.evaluate(ctx)));
         self.evaluate(ctx);
     }
 }
@@ -1583,6 +1594,34 @@ impl Handler<Evaluate> for Alerter {
     type Result = ();
 
     fn handle(&mut self, _msg: Evaluate, ctx: &mut Self::Context) {
+        self.evaluate(ctx);
+    }
+}
+
+impl Handler<ReconfigureAlerting> for Alerter {
+    type Result = ();
+
+    fn handle(&mut self, msg: ReconfigureAlerting, ctx: &mut Self::Context) {
+        let every = msg.0.evaluate_every;
+        let names = |c: &AlertingConfig| {
+            c.receivers
+                .iter()
+                .map(|r| r.name.clone())
+                .collect::<Vec<_>>()
+        };
+        tracing::info!(
+            receivers = ?names(&msg.0),
+            before = ?names(&self.config),
+            evaluate_every_s = every.as_secs_f64(),
+            "alerting reconfigured"
+        );
+        if every != self.config.evaluate_every {
+            if let Some(h) = self.tick.take() {
+                ctx.cancel_future(h);
+            }
+            self.tick = Some(ctx.run_interval(every, |act, ctx| act.evaluate(ctx)));
+        }
+        self.config = msg.0;
         self.evaluate(ctx);
     }
 }

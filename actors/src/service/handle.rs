@@ -11,7 +11,7 @@ use vouch_events::{
     ReadModel, ServiceStarted, SharedLog, SledStore,
 };
 
-use super::alerting::{Alerter, AlertingConfig, Evaluate, EvaluateAndWait};
+use super::alerting::{Alerter, AlertingConfig, Evaluate, EvaluateAndWait, ReconfigureAlerting};
 use super::command::{JobCommand, Workers};
 use super::dispatcher::{Cancel, DispatchConfig, Dispatcher, Drain, Enqueue, LiveProgress, Load};
 use super::error::ServiceError;
@@ -102,6 +102,9 @@ pub struct ServiceHandle {
     read_health: Arc<ReadModelHealth>,
     config: Arc<ServiceConfig>,
     stopping: Arc<AtomicBool>,
+    /// Set when the HTTP side is about to stop: long-lived responses (the
+    /// live event stream) end, so they never hold the shutdown.
+    closing: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// Starts the actors inside the current actix system: the event store on
@@ -278,6 +281,7 @@ pub async fn start(
         read_health,
         config: Arc::new(config),
         stopping: Arc::new(AtomicBool::new(false)),
+        closing: Arc::new(tokio::sync::watch::Sender::new(false)),
     })
 }
 
@@ -696,6 +700,35 @@ impl ServiceHandle {
         self.stopping.store(true, Ordering::SeqCst);
         let drained = actix::clock::timeout(grace, self.dispatcher.send(Drain)).await;
         matches!(drained, Ok(Ok(())))
+    }
+
+    /// Ends long-lived responses (the live event stream) and refuses new
+    /// ones: called after the drain, before the HTTP server stops, so an
+    /// open console never holds the shutdown.
+    pub fn close_streams(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.closing.send_replace(true);
+    }
+
+    /// Whether [`ServiceHandle::close_streams`] was called.
+    pub fn streams_closed(&self) -> bool {
+        *self.closing.borrow()
+    }
+
+    /// Resolves once [`ServiceHandle::close_streams`] is called.
+    pub fn streams_closing(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.closing.subscribe();
+        async move {
+            // An error means the sender is gone: the service is gone too.
+            let _ = rx.wait_for(|closed| *closed).await;
+        }
+    }
+
+    /// Replaces the alerter's receivers and settings (what `[[webhooks]]`
+    /// and `[alerting]` say, reloaded on SIGHUP). Open alerts reach new
+    /// receivers at the next evaluation, which this triggers.
+    pub async fn reconfigure_alerting(&self, config: AlertingConfig) -> Result<(), ServiceError> {
+        Ok(self.alerter.send(ReconfigureAlerting(config)).await?)
     }
 }
 

@@ -180,6 +180,9 @@ pub(crate) async fn stream(
 ) -> Result<HttpResponse, WebError> {
     who.require_not_agent()?;
     let handle = ctx.service()?.clone();
+    if handle.streams_closed() {
+        return Err(vouch_actors::service::ServiceError::ShuttingDown.into());
+    }
     let slot = ctx.limits.stream(&who.name)?;
     // Subscribe before reading the log, so nothing falls between the two.
     let live = handle.subscribe_events();
@@ -279,9 +282,17 @@ async fn pump(
     let mut token_check =
         tokio::time::interval_at(tokio::time::Instant::now() + TOKEN_CHECK, TOKEN_CHECK);
     let mut progress_open = true;
+    let closing = handle.streams_closing();
+    tokio::pin!(closing);
     loop {
         tokio::select! {
             _ = tx.closed() => break,
+            // The service stops: end the response so that it never holds
+            // the HTTP shutdown (the console reconnects to the next run).
+            () = &mut closing => {
+                tracing::debug!("event stream ended: the service is stopping");
+                break;
+            }
             r = live.recv() => match r {
                 Ok(env) => {
                     if env.seq > next && !catch_up(&handle, &mut next, &tx, &watch).await {
