@@ -864,7 +864,15 @@ fn assert_repository_sound(dir: &Path, data: &Path, src: &Path, point: &str, rou
     ok(on_server_repo(
         data,
         "web-1",
-        &["restore", point, "--target", target.to_str().unwrap()],
+        // The agent's host, not the server's: `latest` is per host.
+        &[
+            "restore",
+            point,
+            "--host",
+            "web-1",
+            "--target",
+            target.to_str().unwrap(),
+        ],
     ));
     assert_eq!(
         describe(&target.join(src.strip_prefix("/").expect("absolute"))),

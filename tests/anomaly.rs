@@ -289,10 +289,13 @@ fn encryption_of_large_blocks_inside_files_is_caught() {
     report("half of each 8 MiB file encrypted", &p, &a);
     assert!(a.anomalous, "{a:#?}\n{:#?}", p.figures);
     // Most of them: where a chunk boundary leaves more text than
-    // ciphertext in a file's changed chunks, it stays under the bar
-    // (23 of 24 here; 0 with the whole file's ratio, before this rule).
+    // ciphertext in a file's changed chunks, it stays under the bar (0
+    // with the whole file's ratio, before this rule). Chunk boundaries are
+    // keyed per repository, and a repository's key is random, so the count
+    // varies from run to run: 19 to 24 of 24 in 13 runs (CI once saw 19
+    // against an earlier bar of 20). The bar is half the files.
     assert!(
-        p.figures.became_incompressible.unwrap_or(0) >= 20,
+        p.figures.became_incompressible.unwrap_or(0) >= 12,
         "{:#?}",
         p.figures
     );

@@ -1,7 +1,10 @@
 //! Habits admins bring from other tools (`../shared/reviews/ecosystem.md`):
 //! logs without colour codes when they go to the journal or a file (D6),
 //! and `vouch token` finding the service's data directory through its
-//! configuration file (D5).
+//! configuration file (D5), and `latest` never being another host's
+//! snapshot by accident (D11).
+
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -103,4 +106,87 @@ fn vouch_token_finds_the_data_directory_through_the_configuration() {
         "second",
     ]);
     assert!(other.join("tokens.json").exists(), "--data-dir wins");
+}
+
+/// On a repository two hosts share, `latest` is this host's newest
+/// snapshot even when another host backed up since (restic's `--host`);
+/// `--host NAME`, `--any-host` and `--path` choose otherwise, and a filter
+/// nothing matches says which hosts there are.
+#[test]
+fn latest_is_this_hosts_newest_snapshot() {
+    let env = common::Env::new();
+    env.init();
+    let mine = env.path("mine");
+    let theirs = env.path("theirs");
+    std::fs::create_dir_all(&mine).expect("mkdir");
+    std::fs::create_dir_all(&theirs).expect("mkdir");
+    std::fs::write(mine.join("here.txt"), b"this host").expect("write");
+    std::fs::write(theirs.join("there.txt"), b"another host").expect("write");
+    env.ok(&["backup", mine.to_str().expect("utf-8")]);
+    // Newer, from another host.
+    env.ok(&[
+        "backup",
+        "--host",
+        "elsewhere",
+        theirs.to_str().expect("utf-8"),
+    ]);
+    let names = |args: &[&str]| -> String {
+        let mut all = vec!["ls"];
+        all.extend_from_slice(args);
+        env.ok(&all)
+    };
+    let ls = names(&["latest"]);
+    assert!(ls.contains("here.txt"), "{ls}");
+    assert!(!ls.contains("there.txt"), "another host's latest: {ls}");
+    let ls = names(&["latest", "--any-host"]);
+    assert!(ls.contains("there.txt"), "{ls}");
+    let ls = names(&["latest", "--host", "elsewhere"]);
+    assert!(ls.contains("there.txt"), "{ls}");
+    let ls = names(&[
+        "latest",
+        "--any-host",
+        "--path",
+        mine.to_str().expect("utf-8"),
+    ]);
+    assert!(ls.contains("here.txt"), "{ls}");
+
+    // Restore follows the same rule.
+    let target = env.path("restored");
+    env.ok(&[
+        "restore",
+        "latest",
+        "--target",
+        target.to_str().expect("utf-8"),
+    ]);
+    let restored: Vec<_> = walk(&target);
+    assert!(
+        restored.iter().any(|p| p.ends_with("here.txt")),
+        "{restored:?}"
+    );
+    assert!(
+        !restored.iter().any(|p| p.ends_with("there.txt")),
+        "{restored:?}"
+    );
+
+    // Nothing matches: a clear error naming the hosts there are.
+    let out = env.run(&["ls", "latest", "--host", "nobody"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nobody") && err.contains("elsewhere") && err.contains("--any-host"),
+        "{err}"
+    );
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).expect("read_dir").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }

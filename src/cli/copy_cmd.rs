@@ -26,6 +26,9 @@ pub struct CopyArgs {
     pub to: PathBuf,
     /// Snapshots to copy (ids, unique prefixes or `latest`); all when none.
     pub snapshots: Vec<String>,
+    /// Which snapshot `latest` is.
+    #[command(flatten)]
+    pub latest: super::LatestArgs,
 }
 
 fn open(location: &std::path::Path, pw: &[u8]) -> Result<Repository> {
@@ -51,7 +54,7 @@ pub fn copy(ctx: &Ctx, a: CopyArgs) -> Result<i32> {
     }
     let mut ids: Vec<SnapshotId> = Vec::new();
     for s in &a.snapshots {
-        ids.push(src.find_snapshot(s)?.0);
+        ids.push(src.find_snapshot_of(s, &a.latest.filter())?.0);
     }
     let json = ctx.out.json;
     let copied = crate::copy::copy(&src, &dst, &ids, |c| {

@@ -3,7 +3,7 @@
 use clap::Args;
 use serde_json::json;
 
-use super::{Ctx, SnapshotPath};
+use super::{Ctx, LatestArgs, SnapshotPath};
 use crate::error::{exit_code, Result};
 use crate::format::NodeKind;
 use crate::util::{human_bytes, short_time};
@@ -94,7 +94,7 @@ pub struct LsArgs {
 pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
     let repo = ctx.open_cached()?;
     let (spec, sub) = a.what.split();
-    let (_, m) = repo.find_snapshot(&spec)?;
+    let (_, m) = repo.find_snapshot_of(&spec, &a.what.latest.filter())?;
     let index = repo.load_index()?;
     let path = a.path.or(sub).unwrap_or_default();
     let base = path.trim_end_matches('/').to_string();
@@ -156,13 +156,17 @@ pub struct DiffArgs {
     pub first: String,
     /// Newer snapshot.
     pub second: String,
+    /// Which snapshot `latest` is.
+    #[command(flatten)]
+    pub latest: LatestArgs,
 }
 
 /// Shows added (+), removed (-), changed (M), metadata-only (U) and type (T) changes.
 pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
     let repo = ctx.open_cached()?;
-    let (_, m1) = repo.find_snapshot(&a.first)?;
-    let (_, m2) = repo.find_snapshot(&a.second)?;
+    let latest = a.latest.filter();
+    let (_, m1) = repo.find_snapshot_of(&a.first, &latest)?;
+    let (_, m2) = repo.find_snapshot_of(&a.second, &latest)?;
     let index = repo.load_index()?;
     let changes = crate::diff::diff(&repo, &index, &m1.tree, &m2.tree)?;
     if ctx.out.json {

@@ -416,6 +416,9 @@ pub struct LockArgs {
     /// Until when, RFC 3339 (`2027-01-31T00:00:00Z`).
     #[arg(long)]
     pub until: String,
+    /// Which snapshot `latest` is.
+    #[command(flatten)]
+    pub latest: super::LatestArgs,
 }
 
 /// Locks a snapshot until a date: a record in the repository that every
@@ -432,7 +435,7 @@ pub fn lock(ctx: &Ctx, a: LockArgs) -> Result<i32> {
             ))
         })?;
     let repo = ctx.open()?;
-    let (id, _) = repo.find_snapshot(&a.snapshot)?;
+    let (id, _) = repo.find_snapshot_of(&a.snapshot, &a.latest.filter())?;
     let by = format!("{}@{}", crate::util::user_name(), crate::util::host_name());
     let outcome = repo.lock_point(&id, until, &by)?;
     if ctx.out.json {

@@ -268,6 +268,44 @@ pub fn http_backend(url: &str) -> Result<HttpBackend> {
 pub struct SnapshotPath {
     /// Snapshot id, unique id prefix, or `latest`; `SNAPSHOT:PATH` selects a path.
     pub snapshot: String,
+    /// Which snapshot `latest` is.
+    #[command(flatten)]
+    pub latest: LatestArgs,
+}
+
+/// Which snapshot `latest` names (ids and prefixes are not filtered).
+#[derive(Args, Debug, Clone, Default)]
+pub struct LatestArgs {
+    /// `latest` is the newest snapshot of HOST (default: this machine's
+    /// host name).
+    #[arg(long = "host", value_name = "HOST")]
+    pub latest_host: Option<String>,
+    /// `latest` is the newest snapshot of any host.
+    #[arg(long, conflicts_with = "latest_host")]
+    pub any_host: bool,
+    /// `latest` is the newest snapshot whose sources include PATH
+    /// (repeatable).
+    #[arg(long = "path", value_name = "PATH")]
+    pub latest_paths: Vec<String>,
+}
+
+impl LatestArgs {
+    /// The filter these options give.
+    pub fn filter(&self) -> crate::repo::LatestFilter {
+        let mut f = if self.any_host {
+            crate::repo::LatestFilter::any()
+        } else {
+            match &self.latest_host {
+                Some(h) => crate::repo::LatestFilter {
+                    host: Some(h.clone()),
+                    paths: Vec::new(),
+                },
+                None => crate::repo::LatestFilter::this_host(),
+            }
+        };
+        f.paths = self.latest_paths.clone();
+        f
+    }
 }
 
 impl SnapshotPath {

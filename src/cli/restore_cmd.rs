@@ -90,7 +90,7 @@ fn run_vma(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
     use crate::error::Error;
     let repo = ctx.open_cached()?;
     let (spec, _) = a.what.split();
-    let (id, _) = repo.find_snapshot(&spec)?;
+    let (id, _) = repo.find_snapshot_of(&spec, &a.what.latest.filter())?;
     if a.target.exists() && !a.overwrite {
         return Err(Error::TargetNotEmpty(a.target.clone()));
     }
@@ -133,7 +133,7 @@ fn run_qcow2(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
     use crate::error::Error;
     let repo = ctx.open_cached()?;
     let (spec, _) = a.what.split();
-    let (id, _) = repo.find_snapshot(&spec)?;
+    let (id, _) = repo.find_snapshot_of(&spec, &a.what.latest.filter())?;
     let occupied = std::fs::read_dir(&a.target).is_ok_and(|mut d| d.next().is_some());
     if occupied && !a.overwrite {
         return Err(Error::TargetNotEmpty(a.target.clone()));
@@ -165,7 +165,7 @@ pub fn run(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
     }
     let repo = ctx.open_cached()?;
     let (spec, subpath) = a.what.split();
-    let (id, _) = repo.find_snapshot(&spec)?;
+    let (id, _) = repo.find_snapshot_of(&spec, &a.what.latest.filter())?;
     let opts = RestoreOptions {
         target: a.target,
         subpath,

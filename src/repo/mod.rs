@@ -51,6 +51,58 @@ impl Default for InitOptions {
     }
 }
 
+/// Which snapshots `latest` may name (as restic's `--host` and `--path`):
+/// on a repository several hosts share, `latest` must never be another
+/// host's backup by accident.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LatestFilter {
+    /// Only this host's snapshots (`None`: any host's).
+    pub host: Option<String>,
+    /// Only snapshots whose sources include every one of these paths.
+    pub paths: Vec<String>,
+}
+
+impl LatestFilter {
+    /// This host's snapshots, of any paths (the default).
+    pub fn this_host() -> Self {
+        LatestFilter {
+            host: Some(crate::util::host_name()),
+            paths: Vec::new(),
+        }
+    }
+
+    /// Any snapshot.
+    pub fn any() -> Self {
+        LatestFilter {
+            host: None,
+            paths: Vec::new(),
+        }
+    }
+
+    /// Whether `latest` may be `m`.
+    pub fn allows(&self, m: &Manifest) -> bool {
+        self.host.as_deref().is_none_or(|h| m.host == h)
+            && self.paths.iter().all(|p| {
+                m.paths
+                    .iter()
+                    .any(|q| q == p.trim_end_matches('/') || q == p)
+            })
+    }
+
+    /// For messages: `of host "h" with path(s) /a, /b`.
+    fn describe(&self) -> String {
+        let host = match &self.host {
+            Some(h) => format!("of host {h:?}"),
+            None => "of any host".into(),
+        };
+        if self.paths.is_empty() {
+            host
+        } else {
+            format!("{host} with path(s) {}", self.paths.join(", "))
+        }
+    }
+}
+
 /// An open repository.
 #[derive(Clone)]
 pub struct Repository {
@@ -607,13 +659,39 @@ impl Repository {
         Ok(scan.snapshots)
     }
 
-    /// Resolves `latest`, a full id, or a unique id prefix.
+    /// Resolves `latest` (the newest snapshot of this host), a full id, or
+    /// a unique id prefix.
     pub fn find_snapshot(&self, spec: &str) -> Result<(SnapshotId, Manifest)> {
+        self.find_snapshot_of(spec, &LatestFilter::this_host())
+    }
+
+    /// Resolves `latest` (the newest snapshot `latest` allows), a full id,
+    /// or a unique id prefix (which `latest` does not filter: an id names
+    /// one snapshot, whoever made it).
+    pub fn find_snapshot_of(
+        &self,
+        spec: &str,
+        latest: &LatestFilter,
+    ) -> Result<(SnapshotId, Manifest)> {
         if spec == "latest" {
-            return self
-                .list_snapshots()?
-                .pop()
-                .ok_or_else(|| Error::NotFound("the repository has no snapshots".into()));
+            let all = self.list_snapshots()?;
+            if all.is_empty() {
+                return Err(Error::NotFound("the repository has no snapshots".into()));
+            }
+            let hosts: std::collections::BTreeSet<&str> =
+                all.iter().map(|(_, m)| m.host.as_str()).collect();
+            let hosts = hosts.into_iter().collect::<Vec<_>>().join(", ");
+            return all
+                .iter()
+                .rev()
+                .find(|(_, m)| latest.allows(m))
+                .cloned()
+                .ok_or_else(|| {
+                    Error::NotFound(format!(
+                        "no snapshot is `latest` {}; the repository has snapshots of host(s) {hosts}: pass --host NAME or --any-host, or name the snapshot by id (`vouch snapshots`)",
+                        latest.describe()
+                    ))
+                });
         }
         let spec_l = spec.to_ascii_lowercase();
         let names: Vec<String> = self
