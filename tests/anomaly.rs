@@ -43,6 +43,7 @@ fn summary_of(m: &vouch::format::Manifest) -> vouch_events::BackupSummary {
         added_bytes: m.summary.bytes_added,
         stored_bytes: m.summary.bytes_stored,
         duration_ms: m.summary.duration_ms,
+        total_bytes: Some(m.summary.total_bytes),
     }
 }
 

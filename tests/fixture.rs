@@ -58,7 +58,13 @@ fn fixture_repo_v1_opens_lists_verifies_and_restores_bit_exactly() {
     let target = work.path().join("restored");
     run_ok(
         vouch(&repo)
-            .args(["restore", "latest:/fixture-source", "--target"])
+            .args([
+                "restore",
+                "latest:/fixture-source",
+                "--host",
+                "fixture-host",
+                "--target",
+            ])
             .arg(&target)
             .arg("--verify"),
     );

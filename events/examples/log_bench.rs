@@ -55,6 +55,7 @@ fn event(i: u64) -> Event {
                 added_bytes: 1 << 20,
                 stored_bytes: 1 << 19,
                 duration_ms: 4000,
+                total_bytes: None,
             },
             changes: None,
         }

@@ -177,7 +177,11 @@ pub struct JobAbandoned {
 pub struct BackupSummary {
     /// Files in the snapshot.
     pub files: u64,
-    /// Bytes in the snapshot (logical).
+    /// Bytes read from the source in this run (an unchanged incremental
+    /// reads about none; for a copy, the point's bytes as its source
+    /// repository says). Before schema v3 of `backup.committed` and v2 of
+    /// `copy.committed` this field was documented as the snapshot's size,
+    /// which it never was.
     pub bytes: u64,
     /// Bytes the repository did not have yet (before compression).
     pub added_bytes: u64,
@@ -185,6 +189,10 @@ pub struct BackupSummary {
     pub stored_bytes: u64,
     /// Wall time of the run.
     pub duration_ms: u64,
+    /// Bytes of all files in the snapshot (its logical size); none when
+    /// not told (events upcast from `backup.committed` v2 or
+    /// `copy.committed` v1).
+    pub total_bytes: Option<u64>,
 }
 
 /// A snapshot manifest was committed: a new recovery point, `unverified`.
@@ -1026,7 +1034,7 @@ events! {
     JobFinished => "job.finished", v 1;
     JobFailed => "job.failed", v 1;
     JobAbandoned => "job.abandoned", v 1;
-    BackupCommitted => "backup.committed", v 2;
+    BackupCommitted => "backup.committed", v 3;
     PointDiscovered => "point.discovered", v 1;
     VerificationStarted => "verification.started", v 1;
     VerificationPassed => "verification.passed", v 1;
@@ -1057,7 +1065,7 @@ events! {
     PointUnlocked => "point.unlocked", v 1;
     AccessRefused => "audit.refused", v 1;
     RestoreCompleted => "restore.completed", v 1;
-    CopyCommitted => "copy.committed", v 1;
+    CopyCommitted => "copy.committed", v 2;
     SecurityCheckChanged => "security.check_changed", v 1;
     KeyExportConfirmed => "key.export_confirmed", v 1;
     LogHeadExported => "log.head_exported", v 1;

@@ -109,7 +109,11 @@ fn first_release_samples_upcast() -> Vec<Event> {
                 a.rule = String::new();
                 a.labels.clear();
             }
-            Event::BackupCommitted(b) => b.changes = None,
+            Event::BackupCommitted(b) => {
+                b.changes = None;
+                b.summary.total_bytes = None;
+            }
+            Event::CopyCommitted(c) => c.summary.total_bytes = None,
             Event::AnomalyDetected(a) => a.paths.clear(),
             Event::AgentSeen(a) => {
                 a.clock_skew_ms = None;
@@ -371,6 +375,40 @@ fn plan_v4_golden_lines_upcast_to_plans_without_an_anomaly_lock() {
             "{name} v4 upcasts to a plan without an anomaly lock"
         );
     }
+}
+
+/// `backup.committed` v2 and `copy.committed` v1 did not record the
+/// point's size: they upcast with `total_bytes` none, the rest as written.
+#[test]
+fn backup_and_copy_golden_lines_of_before_the_size_upcast_to_an_unknown_size() {
+    let golden = golden();
+    let mut seen = 0;
+    for sample in sample_events() {
+        let (name, version) = match sample.event_type() {
+            "backup.committed" => ("backup.committed", 2),
+            "copy.committed" => ("copy.committed", 1),
+            _ => continue,
+        };
+        let line = golden
+            .get(&format!("{name}@v{version}"))
+            .unwrap_or_else(|| panic!("no v{version} line for {name}"));
+        let got = decode_event(name, version, &hex::decode(line).expect("hex"));
+        let mut want = sample.clone();
+        match &mut want {
+            Event::BackupCommitted(b) => {
+                assert!(b.summary.total_bytes.is_some(), "the sample has a size");
+                b.summary.total_bytes = None;
+            }
+            Event::CopyCommitted(c) => {
+                assert!(c.summary.total_bytes.is_some(), "the sample has a size");
+                c.summary.total_bytes = None;
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(got, want, "{name}@v{version} upcasts to something else");
+        seen += 1;
+    }
+    assert_eq!(seen, 2, "both samples were checked");
 }
 
 #[test]

@@ -158,6 +158,7 @@ pub(crate) fn sample_events() -> Vec<Event> {
                 added_bytes: 100,
                 stored_bytes: 60,
                 duration_ms: 7,
+                total_bytes: Some(4000),
             },
             changes: Some(ChangeFigures {
                 compared_with: sid(2),
@@ -389,6 +390,7 @@ pub(crate) fn sample_events() -> Vec<Event> {
                 added_bytes: 3000,
                 stored_bytes: 1200,
                 duration_ms: 87,
+                total_bytes: Some(3456),
             },
             off_host: true,
             locks_enforced_by: LockEnforcement::Storage,

@@ -38,6 +38,8 @@ pub const UPCASTERS: &[(&str, u16, Upcaster)] = &[
     ("backup.committed", 1, backup_committed_v1_to_v2),
     ("anomaly.detected", 1, anomaly_detected_v1_to_v2),
     ("agent.seen", 1, agent_seen_v1_to_v2),
+    ("backup.committed", 2, backup_committed_v2_to_v3),
+    ("copy.committed", 1, copy_committed_v1_to_v2),
 ];
 
 use rmpv::Value;
@@ -251,6 +253,36 @@ fn backup_committed_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
     expect_len(&fields, 6..=6, "backup.committed")?;
     fields.push(Value::Nil);
     encode(fields)
+}
+
+/// `backup.committed` v2 → v3: the snapshot's size was not told
+/// (`summary.total_bytes` none; `summary.bytes` was always the bytes read).
+fn backup_committed_v2_to_v3(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 7..=7, "backup.committed")?;
+    summary_without_total(&mut fields[5], "backup.committed")?;
+    encode(fields)
+}
+
+/// `copy.committed` v1 → v2: the copy's size was not told.
+fn copy_committed_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 10..=10, "copy.committed")?;
+    summary_without_total(&mut fields[6], "copy.committed")?;
+    encode(fields)
+}
+
+/// A `BackupSummary` of five fields gets its sixth, `total_bytes`, none.
+fn summary_without_total(summary: &mut Value, what: &str) -> Result<(), String> {
+    match summary {
+        Value::Array(a) if a.len() == 5 => {
+            a.push(Value::Nil);
+            Ok(())
+        }
+        other => Err(format!(
+            "{what}: the summary is not an array of 5 fields but {other}"
+        )),
+    }
 }
 
 /// `anomaly.detected` v1 → v2: no paths named.

@@ -434,6 +434,7 @@ impl Builder<'_> {
             added_bytes: 50 << 20,
             stored_bytes: 30 << 20,
             duration_ms: ((20 + jitter) * 60_000) as u64,
+            total_bytes: Some(40 << 30),
         };
         let committed: Event = BackupCommitted {
             job: Some(backup.clone()),

@@ -165,6 +165,7 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
             added_bytes: s.bytes_added,
             stored_bytes: s.bytes_stored,
             duration_ms: s.duration_ms,
+            total_bytes: Some(s.total_bytes),
         },
     )
     .unwrap_or_else(|e| {

@@ -358,6 +358,7 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
                 added_bytes: s.bytes_added,
                 stored_bytes: bytes_stored,
                 duration_ms: started.elapsed().as_millis() as u64,
+                total_bytes: Some(s.total_bytes),
             };
             let point = point_of(&outcome.snapshot);
             let (changes, anomaly) = compare_with_parent(&repo, &outcome, &history, &summary);
@@ -1025,6 +1026,7 @@ fn copy_job(
                 added_bytes: copied.bytes_stored,
                 stored_bytes: Progress::get(&progress.bytes_stored),
                 duration_ms: started.elapsed().as_millis() as u64,
+                total_bytes: Some(manifest.summary.total_bytes),
             },
             off_host: repos.is_remote(&c.repository),
             locks_enforced_by,
@@ -1168,6 +1170,7 @@ fn guest_committed(
         added_bytes: s.bytes_added,
         stored_bytes: s.bytes_stored,
         duration_ms: s.duration_ms,
+        total_bytes: Some(s.total_bytes),
     };
     let point = point_of(&done.outcome.snapshot);
     let (changes, anomaly) = match done.archive.guest {

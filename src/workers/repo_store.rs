@@ -293,6 +293,7 @@ impl RepoStore for EngineRepoStore {
                     files: m.summary.files,
                     bytes: m.summary.bytes_read,
                     added_bytes: m.summary.bytes_added,
+                    total_bytes: m.summary.total_bytes,
                 });
             }
             RepoFile::PointLock => {

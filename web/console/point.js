@@ -104,7 +104,7 @@ function historyHtml(history) {
     .map((e) => {
       const d = e.data || {};
       const bits = [];
-      if (d.summary) bits.push(`${fmtCount(d.summary.files)} files, ${fmtBytes(d.summary.bytes)}, ${fmtBytes(d.summary.added_bytes)} added, ${fmtSpan(d.summary.duration_ms)}`);
+      if (d.summary) bits.push(`${fmtCount(d.summary.files)} files, ${d.summary.total_bytes != null ? fmtBytes(d.summary.total_bytes) : 'size not recorded'}, ${fmtBytes(d.summary.bytes)} read, ${fmtBytes(d.summary.added_bytes)} added, ${fmtSpan(d.summary.duration_ms)}`);
       if (d.bytes_read !== undefined) bits.push(`${fmtBytes(d.bytes_read)} read back (${esc(d.depth)})`);
       if (d.evidence) bits.push(`${fmtCount(d.evidence.files)} files restored, ${fmtCount(d.evidence.digests_matched)}/${fmtCount(d.evidence.digests_compared)} digests matched`);
       if (d.destination !== undefined) bits.push(`${fmtCount(d.files)} files, ${fmtBytes(d.bytes)} of <code>${esc(d.path)}</code> into <code>${esc(d.destination)}</code> on ${d.agent ? `agent ${esc(d.agent)}` : 'the server'}`);
@@ -288,7 +288,8 @@ ${dl([
     ['Repository', esc(point.repository)],
     ...(point.copy_of ? [['Copy of', `<a href="#/points/${esc(point.copy_of.source)}"><code>${esc(point.copy_of.source.slice(0, 12))}</code></a> · ${point.copy_of.location === 'remote' ? 'off this host' : 'on this host'} · locks enforced by ${esc(point.copy_of.locks_enforced_by)}`]] : []),
     ['Files', s ? fmtCount(s.files) : '—'],
-    ['Size', s ? fmtBytes(s.bytes) : '—'],
+    ['Size', s && s.size_bytes != null ? fmtBytes(s.size_bytes) : '<span class="muted">unknown (not recorded for points made before Vouch recorded sizes)</span>'],
+    ['Read by this run', s ? fmtBytes(s.bytes_read) : '—'],
     ['Added by this run', s ? fmtBytes(s.added_bytes) : '—'],
     ['Stored (compressed, encrypted)', s ? fmtBytes(s.stored_bytes) : '—'],
     ['Backup took', s ? fmtSpan(s.duration_ms) : '—'],

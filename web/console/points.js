@@ -26,7 +26,7 @@ export async function render(main, route, ctx) {
 <td>${stateBadge(p.state)}</td>
 <td>${timeEl(p.snapshot_at)}</td>
 <td class="num">${s ? fmtCount(s.files) : '—'}</td>
-<td class="num">${s ? fmtBytes(s.bytes) : '—'}</td>
+<td class="num">${s && s.size_bytes != null ? fmtBytes(s.size_bytes) : '<span class="muted" title="not recorded for points made before Vouch recorded sizes">unknown</span>'}</td>
 <td class="num">${s ? fmtBytes(s.added_bytes) : '—'}</td>
 <td>${p.locked_until ? `<span class="badge locked" title="locked until ${esc(p.locked_until)}">locked</span>` : ''}</td>
 <td>${anomalies ? `<span class="badge anomaly">${anomalies} anomal${anomalies > 1 ? 'ies' : 'y'}</span>` : ''}</td>

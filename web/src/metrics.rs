@@ -96,7 +96,7 @@ pub const SECURITY_CHECK: &str = "vouch_security_check";
 pub const PLAN_LAST_RECOVERABLE: &str = "vouch_plan_last_recoverable_timestamp_seconds";
 /// `vouch_job_duration_seconds{kind,outcome}`: from `job.started` to its end.
 pub const JOB_DURATION: &str = "vouch_job_duration_seconds";
-/// `vouch_backup_bytes_read_total`: logical bytes of committed backups.
+/// `vouch_backup_bytes_read_total`: bytes committed backups read from their sources.
 pub const BACKUP_BYTES_READ: &str = "vouch_backup_bytes_read_total";
 /// `vouch_backup_bytes_added_total`: bytes new to the repository.
 pub const BACKUP_BYTES_ADDED: &str = "vouch_backup_bytes_added_total";
@@ -314,7 +314,7 @@ impl Metrics {
         )?;
         let bytes_read = reg(
             r,
-            IntCounter::new(BACKUP_BYTES_READ, "Logical bytes of committed backups.")?,
+            IntCounter::new(BACKUP_BYTES_READ, "Bytes committed backups read from their sources (an unchanged incremental reads about none).")?,
         )?;
         let bytes_added = reg(
             r,

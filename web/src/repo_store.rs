@@ -110,10 +110,12 @@ pub struct SnapshotFacts {
     pub paths: Vec<String>,
     /// Files in it.
     pub files: u64,
-    /// Bytes of file content in it.
+    /// Bytes the backup read from its source.
     pub bytes: u64,
     /// Bytes of content the backup found new.
     pub added_bytes: u64,
+    /// Bytes of all files in it (its logical size).
+    pub total_bytes: u64,
 }
 
 /// What a new agent's repository is, made at registration.

@@ -510,8 +510,16 @@ pub(crate) fn parse_point_state(s: &str) -> Option<PointState> {
 pub struct SummaryView {
     /// Files.
     pub files: u64,
-    /// Bytes (logical).
+    /// Bytes read from the source in that run (same as `bytes_read`; kept
+    /// for clients written before `size_bytes` existed, which took it for
+    /// the point's size).
     pub bytes: u64,
+    /// Bytes read from the source in that run (an unchanged incremental
+    /// reads about none).
+    pub bytes_read: u64,
+    /// The point's logical size: bytes of all its files (null: not known,
+    /// for points recorded before Vouch recorded it).
+    pub size_bytes: Option<u64>,
     /// Bytes the repository did not have yet.
     pub added_bytes: u64,
     /// Bytes written after compression and encryption.
@@ -714,6 +722,8 @@ pub(crate) fn point_view(pt: &vouch_events::Point) -> PointView {
         summary: pt.summary.as_ref().map(|s| SummaryView {
             files: s.files,
             bytes: s.bytes,
+            bytes_read: s.bytes,
+            size_bytes: s.total_bytes,
             added_bytes: s.added_bytes,
             stored_bytes: s.stored_bytes,
             duration_ms: s.duration_ms,

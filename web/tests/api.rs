@@ -57,6 +57,7 @@ impl Handler<RunJob> for FakeEngineWorker {
                     added_bytes: 1000,
                     stored_bytes: 600,
                     duration_ms: 5,
+                    total_bytes: None,
                 },
                 changes: None,
             }
@@ -105,6 +106,7 @@ impl Handler<RunJob> for FakeEngineWorker {
                     added_bytes: 0,
                     stored_bytes: 0,
                     duration_ms: 5,
+                    total_bytes: None,
                 },
                 off_host: true,
                 locks_enforced_by: vouch_events::LockEnforcement::Storage,
@@ -1137,6 +1139,7 @@ async fn commit_point(s: &Server, n: u8) -> SnapshotId {
                 added_bytes: 1,
                 stored_bytes: 1,
                 duration_ms: 1,
+                total_bytes: None,
             },
             changes: None,
         }
@@ -1808,6 +1811,7 @@ async fn a_filtered_page_of_events_scans_a_bounded_part_of_the_log() {
                         added_bytes: 1,
                         stored_bytes: 1,
                         duration_ms: 1,
+                        total_bytes: None,
                     },
                     changes: None,
                 }

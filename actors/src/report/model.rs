@@ -243,7 +243,8 @@ pub struct PlanLine {
     pub stored_bytes_at_start: u64,
     /// The same up to its end.
     pub stored_bytes_at_end: u64,
-    /// Logical size of its newest point committed by the end.
+    /// Logical size of its newest point committed by the end (none: not
+    /// recorded for points made before `backup.committed` v3).
     pub newest_point_bytes: Option<u64>,
 }
 
@@ -797,7 +798,7 @@ impl Fold<'_> {
                 .of_plan(&plan.id)
                 .filter(|pt| pt.summary.is_some())
                 .max_by_key(|pt| (pt.snapshot_time_unix_ns, pt.id))
-                .and_then(|pt| pt.summary.as_ref().map(|s| s.bytes));
+                .and_then(|pt| pt.summary.as_ref().and_then(|s| s.total_bytes));
             let protection = p.plan_protection(&plan.id, end.saturating_sub(1));
             let line = PlanLine {
                 plan: plan.id.as_str().to_owned(),

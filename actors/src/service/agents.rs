@@ -81,10 +81,12 @@ pub struct Committed {
     pub time_unix_ns: i64,
     /// Files in it.
     pub files: u64,
-    /// Bytes of file content in it.
+    /// Bytes the backup read from its source.
     pub bytes: u64,
     /// Bytes the backup found new.
     pub added_bytes: u64,
+    /// Bytes of all files in it (its logical size), when known.
+    pub total_bytes: Option<u64>,
 }
 
 #[derive(Default)]
@@ -461,6 +463,7 @@ mod tests {
                     files: 1,
                     bytes: 1,
                     added_bytes: 1,
+                    total_bytes: Some(1),
                 },
             )
             .unwrap();

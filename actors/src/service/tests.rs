@@ -1068,6 +1068,7 @@ fn commit(point: SnapshotId) -> Event {
             added_bytes: 1,
             stored_bytes: 1,
             duration_ms: 1,
+            total_bytes: None,
         },
         changes: None,
     }

@@ -832,6 +832,7 @@ mod tests {
                     added_bytes: 0,
                     stored_bytes: 0,
                     duration_ms: 0,
+                    total_bytes: None,
                 },
                 changes: None,
             }

@@ -63,6 +63,7 @@ pub fn ending(
                         added_bytes: files * 100,
                         stored_bytes: files * 50,
                         duration_ms: 1000,
+                        total_bytes: None,
                     },
                     changes: None,
                 }

@@ -592,6 +592,7 @@ pub(crate) async fn result(
                         added_bytes: c.added_bytes,
                         stored_bytes: input.stored_bytes,
                         duration_ms: input.duration_ms,
+                        total_bytes: c.total_bytes,
                     },
                     changes: None,
                 }

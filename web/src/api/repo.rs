@@ -580,6 +580,7 @@ pub(crate) async fn put_file(
                 files: facts.files,
                 bytes: facts.bytes,
                 added_bytes: facts.added_bytes,
+                total_bytes: Some(facts.total_bytes),
             };
             if let Err(e) = board.committed(agent, *fence, committed) {
                 // The lease ended while the snapshot was checked: it stays
