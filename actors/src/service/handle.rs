@@ -11,7 +11,7 @@ use vouch_events::{
     ReadModel, ServiceStarted, SharedLog, SledStore,
 };
 
-use super::alerting::{Alerter, AlertingConfig, Evaluate, EvaluateAndWait};
+use super::alerting::{Alerter, AlertingConfig, Evaluate, EvaluateAndWait, ResendCounts};
 use super::command::{JobCommand, Workers};
 use super::dispatcher::{Cancel, DispatchConfig, Dispatcher, Drain, Enqueue, LiveProgress, Load};
 use super::error::ServiceError;
@@ -100,6 +100,7 @@ pub struct ServiceHandle {
     clock: Arc<dyn Clock>,
     health: Arc<AppendHealth>,
     read_health: Arc<ReadModelHealth>,
+    resends: Arc<ResendCounts>,
     config: Arc<ServiceConfig>,
     stopping: Arc<AtomicBool>,
 }
@@ -220,7 +221,9 @@ pub async fn start(
             Scheduler::new(read, dispatcher, store, clock, scheduling, gate)
         })
     };
+    let resends = Arc::new(ResendCounts::default());
     let alerter = {
+        let resends = resends.clone();
         let (store, read, clock, alerting) = (
             store.clone(),
             read.clone(),
@@ -240,6 +243,7 @@ pub async fn start(
                 gate,
                 append_health,
                 read_health,
+                resends.clone(),
             )
         })
     };
@@ -276,6 +280,7 @@ pub async fn start(
         clock,
         health,
         read_health,
+        resends,
         config: Arc::new(config),
         stopping: Arc::new(AtomicBool::new(false)),
     })
@@ -603,6 +608,13 @@ impl ServiceHandle {
     /// Whether the log takes writes (readiness, metrics, escalation).
     pub fn append_status(&self) -> AppendStatus {
         self.health.status()
+    }
+
+    /// Re-sends of open alerts to receivers of Alertmanager's API since the
+    /// start: `(receiver, delivered, failed)` (metrics; they are not
+    /// events).
+    pub fn alert_resends(&self) -> Vec<(String, u64, u64)> {
+        self.resends.snapshot()
     }
 
     /// Why the read model refuses queries, when it does (readiness).
