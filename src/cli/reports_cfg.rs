@@ -140,6 +140,12 @@ pub fn reports_config(
                 .iter()
                 .find(|r| &r.name == w)
                 .with_context(|| format!("delivery {:?}: no [[webhooks]] named {w:?}", d.name))?;
+            if r.format == vouch_actors::service::WebhookFormat::AlertmanagerApi {
+                bail!(
+                    "delivery {:?}: webhook {w:?} has format = \"alertmanager-api\", which takes alerts only; send reports to a receiver of format \"json\"",
+                    d.name
+                );
+            }
             targets.push(Target::Webhook(r.clone()));
         }
         if !d.email.is_empty() {

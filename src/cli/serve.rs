@@ -404,8 +404,9 @@ pub struct WebhookSection {
     pub name: String,
     /// Where to POST.
     pub url: String,
-    /// `json` (default) or `alertmanager`.
-    pub format: Option<WebhookFormat>,
+    /// `json` (default), `alertmanager-api` or `alertmanager-webhook`
+    /// (`alertmanager`: its deprecated old name).
+    pub format: Option<WebhookFormatName>,
     /// Attempts per message (default 8).
     pub max_attempts: Option<u32>,
     /// First retry delay, doubling up to 5m (default 5s).
@@ -419,6 +420,33 @@ pub struct WebhookSection {
     pub bearer_token_file: Option<PathBuf>,
     /// A file holding the key of the `X-Vouch-Signature` HMAC-SHA256.
     pub hmac_key_file: Option<PathBuf>,
+}
+
+/// A `[[webhooks]] format` as written in the configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WebhookFormatName {
+    /// Plain JSON.
+    Json,
+    /// Alertmanager's API (`POST /api/v2/alerts`).
+    AlertmanagerApi,
+    /// Alertmanager's outgoing webhook payload (version 4).
+    AlertmanagerWebhook,
+    /// The old name of `alertmanager-webhook`, kept so that existing
+    /// configurations keep working (a warning at start says to rename it).
+    Alertmanager,
+}
+
+impl WebhookFormatName {
+    /// The format it names, and whether the name is deprecated.
+    pub fn format(self) -> (WebhookFormat, bool) {
+        match self {
+            WebhookFormatName::Json => (WebhookFormat::Json, false),
+            WebhookFormatName::AlertmanagerApi => (WebhookFormat::AlertmanagerApi, false),
+            WebhookFormatName::AlertmanagerWebhook => (WebhookFormat::AlertmanagerWebhook, false),
+            WebhookFormatName::Alertmanager => (WebhookFormat::AlertmanagerWebhook, true),
+        }
+    }
 }
 
 /// The CA certificates of `path` (PEM).
@@ -936,10 +964,17 @@ fn service_config(c: &Config) -> anyhow::Result<ServiceConfig> {
                 w.name
             );
         }
+        let (format, deprecated) = w.format.unwrap_or(WebhookFormatName::Json).format();
+        if deprecated {
+            tracing::warn!(
+                webhook = %w.name,
+                "format = \"alertmanager\" is deprecated: it sends the payload Alertmanager sends to its own webhook receivers (now format = \"alertmanager-webhook\", which this is read as). Alertmanager itself does not take that payload in: to feed Alertmanager, use format = \"alertmanager-api\" with url = \"http://HOST:9093/api/v2/alerts\" (docs/operations.md, Alerts)"
+            );
+        }
         alerting.receivers.push(Receiver {
             name: w.name.clone(),
             url: w.url.clone(),
-            format: w.format.unwrap_or(WebhookFormat::Json),
+            format,
             max_attempts: w.max_attempts.unwrap_or(8).max(1),
             retry_initial: match &w.retry_initial {
                 Some(s) => dur(s, "webhooks.retry_initial")?,
@@ -1389,7 +1424,8 @@ async fn reload(config_path: Option<&Path>, handle: &ServiceHandle) {
 
 #[cfg(test)]
 mod tests {
-    use super::{without_certificate, WithoutCertificate};
+    use super::{service_config, without_certificate, Config, WebhookFormat, WithoutCertificate};
+    use anyhow::Context;
 
     #[test]
     fn plain_http_is_for_loopback_unless_the_admin_says_otherwise() {
@@ -1413,5 +1449,42 @@ mod tests {
             );
         }
         assert!(without_certificate("no port", false).is_err());
+    }
+
+    #[test]
+    fn the_old_alertmanager_format_still_loads_as_alertmanager_webhook() {
+        let formats = |format: &str| -> anyhow::Result<(WebhookFormat, bool)> {
+            let c: Config = toml::from_str(&format!(
+                "[[webhooks]]\nname = \"am\"\nurl = \"http://127.0.0.1:9093/\"\nformat = \"{format}\"\n"
+            ))?;
+            let w = c.webhooks.first().context("a webhook")?;
+            Ok(w.format.context("a format")?.format())
+        };
+        assert_eq!(
+            formats("alertmanager").expect("loads"),
+            (WebhookFormat::AlertmanagerWebhook, true),
+            "the old name is the webhook payload, with a warning"
+        );
+        assert_eq!(
+            formats("alertmanager-webhook").expect("loads"),
+            (WebhookFormat::AlertmanagerWebhook, false)
+        );
+        assert_eq!(
+            formats("alertmanager-api").expect("loads"),
+            (WebhookFormat::AlertmanagerApi, false)
+        );
+        assert_eq!(
+            formats("json").expect("loads"),
+            (WebhookFormat::Json, false)
+        );
+        assert!(formats("prometheus").is_err());
+        let c: Config =
+            toml::from_str("[[webhooks]]\nname = \"j\"\nurl = \"http://x/\"\n").expect("loads");
+        let sc = service_config(&c).expect("config");
+        assert_eq!(
+            sc.alerting.receivers[0].format,
+            WebhookFormat::Json,
+            "json by default"
+        );
     }
 }

@@ -124,6 +124,10 @@ pub const LOG_APPEND_HEALTHY: &str = "vouch_log_append_healthy";
 /// `vouch_event_log_bytes`: size of the log directory.
 pub const EVENT_LOG_BYTES: &str = "vouch_event_log_bytes";
 /// `vouch_webhook_deliveries_total{receiver,result}`: `delivered` or `failed`.
+/// Counted from the log's `alert.delivered` and `alert.delivery_failed`
+/// (receiver `<name>` and `<name>/resolved`), and, for receivers of
+/// Alertmanager's API, from the service's re-sends of open alerts since it
+/// started (receiver `<name>/resend`; not events).
 pub const WEBHOOK_DELIVERIES: &str = "vouch_webhook_deliveries_total";
 /// `vouch_read_back_coverage_ratio`: see the module docs.
 pub const READ_BACK_COVERAGE: &str = "vouch_read_back_coverage_ratio";
@@ -196,6 +200,9 @@ pub struct Metrics {
     newest_data: GaugeVec,
     last_complete: GaugeVec,
     follow: Mutex<Follow>,
+    /// The re-send counts of Alertmanager's API receivers already added to
+    /// `webhooks`, by receiver: `(delivered, failed)`.
+    resends_seen: Mutex<HashMap<String, (u64, u64)>>,
     applied: watch::Sender<u64>,
     /// Scrapes started so far (see [`Metrics::scrape`]).
     scrapes_started: AtomicU64,
@@ -460,6 +467,7 @@ impl Metrics {
             head_hash_prefix,
             checkpoint_seq,
             webhooks,
+            resends_seen: Mutex::new(HashMap::new()),
             coverage,
             read_back,
             newest_coverage,
@@ -596,6 +604,7 @@ impl Metrics {
         if let Some(handle) = &ctx.service {
             self.append_healthy
                 .set(i64::from(handle.append_status().healthy));
+            self.observe_resends(&handle.alert_resends());
             let head = handle.last_seq();
             let mut rx = self.applied.subscribe();
             // Counts agree with the log as of this scrape (read your writes).
@@ -675,6 +684,25 @@ impl Metrics {
                 .set(i64::try_from(cp).unwrap_or(i64::MAX));
         }
         self.render()
+    }
+
+    /// Adds the re-sends to Alertmanager's API counted since the last scrape
+    /// to `vouch_webhook_deliveries_total{receiver="<name>/resend"}`.
+    fn observe_resends(&self, counts: &[(String, u64, u64)]) {
+        let mut seen = self.resends_seen.lock().unwrap_or_else(|e| e.into_inner());
+        for (receiver, delivered, failed) in counts {
+            let before = seen.entry(receiver.clone()).or_default();
+            let label = format!("{receiver}/resend");
+            for (result, now, was) in [
+                ("delivered", *delivered, &mut before.0),
+                ("failed", *failed, &mut before.1),
+            ] {
+                self.webhooks
+                    .with_label_values(&[label.as_str(), result])
+                    .inc_by(now.saturating_sub(*was));
+                *was = now.max(*was);
+            }
+        }
     }
 
     /// Sets one plan's series (after the per-plan families were reset).

@@ -2,10 +2,13 @@
 //! each incident gets one `alert.raised` while it lasts and one
 //! `alert.resolved` when it clears. Every raised and resolved alert is
 //! delivered to every webhook receiver, in the receiver's format (a plain
-//! JSON event, or Alertmanager's webhook format version 4), with retries and
-//! exponential backoff; each attempt's outcome is an event. Delivery runs
-//! in this actor, apart from the job queue: a receiver that is down never
-//! slows a job.
+//! JSON event, Alertmanager's outgoing webhook payload version 4, or
+//! Alertmanager's own API), with retries and exponential backoff; each
+//! attempt's outcome is an event. A receiver of Alertmanager's API also
+//! gets every open alert again each `evaluate_every` (not recorded as
+//! events; counted in metrics), as Alertmanager resolves an alert nobody
+//! re-sends. Delivery runs in this actor, apart from the job queue: a
+//! receiver that is down never slows a job.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -19,6 +22,7 @@ use vouch_events::{
     Severity, SnapshotId,
 };
 
+use super::alertmanager::{alertmanager_labels, api_alert, generator_url};
 use super::error::ServiceError;
 use super::policy;
 use super::read_model::{Query, ReadModelActor, ReadModelHealth};
@@ -29,12 +33,30 @@ use crate::RestartGate;
 
 /// The body a receiver gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum WebhookFormat {
     /// `{"status": "firing"|"resolved", "alert": {...}}`.
     Json,
-    /// Alertmanager's webhook payload, version 4.
-    Alertmanager,
+    /// The payload Alertmanager itself sends to *its* webhook receivers
+    /// (version 4: `receiver`, `groupKey`, `alerts[]`), for receivers that
+    /// accept that payload. Alertmanager does not take it in.
+    AlertmanagerWebhook,
+    /// Alertmanager's API (`POST /api/v2/alerts`): a JSON array of
+    /// `{labels, annotations, startsAt, endsAt, generatorURL}`; open alerts
+    /// are re-sent every `evaluate_every` with `endsAt` [`KEEP_FOR`](crate::service::KEEP_FOR)
+    /// intervals ahead, a resolution carries its own time as `endsAt`.
+    AlertmanagerApi,
+}
+
+impl WebhookFormat {
+    /// Its name in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WebhookFormat::Json => "json",
+            WebhookFormat::AlertmanagerWebhook => "alertmanager-webhook",
+            WebhookFormat::AlertmanagerApi => "alertmanager-api",
+        }
+    }
 }
 
 /// One webhook receiver.
@@ -133,6 +155,10 @@ pub struct AlertFacts {
     /// The subject of each open alert (what an evaluation without the read
     /// model must not raise again, after a restart of the alerter too).
     pub open: HashMap<AlertId, String>,
+    /// Each open alert as its `alert.raised` recorded it, with when it was
+    /// recorded: what is re-sent to Alertmanager's API, with the same
+    /// identity after a restart.
+    pub open_raised: BTreeMap<AlertId, (i64, AlertRaised)>,
     /// The security center's checks as last recorded, by id.
     pub security: BTreeMap<String, vouch_events::SecurityCheckChanged>,
     /// Report deliveries that gave up, by (delivery, target), with the
@@ -152,9 +178,12 @@ impl AlertFacts {
                 self.rules
                     .insert(a.alert.clone(), (a.rule.clone(), a.labels.clone()));
                 self.open.insert(a.alert.clone(), a.subject.clone());
+                self.open_raised
+                    .insert(a.alert.clone(), (env.recorded_unix_ns, a.clone()));
             }
             Event::AlertResolved(r) => {
                 self.open.remove(&r.alert);
+                self.open_raised.remove(&r.alert);
             }
             Event::PointVanished(v) => {
                 self.vanished
@@ -813,46 +842,58 @@ pub(crate) fn rfc3339(ns: i64) -> String {
         .unwrap_or_default()
 }
 
+/// How a body is rendered: for whom, and (Alertmanager's API) when and
+/// how often open alerts are re-sent.
+#[derive(Clone, Copy, Debug)]
+pub struct RenderContext<'a> {
+    /// The receiver's name.
+    pub receiver: &'a str,
+    /// The service's own URL (`[alerting] external_url`).
+    pub external_url: &'a str,
+    /// Now (a firing alert's `endsAt` for Alertmanager's API).
+    pub now_ns: i64,
+    /// The re-send interval (`evaluate_every`).
+    pub every: Duration,
+}
+
 /// The body sent to a receiver of `format`.
-pub fn render(
-    n: &Notification,
-    format: WebhookFormat,
-    receiver: &str,
-    external_url: &str,
-) -> serde_json::Value {
+pub fn render(n: &Notification, format: WebhookFormat, at: RenderContext<'_>) -> serde_json::Value {
     match format {
         WebhookFormat::Json => serde_json::json!({
             "version": "1",
             "status": n.status,
             "alert": n,
         }),
-        WebhookFormat::Alertmanager => {
-            let mut labels = n.labels.clone();
-            labels.insert("alertname".into(), n.rule.clone());
-            labels.insert("severity".into(), n.severity.into());
-            labels.insert("service".into(), "vouch".into());
+        WebhookFormat::AlertmanagerWebhook => {
+            let labels = alertmanager_labels(n);
             let fingerprint = blake3::hash(n.subject.as_bytes()).to_hex()[..16].to_owned();
             serde_json::json!({
                 "version": "4",
                 "groupKey": format!("{{}}:{{alertname=\"{}\"}}", n.rule),
                 "truncatedAlerts": 0,
                 "status": n.status,
-                "receiver": receiver,
+                "receiver": at.receiver,
                 "groupLabels": {"alertname": n.rule},
                 "commonLabels": labels,
                 "commonAnnotations": {"summary": n.subject, "description": n.message},
-                "externalURL": external_url,
+                "externalURL": at.external_url,
                 "alerts": [{
                     "status": n.status,
                     "labels": labels,
                     "annotations": {"summary": n.subject, "description": n.message},
                     "startsAt": n.starts_at,
                     "endsAt": n.ends_at.clone().unwrap_or_else(|| "0001-01-01T00:00:00Z".into()),
-                    "generatorURL": external_url,
+                    "generatorURL": at.external_url,
                     "fingerprint": fingerprint,
                 }],
             })
         }
+        WebhookFormat::AlertmanagerApi => serde_json::Value::Array(vec![api_alert(
+            n,
+            &generator_url(at.external_url),
+            at.now_ns,
+            at.every,
+        )]),
     }
 }
 
@@ -894,6 +935,47 @@ struct OpenAlert {
     severity: Severity,
     message: String,
     raised_ns: i64,
+}
+
+/// Re-sends of open alerts to receivers of Alertmanager's API, per
+/// receiver: how many POSTs were answered 2xx and how many failed since
+/// the service started. Re-sends are not events (one per receiver and
+/// interval would flood the log); the metrics read these counts.
+#[derive(Debug, Default)]
+pub struct ResendCounts(std::sync::Mutex<BTreeMap<String, (u64, u64)>>);
+
+impl ResendCounts {
+    fn count(&self, receiver: &str, delivered: bool) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let c = m.entry(receiver.to_owned()).or_default();
+        if delivered {
+            c.0 += 1;
+        } else {
+            c.1 += 1;
+        }
+    }
+
+    /// `(receiver, delivered, failed)` per receiver.
+    pub fn snapshot(&self) -> Vec<(String, u64, u64)> {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.iter().map(|(r, (d, f))| (r.clone(), *d, *f)).collect()
+    }
+}
+
+/// A firing message rebuilt from what `alert.raised` recorded (recorded at
+/// `at`): the identity of the first delivery, after a restart too.
+fn firing_of(raised: &AlertRaised, at: i64) -> Notification {
+    Notification {
+        alert: raised.alert.clone(),
+        status: "firing",
+        subject: raised.subject.clone(),
+        message: raised.message.clone(),
+        severity: severity_name(raised.severity),
+        rule: raised.rule.clone(),
+        labels: raised.labels.clone(),
+        starts_at: rfc3339(at),
+        ends_at: None,
+    }
 }
 
 /// Delivery outcomes kept for recording while the log refuses writes.
@@ -954,6 +1036,25 @@ pub struct Alerter {
     /// The periodic evaluation (re-armed when its interval is reloaded).
     tick: Option<SpawnHandle>,
     gate: RestartGate,
+    /// Re-sends to Alertmanager's API, counted for the metrics.
+    resends: Arc<ResendCounts>,
+    /// Receivers of Alertmanager's API with a re-send under way (the next
+    /// interval's waits for it: one POST at a time per receiver, so a
+    /// later one never overtakes an earlier one).
+    resending: HashSet<String>,
+    /// Receivers whose latest re-send failed (logged once, not every
+    /// interval).
+    resend_failing: HashSet<String>,
+    /// Resolutions to send once more with the next re-send, per receiver
+    /// of Alertmanager's API: a re-send in flight when the alert resolved
+    /// would otherwise open it again there for [`KEEP_FOR`](crate::service::KEEP_FOR) intervals.
+    echo: HashMap<String, Vec<Notification>>,
+    /// Alerts this alerter resolved, until the fold of the log has the
+    /// resolution too: never re-sent as firing.
+    resolved_here: HashSet<AlertId>,
+    /// Firing deliveries to Alertmanager's API still retrying, by alert:
+    /// set when the alert resolves, so a late retry does not open it again.
+    firing_over: HashMap<AlertId, Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Alerter {
@@ -968,9 +1069,16 @@ impl Alerter {
         gate: RestartGate,
         append_health: Arc<AppendHealth>,
         read_health: Arc<ReadModelHealth>,
+        resends: Arc<ResendCounts>,
     ) -> Self {
         Alerter {
             gate,
+            resends,
+            resending: HashSet::new(),
+            resend_failing: HashSet::new(),
+            echo: HashMap::new(),
+            resolved_here: HashSet::new(),
+            firing_over: HashMap::new(),
             known_open: HashSet::new(),
             append_health,
             read_health,
@@ -1372,6 +1480,7 @@ impl Alerter {
                         act.known_open.remove(subject);
                     }
                     for n in notes {
+                        act.resolved(&n);
                         for r in act.config.receivers.clone() {
                             act.deliver(ctx, r.name, n.clone());
                         }
@@ -1385,6 +1494,7 @@ impl Alerter {
                     act.unrecorded_resolved.extend(resolving);
                     act.keep_unrecorded_deliveries(deliveries);
                     for n in notes {
+                        act.resolved(&n);
                         for r in act.config.receivers.clone() {
                             act.deliver(ctx, r.name, n.clone());
                         }
@@ -1393,6 +1503,106 @@ impl Alerter {
             }
             act.evaluate_again(ctx);
         }));
+    }
+
+    /// Notes a resolution about to be delivered (nothing for a firing
+    /// message): its alert is re-sent as firing no more, a retry of its
+    /// firing delivery to Alertmanager's API stops, and the resolution goes
+    /// once more with the next re-send to each receiver of that API.
+    fn resolved(&mut self, n: &Notification) {
+        if n.status != "resolved" {
+            return;
+        }
+        self.resolved_here.insert(n.alert.clone());
+        if let Some(over) = self.firing_over.remove(&n.alert) {
+            over.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        let mut n = n.clone();
+        self.identify(&mut n);
+        for r in &self.config.receivers {
+            if r.format == WebhookFormat::AlertmanagerApi {
+                self.echo.entry(r.name.clone()).or_default().push(n.clone());
+            }
+        }
+    }
+
+    /// Sends every open alert to each receiver of Alertmanager's API, as
+    /// one array, with `endsAt` [`KEEP_FOR`](crate::service::KEEP_FOR) intervals ahead (and the
+    /// resolutions since the last re-send, once). One attempt: the next
+    /// interval is the retry. Not recorded as events; counted in
+    /// [`ResendCounts`] and logged when a receiver starts or stops failing.
+    fn resend(&mut self, ctx: &mut Context<Self>) {
+        let now = self.clock.now_unix_ns();
+        let every = self.config.evaluate_every;
+        // The alerter's own resolutions, until the fold has them.
+        let folded = &self.facts.open_raised;
+        self.resolved_here.retain(|id| folded.contains_key(id));
+        let skip =
+            |id: &AlertId| self.resolved_here.contains(id) || self.unrecorded_resolved.contains(id);
+        let mut firing: Vec<Notification> = self
+            .facts
+            .open_raised
+            .iter()
+            .filter(|(id, _)| !skip(id))
+            .map(|(_, (at, raised))| firing_of(raised, *at))
+            .collect();
+        // Raised and delivered while the log refused writes: open too.
+        firing.extend(
+            self.unrecorded
+                .values()
+                .filter(|(raised, _)| {
+                    !skip(&raised.alert) && !self.facts.open_raised.contains_key(&raised.alert)
+                })
+                .map(|(raised, at)| firing_of(raised, *at)),
+        );
+        for n in &mut firing {
+            self.identify(n);
+        }
+        let generator = generator_url(&self.config.external_url);
+        for r in self.config.receivers.clone() {
+            if r.format != WebhookFormat::AlertmanagerApi || self.resending.contains(&r.name) {
+                continue;
+            }
+            let mut batch = firing.clone();
+            batch.extend(self.echo.remove(&r.name).unwrap_or_default());
+            if batch.is_empty() {
+                continue;
+            }
+            self.resending.insert(r.name.clone());
+            let body = serde_json::Value::Array(
+                batch
+                    .iter()
+                    .map(|n| api_alert(n, &generator, now, every))
+                    .collect(),
+            );
+            let body = serde_json::to_vec(&body).unwrap_or_default();
+            let alerts = batch.len();
+            let task = async move {
+                let outcome = match webhook::client(&r.name, &r.ca_certs, r.timeout) {
+                    Ok(client) => post(&client, &r, &body, now).await,
+                    Err(e) => Err(e.to_string()),
+                };
+                (r.name, outcome)
+            };
+            ctx.spawn(task.into_actor(self).map(move |(name, outcome), act, _| {
+                act.resending.remove(&name);
+                act.resends.count(&name, outcome.is_ok());
+                match outcome {
+                    Ok(()) => {
+                        if act.resend_failing.remove(&name) {
+                            tracing::info!(receiver = %name, alerts, "re-sending open alerts works again");
+                        }
+                    }
+                    Err(msg) => {
+                        if act.resend_failing.insert(name.clone()) {
+                            tracing::warn!(receiver = %name, alerts, error = %msg, "re-sending open alerts failed; trying again every evaluate_every (Alertmanager resolves them by itself after a few missed re-sends)");
+                        } else {
+                            tracing::debug!(receiver = %name, alerts, error = %msg, "re-sending open alerts failed again");
+                        }
+                    }
+                }
+            }));
+        }
     }
 
     /// Keeps delivery outcomes the log refused, to record them with the
@@ -1420,18 +1630,42 @@ impl Alerter {
             return;
         }
         self.identify(&mut n);
-        let body = render(&n, r.format, &r.name, &self.config.external_url);
+        // A firing alert for Alertmanager's API stops retrying once it is
+        // resolved: a late attempt would open it again there.
+        let over = (r.format == WebhookFormat::AlertmanagerApi && n.status == "firing")
+            .then(|| self.firing_over.entry(n.alert.clone()).or_default().clone());
+        let external_url = self.config.external_url.clone();
+        let every = self.config.evaluate_every;
         let store = self.store.clone();
         let clock = self.clock.clone();
         let alert = n.alert.clone();
         let task = async move {
             let mut unrecorded: Vec<Event> = Vec::new();
             let client = webhook::client(&r.name, &r.ca_certs, r.timeout);
-            let body = serde_json::to_vec(&body).unwrap_or_default();
             let mut delay = r.retry_initial;
             for attempt in 1..=r.max_attempts.max(1) {
+                if over
+                    .as_ref()
+                    .is_some_and(|o| o.load(std::sync::atomic::Ordering::SeqCst))
+                {
+                    break;
+                }
+                // Rendered at each attempt: a firing alert's `endsAt` for
+                // Alertmanager's API counts from the attempt.
+                let now = clock.now_unix_ns();
+                let body = render(
+                    &n,
+                    r.format,
+                    RenderContext {
+                        receiver: &r.name,
+                        external_url: &external_url,
+                        now_ns: now,
+                        every,
+                    },
+                );
+                let body = serde_json::to_vec(&body).unwrap_or_default();
                 let outcome = match &client {
-                    Ok(client) => post(client, &r, &body, clock.now_unix_ns()).await,
+                    Ok(client) => post(client, &r, &body, now).await,
                     Err(e) => Err(e.to_string()),
                 };
                 let event: Event = match &outcome {
@@ -1517,14 +1751,25 @@ async fn post(client: &awc::Client, r: &Receiver, body: &[u8], now_ns: i64) -> R
     }
 }
 
+impl Alerter {
+    /// The periodic work, every `evaluate_every`: evaluate the rules, then
+    /// re-send open alerts to `alertmanager-api` receivers (none: nothing
+    /// to do), so a receiver of that format added by a reload is kept fed.
+    fn arm_tick(&mut self, ctx: &mut Context<Self>) {
+        self.tick = Some(ctx.run_interval(self.config.evaluate_every, |act, ctx| {
+            act.evaluate(ctx);
+            act.resend(ctx);
+        }));
+    }
+}
+
 impl Actor for Alerter {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(256);
         self.gate.started(ctx);
-        self.tick =
-            Some(ctx.run_interval(self.config.evaluate_every, |act, ctx| act.evaluate(ctx)));
+        self.arm_tick(ctx);
         self.evaluate(ctx);
     }
 }
@@ -1546,6 +1791,8 @@ impl Supervised for Alerter {
         self.retry_delay = Duration::ZERO;
         self.in_flight.clear();
         self.known_open.clear();
+        // Re-sends in flight were dropped with the old context.
+        self.resending.clear();
         // Rebuilt from the log, not trusted from before the failure.
         self.facts = AlertFacts::default();
         self.facts_behind = true;
@@ -1615,13 +1862,14 @@ impl Handler<ReconfigureAlerting> for Alerter {
             evaluate_every_s = every.as_secs_f64(),
             "alerting reconfigured"
         );
-        if every != self.config.evaluate_every {
+        let rearm = every != self.config.evaluate_every;
+        self.config = msg.0;
+        if rearm {
             if let Some(h) = self.tick.take() {
                 ctx.cancel_future(h);
             }
-            self.tick = Some(ctx.run_interval(every, |act, ctx| act.evaluate(ctx)));
+            self.arm_tick(ctx);
         }
-        self.config = msg.0;
         self.evaluate(ctx);
     }
 }

@@ -11,7 +11,9 @@ use vouch_events::{
     ReadModel, ServiceStarted, SharedLog, SledStore,
 };
 
-use super::alerting::{Alerter, AlertingConfig, Evaluate, EvaluateAndWait, ReconfigureAlerting};
+use super::alerting::{
+    Alerter, AlertingConfig, Evaluate, EvaluateAndWait, ReconfigureAlerting, ResendCounts,
+};
 use super::command::{JobCommand, Workers};
 use super::dispatcher::{Cancel, DispatchConfig, Dispatcher, Drain, Enqueue, LiveProgress, Load};
 use super::error::ServiceError;
@@ -100,6 +102,7 @@ pub struct ServiceHandle {
     clock: Arc<dyn Clock>,
     health: Arc<AppendHealth>,
     read_health: Arc<ReadModelHealth>,
+    resends: Arc<ResendCounts>,
     config: Arc<ServiceConfig>,
     stopping: Arc<AtomicBool>,
     /// Set when the HTTP side is about to stop: long-lived responses (the
@@ -223,7 +226,9 @@ pub async fn start(
             Scheduler::new(read, dispatcher, store, clock, scheduling, gate)
         })
     };
+    let resends = Arc::new(ResendCounts::default());
     let alerter = {
+        let resends = resends.clone();
         let (store, read, clock, alerting) = (
             store.clone(),
             read.clone(),
@@ -243,6 +248,7 @@ pub async fn start(
                 gate,
                 append_health,
                 read_health,
+                resends.clone(),
             )
         })
     };
@@ -279,6 +285,7 @@ pub async fn start(
         clock,
         health,
         read_health,
+        resends,
         config: Arc::new(config),
         stopping: Arc::new(AtomicBool::new(false)),
         closing: Arc::new(tokio::sync::watch::Sender::new(false)),
@@ -607,6 +614,13 @@ impl ServiceHandle {
     /// Whether the log takes writes (readiness, metrics, escalation).
     pub fn append_status(&self) -> AppendStatus {
         self.health.status()
+    }
+
+    /// Re-sends of open alerts to receivers of Alertmanager's API since the
+    /// start: `(receiver, delivered, failed)` (metrics; they are not
+    /// events).
+    pub fn alert_resends(&self) -> Vec<(String, u64, u64)> {
+        self.resends.snapshot()
     }
 
     /// Why the read model refuses queries, when it does (readiness).

@@ -14,6 +14,7 @@
 
 mod agents;
 mod alerting;
+mod alertmanager;
 mod command;
 mod dispatcher;
 mod error;
@@ -39,8 +40,10 @@ pub use agents::{
 pub use alerting::{
     delivery_name, fact_incidents, health_incidents, incidents, incidents_with,
     protected_at_most_until, render, AlertFacts, AlertingConfig, Evaluate, Incident, Notification,
-    Receiver, WebhookFormat, LOG_NOT_WRITABLE, ONE_OFF_ALERT_FOR, READ_MODEL_UNAVAILABLE,
+    Receiver, RenderContext, ResendCounts, WebhookFormat, LOG_NOT_WRITABLE, ONE_OFF_ALERT_FOR,
+    READ_MODEL_UNAVAILABLE,
 };
+pub use alertmanager::{alertmanager_labels, api_alert, generator_url, KEEP_FOR};
 pub use command::{
     BackupHistory, CancelToken, JobCommand, JobFailure, JobOutput, ProgressCell, ProgressReading,
     RunJob, Workers,

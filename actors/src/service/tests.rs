@@ -589,7 +589,7 @@ async fn a_resolved_notification_after_an_alerter_restart_carries_the_firing_ide
     config.alerting.receivers = vec![super::alerting::Receiver {
         name: "am".into(),
         url,
-        format: super::alerting::WebhookFormat::Alertmanager,
+        format: super::alerting::WebhookFormat::AlertmanagerWebhook,
         max_attempts: 3,
         retry_initial: Duration::from_millis(50),
         timeout: Duration::from_secs(5),
@@ -625,6 +625,144 @@ async fn a_resolved_notification_after_an_alerter_restart_carries_the_firing_ide
         resolved["alerts"][0]["startsAt"],
         firing["alerts"][0]["startsAt"]
     );
+}
+
+/// The alerts of `alertname` in the bodies an Alertmanager API receiver
+/// got (each body an array), in order.
+fn api_alerts(
+    bodies: &std::sync::Mutex<Vec<serde_json::Value>>,
+    alertname: &str,
+) -> Vec<serde_json::Value> {
+    bodies
+        .lock()
+        .expect("lock")
+        .iter()
+        .flat_map(|b| {
+            b.as_array()
+                .unwrap_or_else(|| panic!("not an array: {b}"))
+                .clone()
+        })
+        .filter(|a| a["labels"]["alertname"] == alertname)
+        .collect()
+}
+
+async fn wait_for_api_alerts(
+    bodies: &std::sync::Mutex<Vec<serde_json::Value>>,
+    what: &str,
+    enough: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = api_alerts(bodies, "ReadBackDamaged");
+        if enough(&seen) {
+            return seen;
+        }
+        assert!(
+            Instant::now() < until,
+            "timed out waiting for {what}: {seen:?}"
+        );
+        actix::clock::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[actix::test]
+async fn alertmanager_api_receivers_get_open_alerts_again_with_one_identity_across_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (url, bodies) = webhook().await;
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let every = Duration::from_millis(150);
+    let mut config = ServiceConfig::default();
+    config.alerting.evaluate_every = every;
+    config.alerting.external_url = "https://admin:pw@vouch.example.org/?t=1".into();
+    config.alerting.receivers = vec![super::alerting::Receiver {
+        name: "am".into(),
+        url,
+        format: super::alerting::WebhookFormat::AlertmanagerApi,
+        max_attempts: 3,
+        retry_initial: Duration::from_millis(50),
+        timeout: Duration::from_secs(5),
+        ca_certs: Vec::new(),
+        auth: None,
+    }];
+    config.scheduler.read_back = None;
+    let clock = crate::ManualClock::new(T0);
+    let svc = service_with(dir.path(), worker, Arc::new(clock.clone()), config).await;
+    let rfc = super::alerting::rfc3339;
+    let firing_ends = rfc(T0 + 4 * 150 * 1_000_000);
+
+    svc.append(vec![damaged_read(true)]).await.expect("append");
+    svc.evaluate_alerts().await.expect("evaluate");
+    // The first delivery and re-sends, every interval.
+    let seen =
+        wait_for_api_alerts(&bodies, "three sends of the open alert", |s| s.len() >= 3).await;
+    let first = seen[0].clone();
+    assert_eq!(first["labels"]["repository"], "default");
+    assert_eq!(first["labels"]["severity"], "critical");
+    assert_eq!(first["endsAt"], firing_ends, "now + 4 intervals");
+    assert_eq!(
+        first["generatorURL"], "https://vouch.example.org/#/alerts",
+        "no credentials or query in the link"
+    );
+    for a in &seen {
+        assert_eq!(a["labels"], first["labels"]);
+        assert_eq!(a["endsAt"], firing_ends);
+    }
+
+    // The alerter fails and is restarted: the re-sends go on, from the log.
+    assert!(svc.alerter().send(PanicNow).await.is_err());
+    let n = seen.len();
+    let seen =
+        wait_for_api_alerts(&bodies, "re-sends after the restart", |s| s.len() >= n + 2).await;
+    for a in &seen[n..] {
+        assert_eq!(
+            a["labels"], first["labels"],
+            "the same identity after a restart"
+        );
+        assert_eq!(a["startsAt"], seen[n]["startsAt"]);
+    }
+
+    // Resolved: sent with its own time as endsAt (and once more with the
+    // next re-send), then no more.
+    svc.append(vec![damaged_read(false)]).await.expect("append");
+    clock.advance(crate::NANOS_PER_SEC);
+    svc.evaluate_alerts().await.expect("evaluate");
+    let resolved_at = rfc(T0 + crate::NANOS_PER_SEC);
+    let is_resolved = |a: &serde_json::Value| a["endsAt"] == resolved_at;
+    wait_for_api_alerts(&bodies, "the resolution, twice", |s| {
+        s.iter().filter(|a| is_resolved(a)).count() >= 2
+    })
+    .await;
+    actix::clock::sleep(every * 4).await;
+    let seen = api_alerts(&bodies, "ReadBackDamaged");
+    let first_resolved = seen.iter().position(is_resolved).expect("resolved");
+    for a in &seen[first_resolved..] {
+        assert!(is_resolved(a), "nothing firing after the resolution: {a}");
+        assert_eq!(a["labels"], first["labels"], "the resolution's identity");
+    }
+    assert_eq!(
+        seen.iter().filter(|a| is_resolved(a)).count(),
+        2,
+        "the resolution and its one echo"
+    );
+    // Re-sends are not events: one delivery recorded per message.
+    let delivered: Vec<String> = svc
+        .events(1, 10_000)
+        .await
+        .expect("events")
+        .into_iter()
+        .filter_map(|e| match e.event {
+            Event::AlertDelivered(d) => Some(d.receiver),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(delivered, ["am", "am/resolved"]);
+    let counts = svc.alert_resends();
+    assert_eq!(counts.len(), 1);
+    assert!(counts[0].1 >= 3 && counts[0].2 == 0, "{counts:?}");
 }
 
 async fn wait_for_body(
