@@ -435,6 +435,10 @@ impl EngineBrowser {
                 snapshots,
                 packs: index.packs().len() as u64,
                 size_bytes: index.packs().iter().map(|p| p.size).sum(),
+                free_bytes: match &spec.storage {
+                    crate::backend::storage::Storage::Local(path) => free_bytes(path),
+                    _ => None,
+                },
             });
         }
         out.sort_by(|a, b| a.id.cmp(&b.id));
@@ -527,4 +531,22 @@ impl Browse for EngineBrowser {
     fn repositories(&self) -> std::result::Result<Vec<RepoStats>, BrowseError> {
         self.stats().map_err(browse_error)
     }
+}
+
+/// Bytes free to unprivileged writers on the file system holding `path`
+/// (`statvfs`), or none when it cannot be asked.
+fn free_bytes(path: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `c` is a NUL-terminated path and `st` a writable statvfs.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: statvfs succeeded, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    // The field types differ between targets (c_ulong is 32 bits on some).
+    #[allow(clippy::useless_conversion)]
+    Some(u64::from(st.f_bavail).saturating_mul(u64::from(st.f_frsize)))
 }

@@ -58,6 +58,9 @@ pub struct RepoStats {
     pub packs: u64,
     /// Bytes on storage.
     pub size_bytes: u64,
+    /// Bytes free to unprivileged writers on the file system that holds
+    /// it (none: object storage, or not known).
+    pub free_bytes: Option<u64>,
 }
 
 /// A file's content, read on the blocking pool in chunks.

@@ -157,6 +157,62 @@ pub const COVERAGE_MEASURES: [&str; 2] = ["files", "bytes"];
 /// The `depth` labels of [`PLAN_NEWEST_VERIFIED_DEPTH`], shallowest first.
 pub const VERIFIED_DEPTHS: [&str; 4] = ["none", "structure", "read-sample", "read-all"];
 
+/// `vouch_http_request_duration_seconds{route}`: time to answer, by route
+/// pattern (the live event stream counts until its first byte).
+pub const HTTP_REQUEST_DURATION: &str = "vouch_http_request_duration_seconds";
+/// `vouch_plan_rpo_seconds{plan}`: the plan's recovery point objective, so
+/// rules compare `time() - vouch_plan_last_recoverable_timestamp_seconds`
+/// with it without copying RPOs into Prometheus.
+pub const PLAN_RPO: &str = "vouch_plan_rpo_seconds";
+/// `vouch_plan_last_backup_success_timestamp_seconds{plan}`: when the
+/// plan's latest backup job succeeded (recorded time; absent: never).
+pub const PLAN_LAST_BACKUP_SUCCESS: &str = "vouch_plan_last_backup_success_timestamp_seconds";
+/// `vouch_plan_last_backup_failure_timestamp_seconds{plan}`: when a backup
+/// job of the plan last failed or was abandoned (absent: never).
+pub const PLAN_LAST_BACKUP_FAILURE: &str = "vouch_plan_last_backup_failure_timestamp_seconds";
+/// `vouch_jobs_running{kind}` and `vouch_jobs_queued{kind}`: jobs a worker
+/// runs, and jobs scheduled but not started (every kind, 0s too).
+pub const JOBS_RUNNING: &str = "vouch_jobs_running";
+/// See [`JOBS_RUNNING`].
+pub const JOBS_QUEUED: &str = "vouch_jobs_queued";
+/// `vouch_alerts_firing{rule,severity}`: open alerts (only the pairs that
+/// have one; `rule` is empty for alerts raised before rules had names).
+pub const ALERTS_FIRING: &str = "vouch_alerts_firing";
+/// `vouch_restore_test_bytes_total`: bytes restore tests restored and
+/// compared (passed and failed), the cost of the proofs.
+pub const RESTORE_TEST_BYTES: &str = "vouch_restore_test_bytes_total";
+/// `vouch_read_back_bytes_total`: bytes the rolling read-back read.
+pub const READ_BACK_BYTES: &str = "vouch_read_back_bytes_total";
+/// `vouch_repository_size_bytes{repository}`: bytes of the repository's
+/// packs on its storage.
+pub const REPOSITORY_SIZE: &str = "vouch_repository_size_bytes";
+/// `vouch_repository_packs{repository}`: pack files in it.
+pub const REPOSITORY_PACKS: &str = "vouch_repository_packs";
+/// `vouch_repository_snapshots{repository}`: snapshots in it.
+pub const REPOSITORY_SNAPSHOTS: &str = "vouch_repository_snapshots";
+/// `vouch_repository_free_bytes{repository}`: space left to unprivileged
+/// writers on the file system that holds it (absent for object storage,
+/// which has no such figure).
+pub const REPOSITORY_FREE: &str = "vouch_repository_free_bytes";
+/// `vouch_repository_stats_age_seconds`: age of the repository figures
+/// above (they are read at most every [`REPO_STATS_EVERY`], as listing a
+/// store on every scrape would cost too much).
+pub const REPOSITORY_STATS_AGE: &str = "vouch_repository_stats_age_seconds";
+/// How old the repository figures may be before a scrape reads them again.
+pub const REPO_STATS_EVERY: Duration = Duration::from_secs(60);
+/// Every job kind's label, for the 0s of [`JOBS_RUNNING`].
+const JOB_KINDS: [JobKind; 9] = [
+    JobKind::Backup,
+    JobKind::Verify,
+    JobKind::RestoreTest,
+    JobKind::Forget,
+    JobKind::Prune,
+    JobKind::ReadBack,
+    JobKind::Reconcile,
+    JobKind::Restore,
+    JobKind::Copy,
+];
+
 /// The verification window of points without one.
 const DEFAULT_VERIFY_WINDOW: Duration = Duration::from_secs(7 * 86_400);
 /// How long a scrape waits for the event follower to reach the log's head.
@@ -168,6 +224,12 @@ struct Follow {
     applied: u64,
     kinds: HashMap<JobId, JobKind>,
     started: HashMap<JobId, i64>,
+    /// The plan of each backup job.
+    backup_plans: HashMap<JobId, vouch_events::PlanId>,
+    /// Jobs scheduled and not ended: running (true) or queued.
+    live_jobs: HashMap<JobId, bool>,
+    /// Open alerts: rule and severity.
+    open_alerts: HashMap<vouch_events::AlertId, (String, &'static str)>,
 }
 
 /// The service's metrics and the registry they are exposed from.
@@ -199,6 +261,22 @@ pub struct Metrics {
     newest_depth: IntGaugeVec,
     newest_data: GaugeVec,
     last_complete: GaugeVec,
+    http_duration: HistogramVec,
+    plan_rpo: GaugeVec,
+    backup_success: GaugeVec,
+    backup_failure: GaugeVec,
+    jobs_running: IntGaugeVec,
+    jobs_queued: IntGaugeVec,
+    alerts_firing: IntGaugeVec,
+    restore_test_bytes: IntCounter,
+    read_back_bytes: IntCounter,
+    repo_size: IntGaugeVec,
+    repo_packs: IntGaugeVec,
+    repo_snapshots: IntGaugeVec,
+    repo_free: IntGaugeVec,
+    repo_stats_age: Gauge,
+    /// The repository figures and when they were read.
+    repo_stats: tokio::sync::Mutex<Option<(std::time::Instant, Vec<crate::RepoStats>)>>,
     follow: Mutex<Follow>,
     /// The re-send counts of Alertmanager's API receivers already added to
     /// `webhooks`, by receiver: `(delivered, failed)`.
@@ -443,6 +521,96 @@ impl Metrics {
                 &["plan"],
             )?,
         )?;
+        let http_duration = reg(
+            r,
+            HistogramVec::new(
+                HistogramOpts::new(
+                    HTTP_REQUEST_DURATION,
+                    "Time to answer HTTP requests, by route pattern.",
+                )
+                .buckets(vec![
+                    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                ]),
+                &["route"],
+            )?,
+        )?;
+        let gauge_vec = |name: &str, help: &str, labels: &[&str]| -> Result<GaugeVec, WebError> {
+            reg(r, GaugeVec::new(Opts::new(name, help), labels)?)
+        };
+        let int_gauge_vec =
+            |name: &str, help: &str, labels: &[&str]| -> Result<IntGaugeVec, WebError> {
+                reg(r, IntGaugeVec::new(Opts::new(name, help), labels)?)
+            };
+        let plan_rpo = gauge_vec(PLAN_RPO, "Each plan's recovery point objective.", &["plan"])?;
+        let backup_success = gauge_vec(
+            PLAN_LAST_BACKUP_SUCCESS,
+            "When each plan's latest successful backup job ended.",
+            &["plan"],
+        )?;
+        let backup_failure = gauge_vec(
+            PLAN_LAST_BACKUP_FAILURE,
+            "When a backup job of each plan last failed or was abandoned.",
+            &["plan"],
+        )?;
+        let jobs_running = int_gauge_vec(JOBS_RUNNING, "Jobs a worker runs, by kind.", &["kind"])?;
+        let jobs_queued = int_gauge_vec(
+            JOBS_QUEUED,
+            "Jobs scheduled and not started yet, by kind.",
+            &["kind"],
+        )?;
+        for k in JOB_KINDS {
+            jobs_running.with_label_values(&[kind_name(k)]).set(0);
+            jobs_queued.with_label_values(&[kind_name(k)]).set(0);
+        }
+        let alerts_firing = int_gauge_vec(
+            ALERTS_FIRING,
+            "Open alerts, by rule and severity.",
+            &["rule", "severity"],
+        )?;
+        let restore_test_bytes = reg(
+            r,
+            IntCounter::new(
+                RESTORE_TEST_BYTES,
+                "Bytes restore tests restored and compared.",
+            )?,
+        )?;
+        let read_back_bytes = reg(
+            r,
+            IntCounter::new(READ_BACK_BYTES, "Bytes the rolling read-back read.")?,
+        )?;
+        let repo_size = int_gauge_vec(
+            REPOSITORY_SIZE,
+            "Bytes of each repository's packs on its storage.",
+            &["repository"],
+        )?;
+        let repo_packs = int_gauge_vec(
+            REPOSITORY_PACKS,
+            "Pack files in each repository.",
+            &["repository"],
+        )?;
+        let repo_snapshots = int_gauge_vec(
+            REPOSITORY_SNAPSHOTS,
+            "Snapshots in each repository.",
+            &["repository"],
+        )?;
+        let repo_free = int_gauge_vec(
+            REPOSITORY_FREE,
+            "Bytes free on the file system holding each local repository.",
+            &["repository"],
+        )?;
+        let repo_stats_age = reg(
+            r,
+            Gauge::new(
+                REPOSITORY_STATS_AGE,
+                "Age of the vouch_repository_* figures (read at most every 60 s).",
+            )?,
+        )?;
+        // The standard process_* series (CPU, memory, open files, start
+        // time), where the platform gives them.
+        #[cfg(target_os = "linux")]
+        registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
         for s in POINT_STATES {
             points.with_label_values(&[s.as_str()]).set(0);
         }
@@ -475,6 +643,21 @@ impl Metrics {
             newest_depth,
             newest_data,
             last_complete,
+            http_duration,
+            plan_rpo,
+            backup_success,
+            backup_failure,
+            jobs_running,
+            jobs_queued,
+            alerts_firing,
+            restore_test_bytes,
+            read_back_bytes,
+            repo_size,
+            repo_packs,
+            repo_snapshots,
+            repo_free,
+            repo_stats_age,
+            repo_stats: tokio::sync::Mutex::new(None),
             follow: Mutex::new(Follow::default()),
             applied,
             scrapes_started: AtomicU64::new(0),
@@ -488,11 +671,14 @@ impl Metrics {
         &self.registry
     }
 
-    /// Counts one answered request.
-    pub fn observe_request(&self, route: &str, status: u16) {
+    /// Counts one answered request and the time it took.
+    pub fn observe_request(&self, route: &str, status: u16, took: Duration) {
         self.http_requests
             .with_label_values(&[route, &status.to_string()])
             .inc();
+        self.http_duration
+            .with_label_values(&[route])
+            .observe(took.as_secs_f64());
     }
 
     /// Folds one event into the counters (events at or below the last one
@@ -511,19 +697,65 @@ impl Metrics {
                     .observe(secs);
             }
         };
+        let at = env.recorded_unix_ns as f64 / 1e9;
+        // A backup job's end sets its plan's success or failure time.
+        let backup_ended = |f: &mut Follow, job: &JobId, ok: bool| {
+            if let Some(plan) = f.backup_plans.remove(job) {
+                let g = if ok {
+                    &self.backup_success
+                } else {
+                    &self.backup_failure
+                };
+                g.with_label_values(&[plan.as_str()]).set(at);
+            }
+        };
         match &env.event {
             Event::JobScheduled(e) => {
                 f.kinds.insert(e.job.clone(), e.kind);
+                self.job_moved(&mut f, &e.job, Some(false));
+                if let (JobKind::Backup, Some(plan)) = (e.kind, &e.plan) {
+                    f.backup_plans.insert(e.job.clone(), plan.clone());
+                }
             }
             Event::JobStarted(e) => {
                 f.started.insert(e.job.clone(), env.recorded_unix_ns);
+                self.job_moved(&mut f, &e.job, Some(true));
             }
-            Event::JobFinished(e) => ended(&mut f, &e.job, "succeeded"),
-            Event::JobFailed(e) => ended(&mut f, &e.job, "failed"),
-            Event::JobAbandoned(e) => ended(&mut f, &e.job, "abandoned"),
+            Event::JobFinished(e) => {
+                ended(&mut f, &e.job, "succeeded");
+                self.job_moved(&mut f, &e.job, None);
+                backup_ended(&mut f, &e.job, true);
+            }
+            Event::JobFailed(e) => {
+                ended(&mut f, &e.job, "failed");
+                self.job_moved(&mut f, &e.job, None);
+                backup_ended(&mut f, &e.job, false);
+            }
+            Event::JobAbandoned(e) => {
+                ended(&mut f, &e.job, "abandoned");
+                self.job_moved(&mut f, &e.job, None);
+                backup_ended(&mut f, &e.job, false);
+            }
+            Event::PlanRemoved(e) => {
+                let plan = [e.plan.as_str()];
+                let _ = self.backup_success.remove_label_values(&plan);
+                let _ = self.backup_failure.remove_label_values(&plan);
+            }
             Event::BackupCommitted(e) => {
                 self.bytes_read.inc_by(e.summary.bytes);
                 self.bytes_added.inc_by(e.summary.added_bytes);
+            }
+            Event::RestoreTestPassed(e) => self.restore_test_bytes.inc_by(e.evidence.bytes),
+            Event::RestoreTestFailed(e) => self.restore_test_bytes.inc_by(e.evidence.bytes),
+            Event::PacksReadBack(e) => self.read_back_bytes.inc_by(e.bytes_read),
+            Event::AlertRaised(e) => {
+                let severity = crate::views::severity(e.severity);
+                f.open_alerts
+                    .insert(e.alert.clone(), (e.rule.clone(), severity));
+                self.set_alerts(&f);
+            }
+            Event::AlertResolved(e) if f.open_alerts.remove(&e.alert).is_some() => {
+                self.set_alerts(&f);
             }
             Event::AlertDelivered(e) => self
                 .webhooks
@@ -537,6 +769,46 @@ impl Metrics {
         }
         drop(f);
         self.applied.send_replace(env.seq);
+    }
+
+    /// Moves a job to running (`Some(true)`), queued (`Some(false)`) or out
+    /// of both (`None`), and updates the two gauges of its kind.
+    fn job_moved(&self, f: &mut Follow, job: &JobId, to: Option<bool>) {
+        let Some(kind) = f.kinds.get(job).copied() else {
+            return;
+        };
+        let label = [kind_name(kind)];
+        let gauge = |running: bool| {
+            if running {
+                self.jobs_running.with_label_values(&label)
+            } else {
+                self.jobs_queued.with_label_values(&label)
+            }
+        };
+        let before = match to {
+            Some(state) => f.live_jobs.insert(job.clone(), state),
+            None => f.live_jobs.remove(job),
+        };
+        if let Some(was) = before {
+            gauge(was).dec();
+        }
+        if let Some(now) = to {
+            gauge(now).inc();
+        }
+    }
+
+    /// Sets `vouch_alerts_firing` from the open alerts.
+    fn set_alerts(&self, f: &Follow) {
+        let mut counts: HashMap<(&str, &str), i64> = HashMap::new();
+        for (rule, severity) in f.open_alerts.values() {
+            *counts.entry((rule.as_str(), severity)).or_default() += 1;
+        }
+        self.alerts_firing.reset();
+        for ((rule, severity), n) in counts {
+            self.alerts_firing
+                .with_label_values(&[rule, severity])
+                .set(n);
+        }
     }
 
     /// Rebuilds the counters from the whole log, then follows the live
@@ -645,6 +917,7 @@ impl Metrics {
             self.newest_depth.reset();
             self.newest_data.reset();
             self.last_complete.reset();
+            self.plan_rpo.reset();
             for pl in plans {
                 self.set_plan(&pl);
             }
@@ -662,6 +935,7 @@ impl Metrics {
             self.last_seq
                 .set(i64::try_from(handle.last_seq()).unwrap_or(i64::MAX));
         }
+        self.set_repositories(ctx).await;
         if let Some(dir) = ctx.log_dir.clone() {
             let (size, head, checkpoint) = actix_web::web::block(move || {
                 (
@@ -684,6 +958,56 @@ impl Metrics {
                 .set(i64::try_from(cp).unwrap_or(i64::MAX));
         }
         self.render()
+    }
+
+    /// Sets the `vouch_repository_*` series from figures at most
+    /// [`REPO_STATS_EVERY`] old. Figures that cannot be read leave the
+    /// previous ones (their age says how old) rather than failing the
+    /// scrape: the repositories' own checks report what is wrong.
+    async fn set_repositories(&self, ctx: &Ctx) {
+        let Ok(browse) = ctx.browse() else { return };
+        let mut cached = self.repo_stats.lock().await;
+        let fresh = cached
+            .as_ref()
+            .is_some_and(|(at, _)| at.elapsed() < REPO_STATS_EVERY);
+        if !fresh {
+            let browse = browse.clone();
+            match actix_web::web::block(move || browse.repositories()).await {
+                Ok(Ok(stats)) => *cached = Some((std::time::Instant::now(), stats)),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "metrics: the repositories' figures could not be read")
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics: the repositories' figures could not be read")
+                }
+            }
+        }
+        let Some((at, stats)) = cached.as_ref() else {
+            return;
+        };
+        self.repo_stats_age.set(at.elapsed().as_secs_f64());
+        for g in [
+            &self.repo_size,
+            &self.repo_packs,
+            &self.repo_snapshots,
+            &self.repo_free,
+        ] {
+            g.reset();
+        }
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        for s in stats {
+            let label = [s.id.as_str()];
+            self.repo_size
+                .with_label_values(&label)
+                .set(n(s.size_bytes));
+            self.repo_packs.with_label_values(&label).set(n(s.packs));
+            self.repo_snapshots
+                .with_label_values(&label)
+                .set(n(s.snapshots));
+            if let Some(free) = s.free_bytes {
+                self.repo_free.with_label_values(&label).set(n(free));
+            }
+        }
     }
 
     /// Adds the re-sends to Alertmanager's API counted since the last scrape
@@ -713,6 +1037,9 @@ impl Metrics {
                 .with_label_values(&[plan, s.as_str()])
                 .set(i64::from(s == pl.protection));
         }
+        self.plan_rpo
+            .with_label_values(&[plan])
+            .set(pl.rpo.as_secs_f64());
         if let Some(ns) = pl.last_recoverable {
             self.last_recoverable
                 .with_label_values(&[plan])
@@ -779,6 +1106,8 @@ pub(crate) struct StateSnapshot {
 pub(crate) struct PlanSnapshot {
     plan: String,
     protection: Protection,
+    /// The plan's RPO.
+    rpo: Duration,
     /// Snapshot time of the newest recoverable point.
     last_recoverable: Option<i64>,
     /// Recorded time of the latest complete restore test that counts.
@@ -916,6 +1245,7 @@ fn plan_snapshot<'a>(
     PlanSnapshot {
         plan: pl.id.to_string(),
         protection: p.plan_protection(&pl.id, now).status,
+        rpo: pl.definition.rpo,
         last_recoverable,
         last_complete_restore,
         newest: newest.map(newest_proof),
@@ -1392,9 +1722,9 @@ mod tests {
             Ok(m) => m,
             Err(e) => panic!("{e}"),
         };
-        m.observe_request("/healthz", 200);
-        m.observe_request("/healthz", 200);
-        m.observe_request(UNMATCHED_ROUTE, 404);
+        m.observe_request("/healthz", 200, Duration::from_millis(3));
+        m.observe_request("/healthz", 200, Duration::from_millis(3));
+        m.observe_request(UNMATCHED_ROUTE, 404, Duration::from_millis(3));
         let text = m.render().unwrap_or_default();
         assert!(text.contains("# TYPE vouch_build_info gauge"), "{text}");
         assert!(
@@ -1409,6 +1739,12 @@ mod tests {
             text.contains("vouch_http_requests_total{route=\"/healthz\",status=\"200\"} 2"),
             "{text}"
         );
+        assert!(
+            text.contains("vouch_http_request_duration_seconds_count{route=\"/healthz\"} 2"),
+            "{text}"
+        );
+        #[cfg(target_os = "linux")]
+        assert!(text.contains("process_resident_memory_bytes"), "{text}");
         assert!(
             text.contains("vouch_http_requests_total{route=\"unmatched\",status=\"404\"} 1"),
             "{text}"

@@ -22,6 +22,7 @@ pub(crate) async fn count_requests(
     let route = req.match_pattern();
     let label = route.as_deref().unwrap_or(UNMATCHED_ROUTE).to_owned();
     let span = tracing::info_span!("http", method = %req.method(), route = %label);
+    let started = std::time::Instant::now();
     let res = next.call(req).instrument(span.clone()).await;
     let status = match &res {
         Ok(res) => res.status(),
@@ -29,7 +30,7 @@ pub(crate) async fn count_requests(
     };
     span.in_scope(|| tracing::debug!(status = status.as_u16(), "answered"));
     if let Some(metrics) = metrics {
-        metrics.observe_request(&label, status.as_u16());
+        metrics.observe_request(&label, status.as_u16(), started.elapsed());
     }
     res
 }

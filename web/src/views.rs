@@ -51,7 +51,7 @@ pub(crate) fn depth_label(d: VerifyDepth) -> String {
 }
 
 /// The API name of an alert severity.
-fn severity(s: Severity) -> &'static str {
+pub(crate) fn severity(s: Severity) -> &'static str {
     match s {
         Severity::Info => "info",
         Severity::Warning => "warning",
@@ -1019,6 +1019,9 @@ pub struct RepositoryView {
     pub packs: u64,
     /// Bytes on storage.
     pub size_bytes: u64,
+    /// Bytes free on the file system that holds it (null: object storage,
+    /// or not known).
+    pub free_bytes: Option<u64>,
     /// Recovery points of it by state (every state, 0s included).
     pub points: BTreeMap<String, u64>,
 }

@@ -1507,6 +1507,7 @@ impl vouch_web::Browse for OneRepository {
             snapshots: 0,
             packs: 0,
             size_bytes: 0,
+            free_bytes: None,
         }])
     }
 }

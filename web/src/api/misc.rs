@@ -258,6 +258,7 @@ pub(crate) async fn repositories(
                 snapshots: s.snapshots,
                 packs: s.packs,
                 size_bytes: s.size_bytes,
+                free_bytes: s.free_bytes,
                 points,
             }
         })
