@@ -10,6 +10,7 @@ pub mod agent;
 pub mod anomaly;
 pub mod backend;
 pub mod backup;
+#[cfg(feature = "bench")]
 pub mod bench;
 pub mod chunker;
 pub mod cli;

@@ -3,6 +3,7 @@
 
 mod agent_cmd;
 mod backup_cmd;
+#[cfg(feature = "bench")]
 mod bench_cmd;
 mod copy_cmd;
 pub mod events_cmd;
@@ -104,6 +105,7 @@ pub enum Command {
     /// 30 minutes); with --force, every lock.
     Unlock(maintain::UnlockArgs),
     /// Measure performance, side by side with restic and borg.
+    #[cfg(feature = "bench")]
     Bench(bench_cmd::BenchArgs),
     /// Run the service: scheduler, proof policies, alerts, API and console.
     Serve(serve::ServeArgs),
@@ -345,6 +347,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Key(a) => repo_cmds::key(&ctx, a),
         Command::Repair(a) => repo_cmds::repair(&ctx, a),
         Command::Unlock(a) => maintain::unlock(&ctx, a),
+        #[cfg(feature = "bench")]
         Command::Bench(a) => bench_cmd::run(&ctx, a),
         Command::Serve(_) | Command::Token(_) | Command::Events(_) | Command::Agent(_) => {
             Err(Error::InvalidArgument(
