@@ -66,6 +66,46 @@ pub enum JobKind {
     Copy,
 }
 
+impl JobKind {
+    /// Every kind, in declaration order (a kind added to the enum fails
+    /// `every_kind_is_listed` until it is listed here).
+    pub const ALL: [JobKind; 9] = [
+        JobKind::Backup,
+        JobKind::Verify,
+        JobKind::RestoreTest,
+        JobKind::Forget,
+        JobKind::Prune,
+        JobKind::ReadBack,
+        JobKind::Reconcile,
+        JobKind::Restore,
+        JobKind::Copy,
+    ];
+}
+
+#[cfg(test)]
+mod job_kind_tests {
+    use super::JobKind;
+
+    #[test]
+    fn every_kind_is_listed() {
+        for k in JobKind::ALL {
+            // Exhaustive: a new kind fails to compile here.
+            let position = match k {
+                JobKind::Backup => 0,
+                JobKind::Verify => 1,
+                JobKind::RestoreTest => 2,
+                JobKind::Forget => 3,
+                JobKind::Prune => 4,
+                JobKind::ReadBack => 5,
+                JobKind::Reconcile => 6,
+                JobKind::Restore => 7,
+                JobKind::Copy => 8,
+            };
+            assert_eq!(JobKind::ALL[position], k);
+        }
+    }
+}
+
 /// Where and what a restore job restores (`JobSpec::restore`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestoreSpec {

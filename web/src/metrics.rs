@@ -200,18 +200,6 @@ pub const REPOSITORY_FREE: &str = "vouch_repository_free_bytes";
 pub const REPOSITORY_STATS_AGE: &str = "vouch_repository_stats_age_seconds";
 /// How old the repository figures may be before a scrape reads them again.
 pub const REPO_STATS_EVERY: Duration = Duration::from_secs(60);
-/// Every job kind's label, for the 0s of [`JOBS_RUNNING`].
-const JOB_KINDS: [JobKind; 9] = [
-    JobKind::Backup,
-    JobKind::Verify,
-    JobKind::RestoreTest,
-    JobKind::Forget,
-    JobKind::Prune,
-    JobKind::ReadBack,
-    JobKind::Reconcile,
-    JobKind::Restore,
-    JobKind::Copy,
-];
 
 /// The verification window of points without one.
 const DEFAULT_VERIFY_WINDOW: Duration = Duration::from_secs(7 * 86_400);
@@ -558,7 +546,7 @@ impl Metrics {
             "Jobs scheduled and not started yet, by kind.",
             &["kind"],
         )?;
-        for k in JOB_KINDS {
+        for k in JobKind::ALL {
             jobs_running.with_label_values(&[kind_name(k)]).set(0);
             jobs_queued.with_label_values(&[kind_name(k)]).set(0);
         }
