@@ -1260,6 +1260,9 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             .with_agents(agents.clone())
             .start_all_kinds();
         let handle = service::start(log, read_store, workers, clock, service_config).await?;
+        // Listening for signals before anything says ready: a SIGTERM right
+        // after `listening on` drains like any other, never kills.
+        let _signals = spawn_signal_handlers(handle.clone(), s.config_path.clone())?;
         let state = AppState::with_tokens(tokens)?
             .with_service(handle.clone())
             .with_browse(Arc::new(EngineBrowser::new(repos.clone())))
@@ -1307,7 +1310,6 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         // reopened and repaired, rather than failing silently forever.
         const LOG_FAILING_EXIT_AFTER: Duration = Duration::from_secs(300);
         let mut log_failed = None;
-        let _signals = spawn_signal_handlers(handle.clone(), s.config_path.clone())?;
         while crate::util::signals() == 0 {
             actix_web::rt::time::sleep(Duration::from_millis(200)).await;
             let append = handle.append_status();
