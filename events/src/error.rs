@@ -61,6 +61,10 @@ pub enum EventError {
     /// An append would need more than the frame format allows.
     #[error("event too large: {0} bytes")]
     TooLarge(usize),
+    /// Records offered to a [`LogImporter`](crate::LogImporter) that are
+    /// not the next ones of one log (a gap, a broken chain, a bad frame).
+    #[error("cannot import the records: {0}")]
+    Import(String),
     /// The read store failed.
     #[error("read store: {0}")]
     Store(String),

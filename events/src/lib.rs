@@ -60,8 +60,8 @@ pub use format::{ChainCheckpoint, EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};
 pub use log::{
     latest_checkpoint, read_log_head, scrub, verify_chain, verify_log, AppendReceipt, ChainKey,
-    ChainProblem, ChainReport, EventLog, LogOptions, LogReader, LogVerifyReport, Replay,
-    ScrubReport, SealKey, SharedLog, Subscription,
+    ChainProblem, ChainReport, EventLog, ImportedLog, LogImporter, LogOptions, LogReader,
+    LogVerifyReport, Replay, ScrubReport, SealKey, SharedLog, Subscription,
 };
 #[cfg(feature = "failpoints")]
 pub use log::{SyncFault, SyncFaults};

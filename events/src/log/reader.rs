@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::codec::{decode_envelope, decode_persisted};
 use crate::error::{EventError, Result};
 use crate::format::{EventHash, SEGMENT_HEADER_LEN};
-use crate::log::frame::{read_frame, Frame};
+use crate::log::frame::{read_frame, write_frame, Frame};
 use crate::log::notify::Notifier;
 use crate::log::segment::{check_header, find_whole_record, list_segments, SegmentFile};
 use crate::Envelope;
@@ -66,6 +66,30 @@ impl LogReader {
             limit: self.committed_seq(),
             failed: false,
         })
+    }
+
+    /// The exact records (frames: length, checksum, body) of seqs
+    /// `from_seq..=to_seq`, concatenated, with the seq of the last one
+    /// included: fewer when the log (or, when bounded, the committed seq)
+    /// ends first, or when more than `max_bytes` would be returned (at
+    /// least one record is). Every record is checked as a replay checks it.
+    /// These are the bytes [`LogImporter::push`](crate::LogImporter::push)
+    /// takes: a copy of the log elsewhere (the repository mirror) keeps the
+    /// records, their hashes and the chain exactly.
+    pub fn frames(&self, from_seq: u64, to_seq: u64, max_bytes: usize) -> Result<(Vec<u8>, u64)> {
+        let mut replay = self.replay_from(from_seq)?;
+        replay.cursor.capture = Some(Vec::new());
+        let mut last = from_seq.max(1) - 1;
+        while last < to_seq {
+            match replay.next() {
+                Some(env) => last = env?.seq,
+                None => break,
+            }
+            if replay.cursor.capture.as_ref().map_or(0, Vec::len) >= max_bytes {
+                break;
+            }
+        }
+        Ok((replay.cursor.capture.take().unwrap_or_default(), last))
     }
 
     /// Calls `f` with every envelope from `from_seq` on; returns how many.
@@ -141,6 +165,9 @@ struct Cursor {
     /// Whether records before `next_seq` may still come (set when a
     /// segment is located): they are skipped without decoding their event.
     skipping: bool,
+    /// When set, every record returned is also appended here as its exact
+    /// frame (header and body), for [`LogReader::frames`].
+    capture: Option<Vec<u8>>,
 }
 
 impl Cursor {
@@ -154,6 +181,7 @@ impl Cursor {
             pos: 0,
             prev_hash: None,
             skipping: false,
+            capture: None,
         }
     }
 
@@ -309,6 +337,9 @@ impl Cursor {
                                 env.seq, self.next_seq
                             ),
                         });
+                    }
+                    if let Some(out) = self.capture.as_mut() {
+                        write_frame(out, body);
                     }
                     self.next_seq += 1;
                     self.prev_hash = Some(hash);

@@ -741,3 +741,79 @@ fn regression_d3_a_record_cut_short_at_the_very_end_is_a_clean_end_for_a_reader(
     fs::write(&seg, &data[..off + len / 2]).expect("tear");
     assert_eq!(all(dir.path()).len(), 4);
 }
+
+#[test]
+fn frames_copied_out_in_batches_import_into_a_log_that_verifies_and_grows() {
+    let src = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(1_000);
+    let mut log = open_small(src.path(), &clock);
+    for n in 0..40 {
+        clock.advance(3_000_000);
+        log.append_one(&ev(n)).expect("append");
+    }
+    let reader = log.reader();
+    // Batches of at most ~200 bytes, overlapping by one record (as two
+    // mirror files may): the importer skips what it already has.
+    let dst = tempfile::tempdir().expect("tempdir");
+    let dst = dst.path().join("events");
+    let mut import = LogImporter::create(&dst, 1000).expect("create");
+    let mut from = 1;
+    let mut batches = 0;
+    while from <= 40 {
+        let (frames, last) = reader.frames(from, 40, 200).expect("frames");
+        assert!(last >= from, "at least one record per call");
+        import.push(&frames).expect("push");
+        from = last; // overlap by one
+        if last == 40 {
+            break;
+        }
+        batches += 1;
+    }
+    assert!(batches > 3, "the byte bound splits the log: {batches}");
+    let imported = import.finish().expect("finish");
+    assert_eq!(imported.last_seq, 40);
+    assert_eq!(imported.last_hash, log.last_hash());
+    let (a, b) = (all(src.path()), all(&dst));
+    assert_eq!(a, b, "the same records: seqs, times, hashes, events");
+    let report = verify_log(&dst, None).expect("verify");
+    assert!(report.problem.is_none(), "{report:?}");
+    drop(log);
+    let mut again = open(&dst, &clock);
+    assert_eq!(again.last_seq(), 40);
+    let receipt = again.append_one(&ev(99)).expect("append after import");
+    assert_eq!(receipt.last_seq, 41);
+}
+
+#[test]
+fn an_import_refuses_a_gap_a_damaged_record_and_a_used_directory() {
+    let src = tempfile::tempdir().expect("tempdir");
+    let clock = ManualClock::new(1_000);
+    let mut log = open(src.path(), &clock);
+    for n in 0..5 {
+        log.append_one(&ev(n)).expect("append");
+    }
+    let reader = log.reader();
+    let (first, _) = reader.frames(1, 2, usize::MAX).expect("frames");
+    let (rest, last) = reader.frames(4, 5, usize::MAX).expect("frames");
+    assert_eq!(last, 5);
+    let dst = tempfile::tempdir().expect("tempdir");
+    let mut import = LogImporter::create(dst.path().join("a"), 1 << 20).expect("create");
+    assert_eq!(import.push(&first).expect("push"), 2);
+    let gap = import.push(&rest).expect_err("seq 3 is missing");
+    assert!(gap.to_string().contains("seq 4 found where seq 3"), "{gap}");
+
+    let (mut all_frames, _) = reader.frames(1, 5, usize::MAX).expect("frames");
+    let n = all_frames.len();
+    all_frames[n - 3] ^= 1;
+    let mut import = LogImporter::create(dst.path().join("b"), 1 << 20).expect("create");
+    let bad = import.push(&all_frames).expect_err("a flipped byte");
+    assert!(bad.to_string().contains("damaged record"), "{bad}");
+    assert_eq!(
+        import.next_seq(),
+        5,
+        "the four good records before it were kept"
+    );
+
+    let used = LogImporter::create(src.path(), 1 << 20).expect_err("not empty");
+    assert!(used.to_string().contains("not empty"), "{used}");
+}
