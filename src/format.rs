@@ -40,6 +40,9 @@ pub enum SealedKind {
     Owner = 3,
     /// `pointlocks/<id>`: a snapshot's lock (format v1 extension).
     PointLock = 4,
+    /// `eventlog/<log>-<first>-<last>`: records of the service's event log
+    /// (format v1 extension).
+    LogMirror = 5,
 }
 
 /// Kind of blob; part of each blob's associated data.

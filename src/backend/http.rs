@@ -43,6 +43,7 @@ fn segment(kind: FileKind) -> &'static str {
         FileKind::Snapshot => "snapshots",
         FileKind::Lock => "locks",
         FileKind::PointLock => "pointlocks",
+        FileKind::LogMirror => "eventlog",
     }
 }
 

@@ -37,17 +37,22 @@ pub enum FileKind {
     /// `pointlocks/<id>`: a snapshot's lock until a date (format v1
     /// extension; older builds never read it).
     PointLock,
+    /// `eventlog/<log>-<first>-<last>`: the service's event log, mirrored
+    /// for disaster recovery (format v1 extension; older builds never read
+    /// it).
+    LogMirror,
 }
 
 impl FileKind {
     /// All kinds that live in a directory of their own.
-    pub const DIRS: [FileKind; 6] = [
+    pub const DIRS: [FileKind; 7] = [
         FileKind::Key,
         FileKind::Pack,
         FileKind::Index,
         FileKind::Snapshot,
         FileKind::Lock,
         FileKind::PointLock,
+        FileKind::LogMirror,
     ];
 
     fn dir(self) -> &'static str {
@@ -59,6 +64,7 @@ impl FileKind {
             FileKind::Snapshot => "snapshots",
             FileKind::Lock => "locks",
             FileKind::PointLock => "pointlocks",
+            FileKind::LogMirror => "eventlog",
         }
     }
 }

@@ -6,6 +6,7 @@ mod index;
 pub mod integrity;
 pub mod key_export;
 pub mod lock;
+pub mod log_mirror;
 pub mod owner;
 pub mod pack;
 pub mod point_lock;

@@ -244,6 +244,7 @@ fn dir(kind: FileKind) -> &'static str {
         FileKind::Snapshot => "snapshots",
         FileKind::Lock => "locks",
         FileKind::PointLock => "pointlocks",
+        FileKind::LogMirror => "eventlog",
     }
 }
 
