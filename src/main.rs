@@ -72,9 +72,10 @@ fn main() {
             | vouch::cli::Command::Token(_)
             | vouch::cli::Command::Events(_)
             | vouch::cli::Command::Agent(_)
+            | vouch::cli::Command::Dr(_)
     ) {
         let json = cli.json;
-        let code = match vouch::cli::run_service(cli.command, json) {
+        let code = match vouch::cli::run_service(cli.command, json, cli.repo) {
             Some(Ok(code)) => code,
             Some(Err(e)) => {
                 eprintln!("vouch: {e:#}");

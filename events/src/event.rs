@@ -847,6 +847,22 @@ pub struct LogRepaired {
     pub reason: String,
 }
 
+/// The service was rebuilt from a repository's copy of its event log
+/// (`vouch dr rebuild`): the first event after the recovered ones.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceRebuilt {
+    /// The repository the log was read from: its id in the log when its
+    /// ownership record names it, else its location.
+    pub repository: String,
+    /// The mirrored log's id (16 hex digits of its first record's hash).
+    pub log: String,
+    /// The last seq recovered: events the service recorded after it, if
+    /// any, were lost with its data directory.
+    pub recovered_seq: u64,
+    /// Mirror files read.
+    pub files: u64,
+}
+
 /// The wall clock stepped: a recorded time went backwards, or jumped
 /// forwards more than the tolerance, relative to the previous event.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -1111,6 +1127,7 @@ events! {
     LogHeadExported => "log.head_exported", v 1;
     ReportDelivered => "report.delivered", v 1;
     ReportDeliveryFailed => "report.delivery_failed", v 1;
+    ServiceRebuilt => "service.rebuilt", v 1;
 }
 
 impl Event {

@@ -52,9 +52,9 @@ pub use event::{
     LogHeadExported, LogRepaired, LogScrubbed, PacksReadBack, PlanChanged, PlanCreated,
     PlanRemoved, PointDiscovered, PointForgotten, PointLocked, PointUnlocked, PointVanished,
     ReportDelivered, ReportDeliveryFailed, RestoreCompleted, RestoreEvidence, RestoreSpec,
-    RestoreTestFailed, RestoreTestPassed, RestoreTestStarted, SecurityCheckChanged, ServiceStarted,
-    Severity, UnknownEvent, VerificationFailed, VerificationPassed, VerificationStarted,
-    EVENT_TYPES,
+    RestoreTestFailed, RestoreTestPassed, RestoreTestStarted, SecurityCheckChanged, ServiceRebuilt,
+    ServiceStarted, Severity, UnknownEvent, VerificationFailed, VerificationPassed,
+    VerificationStarted, EVENT_TYPES,
 };
 pub use format::{ChainCheckpoint, EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};

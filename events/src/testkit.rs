@@ -439,5 +439,12 @@ pub(crate) fn sample_events() -> Vec<Event> {
             will_retry: true,
         }
         .into(),
+        ServiceRebuilt {
+            repository: "offsite".into(),
+            log: "0123456789abcdef".into(),
+            recovered_seq: 4242,
+            files: 7,
+        }
+        .into(),
     ]
 }

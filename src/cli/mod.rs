@@ -6,6 +6,7 @@ mod backup_cmd;
 #[cfg(feature = "bench")]
 mod bench_cmd;
 mod copy_cmd;
+mod dr_cmd;
 pub mod events_cmd;
 mod inspect;
 mod maintain;
@@ -117,6 +118,10 @@ pub enum Command {
     /// Check the service's event log (`verify`) and make a chain key
     /// (`keygen`).
     Events(events_cmd::EventsArgs),
+    /// Disaster recovery of the server: rebuild its data directory from a
+    /// repository's copy of its event log (`rebuild`), or see how far that
+    /// copy goes (`status`).
+    Dr(dr_cmd::DrArgs),
 }
 
 /// Shared handle for subcommands.
@@ -349,18 +354,25 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Unlock(a) => maintain::unlock(&ctx, a),
         #[cfg(feature = "bench")]
         Command::Bench(a) => bench_cmd::run(&ctx, a),
-        Command::Serve(_) | Command::Token(_) | Command::Events(_) | Command::Agent(_) => {
-            Err(Error::InvalidArgument(
-                "serve, token, events and agent run through cli::run_service".into(),
-            ))
-        }
+        Command::Serve(_)
+        | Command::Token(_)
+        | Command::Events(_)
+        | Command::Agent(_)
+        | Command::Dr(_) => Err(Error::InvalidArgument(
+            "serve, token, events and agent run through cli::run_service".into(),
+        )),
     }
 }
 
 /// Runs `serve`, `token` or `events` (errors at the binary's edge, as
 /// `anyhow`). Returns `None` for any other command.
-pub fn run_service(command: Command, json: bool) -> Option<anyhow::Result<i32>> {
+pub fn run_service(
+    command: Command,
+    json: bool,
+    repo: Option<PathBuf>,
+) -> Option<anyhow::Result<i32>> {
     match command {
+        Command::Dr(a) => Some(dr_cmd::run(a, repo, json)),
         Command::Serve(a) => Some(serve::serve(a)),
         Command::Token(a) => Some(serve::token(a)),
         Command::Events(a) => Some(events_cmd::run(a, json)),

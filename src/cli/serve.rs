@@ -394,6 +394,9 @@ pub struct LogSection {
     /// The chain key file (`vouch events keygen`), outside the data
     /// directory: the log's head is then signed in `events/CHECKPOINTS`.
     pub chain_key_file: Option<PathBuf>,
+    /// How often the log is mirrored into the repositories for disaster
+    /// recovery (default 10s; "off" turns the mirror off; at least 1s).
+    pub mirror_every: Option<String>,
 }
 
 /// `[[webhooks]]`.
@@ -720,7 +723,7 @@ fn without_certificate(listen: &str, insecure_http: bool) -> anyhow::Result<With
 /// restore test writes there before their recorded modes are applied (a
 /// copy of `/etc/shadow` must never be world-readable, not even for the
 /// seconds of a test).
-fn make_private() {
+pub(super) fn make_private() {
     // SAFETY: umask only sets this process's file-mode creation mask; it
     // has no failure mode and touches no memory.
     unsafe {
@@ -731,7 +734,7 @@ fn make_private() {
 /// Creates the data directory with mode 0700, or brings an existing one
 /// to 0700 (with a warning): it holds the repository passphrase, the token
 /// hashes, the event log and restored copies of what is backed up.
-fn private_data_dir(dir: &Path) -> anyhow::Result<()> {
+pub(super) fn private_data_dir(dir: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -765,7 +768,7 @@ pub const INITIAL_ADMIN_TOKEN_FILE: &str = "initial-admin-token";
 /// one, so it never lands in a journal or a log file. A token store that
 /// exists but is empty (every token revoked, say during an incident) stays
 /// empty: a restart never mints a token nobody asked for.
-fn ensure_admin_token(data_dir: &Path) -> anyhow::Result<()> {
+pub(super) fn ensure_admin_token(data_dir: &Path) -> anyhow::Result<()> {
     use std::io::IsTerminal;
     let path = data_dir.join("tokens.json");
     if path.exists() {
@@ -1124,6 +1127,9 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             passphrase: read_secret(&r.passphrase_file)?.into(),
         });
     }
+    // The event log is mirrored into these (not into agents' repositories:
+    // they live in the data directory and would be lost with it).
+    let mirror_targets: Vec<RepositoryId> = specs.iter().map(|s| s.id.clone()).collect();
     // Each registered agent's own repository (docs/agents.md).
     for spec in crate::workers::agent_repositories(&data_dir)? {
         if specs.iter().any(|s| s.id == spec.id) {
@@ -1207,6 +1213,14 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     let log = EventLog::open(&log_dir, log_options, clock.clone())
         .with_context(|| format!("opening the event log in {}", log_dir.display()))?;
     let log = Arc::new(SharedLog::new(log));
+    let mirror_status = Arc::new(crate::workers::log_mirror::MirrorStatus::default());
+    let mirror = start_log_mirror(
+        &s.config.log,
+        &log,
+        &repos,
+        mirror_targets,
+        mirror_status.clone(),
+    )?;
     let read_store_dir = data_dir.join("read-store");
     if a.repair_log && read_store_dir.exists() {
         // Derived state that may reflect events the repaired log no longer
@@ -1265,7 +1279,9 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         let _signals = spawn_signal_handlers(handle.clone(), s.config_path.clone())?;
         let state = AppState::with_tokens(tokens)?
             .with_service(handle.clone())
-            .with_browse(Arc::new(EngineBrowser::new(repos.clone())))
+            .with_browse(Arc::new(
+                EngineBrowser::new(repos.clone()).with_mirror_status(mirror_status),
+            ))
             .with_repo_store(Arc::new(EngineRepoStore::new(repos, &data_dir)))
             .with_agents(agents)
             .with_log_dir(log_dir)
@@ -1332,6 +1348,9 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         handle.close_streams();
         server_handle.stop(true).await;
         let _ = running.await;
+        if let Some(m) = mirror {
+            m.finish().await;
+        }
         if let Some(reason) = log_failed {
             anyhow::bail!("the event log refuses appends: {reason}");
         }
@@ -1339,6 +1358,59 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     })?;
     tracing::info!("stopped");
     Ok(0)
+}
+
+/// The event log's mirror into the repositories (`docs/operations.md`,
+/// "Disaster recovery").
+struct RunningMirror {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl RunningMirror {
+    /// Asks for a last pass (the service's last events) and waits up to
+    /// 30 s for it.
+    async fn finish(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !self.thread.is_finished() && std::time::Instant::now() < deadline {
+            actix_web::rt::time::sleep(Duration::from_millis(50)).await;
+        }
+        if !self.thread.is_finished() {
+            tracing::warn!("the event log mirror's last pass did not finish in 30s; the repositories' copy may lack the last events");
+        }
+    }
+}
+
+/// Starts mirroring the log into `targets`.
+fn start_log_mirror(
+    c: &LogSection,
+    log: &SharedLog,
+    repos: &Arc<RepoSet>,
+    targets: Vec<RepositoryId>,
+    status: Arc<crate::workers::log_mirror::MirrorStatus>,
+) -> anyhow::Result<Option<RunningMirror>> {
+    let every = match c.mirror_every.as_deref() {
+        Some("off") => {
+            tracing::warn!("[log] mirror_every = \"off\": the event log is not copied into the repositories, and losing the data directory loses every point's state");
+            return Ok(None);
+        }
+        Some(s) => {
+            let d = dur(s, "log.mirror_every")?;
+            if d < Duration::from_secs(1) {
+                bail!("log.mirror_every must be at least 1s, or \"off\" (it is {s:?})");
+            }
+            d
+        }
+        None => crate::workers::log_mirror::MIRROR_EVERY,
+    };
+    let mirror =
+        crate::workers::log_mirror::LogMirror::new(log.reader(), repos.clone(), targets, status);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let thread = crate::workers::log_mirror::spawn(mirror, every, stop.clone())
+        .context("starting the event log mirror")?;
+    tracing::info!(every = %humantime::format_duration(every), "event log: mirrored into the repositories");
+    Ok(Some(RunningMirror { stop, thread }))
 }
 
 /// What a signal asks of `vouch serve`.

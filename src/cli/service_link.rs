@@ -57,6 +57,20 @@ fn service_id(data_dir: &Path) -> anyhow::Result<String> {
     Ok(id)
 }
 
+/// Makes `id` the service id of the data directory (a rebuilt server
+/// keeps the id its repositories' ownership records name).
+pub fn adopt_service_id(data_dir: &Path, id: &str) -> anyhow::Result<()> {
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        anyhow::bail!("the ownership record's service id {id:?} is not one vouch makes");
+    }
+    let tmp = data_dir.join(format!("{SERVICE_ID_FILE}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(id.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, data_dir.join(SERVICE_ID_FILE))?;
+    Ok(())
+}
+
 /// The API's base URL as the CLI should reach it: the bound address, with
 /// an unspecified IP (`0.0.0.0`, `::`) replaced by loopback.
 pub fn base_url(scheme: &str, addr: std::net::SocketAddr) -> String {

@@ -74,7 +74,9 @@ pub fn parse_mirror_file_name(name: &str) -> Option<(String, u64, u64)> {
     let last = parts.next()?;
     if parts.next().is_some()
         || log.len() != 16
-        || !log.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        || !log
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
         || first.len() != 20
         || last.len() != 20
     {
@@ -125,7 +127,11 @@ impl Repository {
             })
             .collect();
         out.sort_by(|a, b| {
-            (a.log.as_str(), a.first_seq, a.last_seq).cmp(&(b.log.as_str(), b.first_seq, b.last_seq))
+            (a.log.as_str(), a.first_seq, a.last_seq).cmp(&(
+                b.log.as_str(),
+                b.first_seq,
+                b.last_seq,
+            ))
         });
         Ok(out)
     }
@@ -208,7 +214,10 @@ mod tests {
     fn names_round_trip_and_foreign_names_are_ignored() {
         let log = "0123456789abcdef";
         let name = mirror_file_name(log, 1, 42);
-        assert_eq!(name, "0123456789abcdef-00000000000000000001-00000000000000000042");
+        assert_eq!(
+            name,
+            "0123456789abcdef-00000000000000000001-00000000000000000042"
+        );
         assert_eq!(parse_mirror_file_name(&name), Some((log.into(), 1, 42)));
         for bad in [
             ".tmp-00ff",

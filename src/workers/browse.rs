@@ -45,6 +45,7 @@ struct CachedIndex {
 pub struct EngineBrowser {
     repos: Arc<RepoSet>,
     indexes: Arc<Mutex<HashMap<RepositoryId, CachedIndex>>>,
+    mirror: Option<Arc<crate::workers::log_mirror::MirrorStatus>>,
 }
 
 /// The content of a file, read lazily: one blob in memory at a time, holes
@@ -253,7 +254,17 @@ impl EngineBrowser {
         EngineBrowser {
             repos,
             indexes: Arc::new(Mutex::new(HashMap::new())),
+            mirror: None,
         }
+    }
+
+    /// Reports how far the event log's mirror into each repository is.
+    pub fn with_mirror_status(
+        mut self,
+        status: Arc<crate::workers::log_mirror::MirrorStatus>,
+    ) -> Self {
+        self.mirror = Some(status);
+        self
     }
 
     /// The master index of `repo`, from the cache while the listing of its
@@ -439,6 +450,11 @@ impl EngineBrowser {
                     crate::backend::storage::Storage::Local(path) => free_bytes(path),
                     _ => None,
                 },
+                log_mirrored_seq: self
+                    .mirror
+                    .as_ref()
+                    .and_then(|m| m.get(&spec.id))
+                    .map(|s| s.mirrored_seq),
             });
         }
         out.sort_by(|a, b| a.id.cmp(&b.id));

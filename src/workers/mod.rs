@@ -8,6 +8,7 @@
 
 mod agent_jobs;
 mod browse;
+pub mod log_mirror;
 pub mod reconcile;
 mod repo_store;
 mod repos;

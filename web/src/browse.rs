@@ -61,6 +61,9 @@ pub struct RepoStats {
     /// Bytes free to unprivileged writers on the file system that holds
     /// it (none: object storage, or not known).
     pub free_bytes: Option<u64>,
+    /// Every event up to this seq is mirrored into it (none: the log is
+    /// not mirrored there, or no pass reached it yet).
+    pub log_mirrored_seq: Option<u64>,
 }
 
 /// A file's content, read on the blocking pool in chunks.

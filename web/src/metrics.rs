@@ -194,6 +194,11 @@ pub const REPOSITORY_SNAPSHOTS: &str = "vouch_repository_snapshots";
 /// writers on the file system that holds it (absent for object storage,
 /// which has no such figure).
 pub const REPOSITORY_FREE: &str = "vouch_repository_free_bytes";
+/// `vouch_event_log_mirrored_seq{repository}`: every event up to this seq
+/// is in the repository's copy of the log (disaster recovery); compare
+/// with `vouch_event_log_last_seq` for what losing the data directory
+/// would lose.
+pub const EVENT_LOG_MIRRORED_SEQ: &str = "vouch_event_log_mirrored_seq";
 /// `vouch_repository_stats_age_seconds`: age of the repository figures
 /// above (they are read at most every [`REPO_STATS_EVERY`], as listing a
 /// store on every scrape would cost too much).
@@ -262,6 +267,7 @@ pub struct Metrics {
     repo_packs: IntGaugeVec,
     repo_snapshots: IntGaugeVec,
     repo_free: IntGaugeVec,
+    log_mirrored: IntGaugeVec,
     repo_stats_age: Gauge,
     /// The repository figures and when they were read.
     repo_stats: tokio::sync::Mutex<Option<(std::time::Instant, Vec<crate::RepoStats>)>>,
@@ -586,6 +592,11 @@ impl Metrics {
             "Bytes free on the file system holding each local repository.",
             &["repository"],
         )?;
+        let log_mirrored = int_gauge_vec(
+            EVENT_LOG_MIRRORED_SEQ,
+            "Every event up to this seq is in the repository's copy of the event log.",
+            &["repository"],
+        )?;
         let repo_stats_age = reg(
             r,
             Gauge::new(
@@ -644,6 +655,7 @@ impl Metrics {
             repo_packs,
             repo_snapshots,
             repo_free,
+            log_mirrored,
             repo_stats_age,
             repo_stats: tokio::sync::Mutex::new(None),
             follow: Mutex::new(Follow::default()),
@@ -979,6 +991,7 @@ impl Metrics {
             &self.repo_packs,
             &self.repo_snapshots,
             &self.repo_free,
+            &self.log_mirrored,
         ] {
             g.reset();
         }
@@ -994,6 +1007,9 @@ impl Metrics {
                 .set(n(s.snapshots));
             if let Some(free) = s.free_bytes {
                 self.repo_free.with_label_values(&label).set(n(free));
+            }
+            if let Some(seq) = s.log_mirrored_seq {
+                self.log_mirrored.with_label_values(&label).set(n(seq));
             }
         }
     }

@@ -937,6 +937,7 @@ pub(crate) fn event_data(e: &Event) -> Value {
         LogHeadExported,
         ReportDelivered,
         ReportDeliveryFailed,
+        ServiceRebuilt,
     )
     .unwrap_or(Value::Null)
 }
@@ -1022,6 +1023,9 @@ pub struct RepositoryView {
     /// Bytes free on the file system that holds it (null: object storage,
     /// or not known).
     pub free_bytes: Option<u64>,
+    /// Every event up to this seq is in the repository's copy of the event
+    /// log, for disaster recovery (null: not mirrored there, or not yet).
+    pub log_mirrored_seq: Option<u64>,
     /// Recovery points of it by state (every state, 0s included).
     pub points: BTreeMap<String, u64>,
 }

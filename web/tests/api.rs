@@ -1508,6 +1508,7 @@ impl vouch_web::Browse for OneRepository {
             packs: 0,
             size_bytes: 0,
             free_bytes: None,
+            log_mirrored_seq: None,
         }])
     }
 }

@@ -259,6 +259,7 @@ pub(crate) async fn repositories(
                 packs: s.packs,
                 size_bytes: s.size_bytes,
                 free_bytes: s.free_bytes,
+                log_mirrored_seq: s.log_mirrored_seq,
                 points,
             }
         })
