@@ -29,6 +29,9 @@ pub struct PruneOptions {
     pub repack_below: f64,
     /// Only report.
     pub dry_run: bool,
+    /// Packs in no index written less than this long ago are kept: a
+    /// writer that holds no lock may still be about to index them.
+    pub grace: Option<std::time::Duration>,
 }
 
 impl Default for PruneOptions {
@@ -36,6 +39,7 @@ impl Default for PruneOptions {
         Self {
             repack_below: 0.5,
             dry_run: false,
+            grace: None,
         }
     }
 }
@@ -53,6 +57,8 @@ pub struct PruneReport {
     pub packs_written: u64,
     /// Leftover packs of interrupted sessions removed.
     pub leftover_packs: u64,
+    /// Packs in no index younger than the grace period: kept.
+    pub young_packs_kept: u64,
     /// Packs in no index whose header does not read: kept, since prune
     /// cannot tell what they hold (`vouch repair index` salvages them).
     pub unreadable_packs_kept: u64,
@@ -285,7 +291,7 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
         }
     }
     let leftovers = classify_leftovers(repo, &listing, &index, &used)?;
-    let garbage: Vec<(String, u64)> = leftovers
+    let mut garbage: Vec<(String, u64)> = leftovers
         .iter()
         .filter_map(|l| match l {
             Leftover::Garbage(n, s) => Some((n.clone(), *s)),
@@ -293,6 +299,23 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
         })
         .collect();
     report.unreadable_packs_kept = (leftovers.len() - garbage.len()) as u64;
+    if let Some(grace) = opts.grace {
+        let before = garbage.len();
+        let cutoff = std::time::SystemTime::now().checked_sub(grace);
+        let mut kept = Vec::new();
+        for (name, size) in garbage {
+            // Unknown age (the backend cannot say): kept, never guessed old.
+            let old = match (repo.backend().modified(FileKind::Pack, &name)?, cutoff) {
+                (Some(m), Some(c)) => m <= c,
+                _ => false,
+            };
+            if old {
+                kept.push((name, size));
+            }
+        }
+        garbage = kept;
+        report.young_packs_kept = (before - garbage.len()) as u64;
+    }
     report.packs_deleted = delete.len() as u64;
     report.packs_repacked = repack.len() as u64;
     report.leftover_packs = garbage.len() as u64;

@@ -847,6 +847,33 @@ pub struct LogRepaired {
     pub reason: String,
 }
 
+/// A prune job freed a repository's unused data (`JobKind::Prune`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepositoryPruned {
+    /// The job.
+    pub job: JobId,
+    /// The repository.
+    pub repository: RepositoryId,
+    /// Pack files before.
+    pub packs_before: u64,
+    /// Packs deleted (wholly unused, or repacked).
+    pub packs_deleted: u64,
+    /// Packs repacked (their used blobs written into new packs).
+    pub packs_repacked: u64,
+    /// Packs written by repacking.
+    pub packs_written: u64,
+    /// Packs in no index left by interrupted writers, removed.
+    pub leftover_packs: u64,
+    /// Packs in no index younger than the grace period, kept.
+    pub young_packs_kept: u64,
+    /// Packs kept in place because a locked point needs them.
+    pub packs_kept_for_locks: u64,
+    /// Bytes of storage freed (net of what repacking wrote).
+    pub bytes_freed: u64,
+    /// How long it took, in milliseconds.
+    pub took_ms: u64,
+}
+
 /// The service was rebuilt from a repository's copy of its event log
 /// (`vouch dr rebuild`): the first event after the recovered ones.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -1128,6 +1155,7 @@ events! {
     ReportDelivered => "report.delivered", v 1;
     ReportDeliveryFailed => "report.delivery_failed", v 1;
     ServiceRebuilt => "service.rebuilt", v 1;
+    RepositoryPruned => "repository.pruned", v 1;
 }
 
 impl Event {

@@ -51,9 +51,9 @@ pub use event::{
     JobSpec, JobStarted, KeyExportConfirmed, LeaseExpired, LeaseGranted, LockEnforcement,
     LogHeadExported, LogRepaired, LogScrubbed, PacksReadBack, PlanChanged, PlanCreated,
     PlanRemoved, PointDiscovered, PointForgotten, PointLocked, PointUnlocked, PointVanished,
-    ReportDelivered, ReportDeliveryFailed, RestoreCompleted, RestoreEvidence, RestoreSpec,
-    RestoreTestFailed, RestoreTestPassed, RestoreTestStarted, SecurityCheckChanged, ServiceRebuilt,
-    ServiceStarted, Severity, UnknownEvent, VerificationFailed, VerificationPassed,
+    ReportDelivered, ReportDeliveryFailed, RepositoryPruned, RestoreCompleted, RestoreEvidence,
+    RestoreSpec, RestoreTestFailed, RestoreTestPassed, RestoreTestStarted, SecurityCheckChanged,
+    ServiceRebuilt, ServiceStarted, Severity, UnknownEvent, VerificationFailed, VerificationPassed,
     VerificationStarted, EVENT_TYPES,
 };
 pub use format::{ChainCheckpoint, EventHash, PersistedEnvelope, GENESIS_HASH};

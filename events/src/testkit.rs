@@ -439,6 +439,20 @@ pub(crate) fn sample_events() -> Vec<Event> {
             will_retry: true,
         }
         .into(),
+        RepositoryPruned {
+            job: JobId::new("prune-main-1"),
+            repository: RepositoryId::new("main"),
+            packs_before: 40,
+            packs_deleted: 7,
+            packs_repacked: 2,
+            packs_written: 1,
+            leftover_packs: 1,
+            young_packs_kept: 1,
+            packs_kept_for_locks: 3,
+            bytes_freed: 123_456_789,
+            took_ms: 4_200,
+        }
+        .into(),
         ServiceRebuilt {
             repository: "offsite".into(),
             log: "0123456789abcdef".into(),

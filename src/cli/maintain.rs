@@ -348,6 +348,7 @@ pub fn prune(ctx: &Ctx, a: PruneArgs) -> Result<i32> {
     let opts = crate::prune::PruneOptions {
         repack_below: (a.repack_below / 100.0).clamp(0.0, 1.0),
         dry_run: a.dry_run,
+        grace: None,
     };
     let r = crate::prune::prune(&repo, &opts)?;
     if ctx.out.json {

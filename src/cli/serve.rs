@@ -192,6 +192,21 @@ pub struct Config {
     /// `[security]`: the security center (docs/security.md).
     #[serde(default)]
     pub security: SecuritySection,
+    /// `[maintenance]`: the repositories' own upkeep.
+    #[serde(default)]
+    pub maintenance: MaintenanceSection,
+}
+
+/// `[maintenance]`: prune jobs that free what retention gave up.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaintenanceSection {
+    /// How often each repository is pruned (default 24h; "off": never,
+    /// and space is never freed; at least 1s). The first prune after a
+    /// start comes after this long, at most an hour.
+    pub prune_every: Option<String>,
+    /// Packs in no index younger than this are kept (default 1h).
+    pub prune_grace: Option<String>,
 }
 
 /// `[security]`: the security center's evaluation and thresholds.
@@ -952,6 +967,17 @@ fn service_config(c: &Config) -> anyhow::Result<ServiceConfig> {
         scheduler.max_jitter = dur(s, "scheduler.max_jitter")?;
     }
     scheduler.read_back = read_back(&c.verification)?;
+    scheduler.prune_every = match c.maintenance.prune_every.as_deref() {
+        Some("off") => None,
+        Some(s) => {
+            let d = dur(s, "maintenance.prune_every")?;
+            if d < Duration::from_secs(1) {
+                bail!("maintenance.prune_every must be at least 1s, or \"off\" (it is {s:?})");
+            }
+            Some(d)
+        }
+        None => Some(vouch_actors::service::PRUNE_EVERY),
+    };
     let mut alerting = AlertingConfig::default();
     if let Some(s) = &c.alerting.evaluate_every {
         alerting.evaluate_every = dur(s, "alerting.evaluate_every")?;
@@ -1175,7 +1201,11 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
             exclude,
         )
         .with_source_policy(sources.clone())
-        .with_clusters(clusters),
+        .with_clusters(clusters)
+        .with_prune_grace(match &s.config.maintenance.prune_grace {
+            Some(g) => dur(g, "maintenance.prune_grace")?,
+            None => crate::workers::PRUNE_GRACE,
+        }),
     );
     // Leftovers of restore tests cut short by a crash.
     let _ = std::fs::remove_dir_all(repos.sandbox_root());

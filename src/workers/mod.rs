@@ -32,7 +32,7 @@ use vouch_events::{
 
 pub use browse::EngineBrowser;
 pub use repo_store::{agent_repositories, EngineRepoStore, AGENTS_DIR};
-pub use repos::{RepoSet, RepoSpec};
+pub use repos::{RepoSet, RepoSpec, PRUNE_GRACE};
 pub use security_probe::{EngineSecurityProbe, ListenerSpec};
 
 use crate::backup::{backup, BackupOptions};
@@ -538,6 +538,32 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
                         .into()
                     })
                     .collect(),
+            })
+        }
+        JobCommand::Prune { repository } => {
+            let repo = repos.open(&repository).map_err(fail)?;
+            let started = Instant::now();
+            let opts = crate::prune::PruneOptions {
+                grace: Some(repos.prune_grace()),
+                ..crate::prune::PruneOptions::default()
+            };
+            let r = crate::prune::prune(&repo, &opts).map_err(fail)?;
+            tracing::info!(repository = %repository, bytes_freed = r.bytes_freed, packs_deleted = r.packs_deleted, packs_repacked = r.packs_repacked, "pruned");
+            Ok(JobOutput {
+                events: vec![vouch_events::RepositoryPruned {
+                    job,
+                    repository,
+                    packs_before: r.packs_before,
+                    packs_deleted: r.packs_deleted,
+                    packs_repacked: r.packs_repacked,
+                    packs_written: r.packs_written,
+                    leftover_packs: r.leftover_packs,
+                    young_packs_kept: r.young_packs_kept,
+                    packs_kept_for_locks: r.packs_kept_for_locks,
+                    bytes_freed: r.bytes_freed,
+                    took_ms: started.elapsed().as_millis() as u64,
+                }
+                .into()],
             })
         }
         JobCommand::Reconcile {

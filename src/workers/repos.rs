@@ -11,6 +11,10 @@ use vouch_events::{JobId, RepositoryId};
 use crate::error::{Error, Result};
 use crate::repo::Repository;
 
+/// How long a pack in no index is kept by the service's prune jobs unless
+/// configured (`[maintenance] prune_grace`).
+pub const PRUNE_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// One configured repository.
 #[derive(Clone)]
 pub struct RepoSpec {
@@ -41,6 +45,7 @@ pub struct RepoSet {
     opened: Mutex<HashMap<RepositoryId, Arc<Repository>>>,
     sandbox_root: PathBuf,
     restore_test_max_bytes: u64,
+    prune_grace: std::time::Duration,
     exclude: Vec<PathBuf>,
     sources: SourcePolicy,
     sandbox_runs: AtomicU64,
@@ -61,6 +66,7 @@ impl RepoSet {
             opened: Mutex::new(HashMap::new()),
             sandbox_root,
             restore_test_max_bytes,
+            prune_grace: PRUNE_GRACE,
             exclude,
             sources: SourcePolicy::unrestricted(),
             sandbox_runs: AtomicU64::new(0),
@@ -180,6 +186,17 @@ impl RepoSet {
     /// The sandbox root.
     pub fn sandbox_root(&self) -> &Path {
         &self.sandbox_root
+    }
+
+    /// How long a pack in no index survives a prune job.
+    pub fn prune_grace(&self) -> std::time::Duration {
+        self.prune_grace
+    }
+
+    /// Packs in no index younger than `grace` survive a prune job.
+    pub fn with_prune_grace(mut self, grace: std::time::Duration) -> Self {
+        self.prune_grace = grace;
+        self
     }
 
     /// Largest restore test, in bytes (a sample beyond).

@@ -194,6 +194,12 @@ pub const REPOSITORY_SNAPSHOTS: &str = "vouch_repository_snapshots";
 /// writers on the file system that holds it (absent for object storage,
 /// which has no such figure).
 pub const REPOSITORY_FREE: &str = "vouch_repository_free_bytes";
+/// `vouch_prune_freed_bytes_total{repository}`: bytes the service's prune
+/// jobs freed (net of what repacking wrote).
+pub const PRUNE_FREED_BYTES: &str = "vouch_prune_freed_bytes_total";
+/// `vouch_repository_last_prune_timestamp_seconds{repository}`: when the
+/// latest prune job of the repository succeeded (absent: never).
+pub const REPOSITORY_LAST_PRUNE: &str = "vouch_repository_last_prune_timestamp_seconds";
 /// `vouch_event_log_mirrored_seq{repository}`: every event up to this seq
 /// is in the repository's copy of the log (disaster recovery); compare
 /// with `vouch_event_log_last_seq` for what losing the data directory
@@ -263,6 +269,8 @@ pub struct Metrics {
     alerts_firing: IntGaugeVec,
     restore_test_bytes: IntCounter,
     read_back_bytes: IntCounter,
+    prune_freed: IntCounterVec,
+    last_prune: GaugeVec,
     repo_size: IntGaugeVec,
     repo_packs: IntGaugeVec,
     repo_snapshots: IntGaugeVec,
@@ -572,6 +580,21 @@ impl Metrics {
             r,
             IntCounter::new(READ_BACK_BYTES, "Bytes the rolling read-back read.")?,
         )?;
+        let prune_freed = reg(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    PRUNE_FREED_BYTES,
+                    "Bytes the service's prune jobs freed in each repository.",
+                ),
+                &["repository"],
+            )?,
+        )?;
+        let last_prune = gauge_vec(
+            REPOSITORY_LAST_PRUNE,
+            "When each repository's latest prune job succeeded.",
+            &["repository"],
+        )?;
         let repo_size = int_gauge_vec(
             REPOSITORY_SIZE,
             "Bytes of each repository's packs on its storage.",
@@ -651,6 +674,8 @@ impl Metrics {
             alerts_firing,
             restore_test_bytes,
             read_back_bytes,
+            prune_freed,
+            last_prune,
             repo_size,
             repo_packs,
             repo_snapshots,
@@ -748,6 +773,13 @@ impl Metrics {
             Event::RestoreTestPassed(e) => self.restore_test_bytes.inc_by(e.evidence.bytes),
             Event::RestoreTestFailed(e) => self.restore_test_bytes.inc_by(e.evidence.bytes),
             Event::PacksReadBack(e) => self.read_back_bytes.inc_by(e.bytes_read),
+            Event::RepositoryPruned(e) => {
+                let label = [e.repository.as_str()];
+                self.prune_freed
+                    .with_label_values(&label)
+                    .inc_by(e.bytes_freed);
+                self.last_prune.with_label_values(&label).set(at);
+            }
             Event::AlertRaised(e) => {
                 let severity = crate::views::severity(e.severity);
                 f.open_alerts

@@ -938,6 +938,7 @@ pub(crate) fn event_data(e: &Event) -> Value {
         ReportDelivered,
         ReportDeliveryFailed,
         ServiceRebuilt,
+        RepositoryPruned,
     )
     .unwrap_or(Value::Null)
 }

@@ -116,6 +116,7 @@ impl Handler<RunJob> for FakeEngineWorker {
             JobCommand::Retention { .. }
             | JobCommand::ReadBack { .. }
             | JobCommand::Reconcile { .. }
+            | JobCommand::Prune { .. }
             | JobCommand::Restore { .. } => Vec::new(),
         };
         let _ = VerifyDepth::Structure;

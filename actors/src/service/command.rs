@@ -125,6 +125,13 @@ pub enum JobCommand {
         /// starts.
         live: Vec<SnapshotId>,
     },
+    /// Free a repository's unused data (packs no point needs, mostly
+    /// unused packs repacked), keeping what locked points need. Never runs
+    /// beside another job in the same repository.
+    Prune {
+        /// The repository.
+        repository: RepositoryId,
+    },
 }
 
 impl JobCommand {
@@ -137,6 +144,7 @@ impl JobCommand {
             JobCommand::RestoreTest { .. } => JobKind::RestoreTest,
             JobCommand::Retention { .. } => JobKind::Forget,
             JobCommand::Reconcile { .. } => JobKind::Reconcile,
+            JobCommand::Prune { .. } => JobKind::Prune,
             JobCommand::Restore { .. } => JobKind::Restore,
             JobCommand::Copy { .. } => JobKind::Copy,
         }
@@ -161,6 +169,7 @@ impl JobCommand {
             JobCommand::Backup { .. }
             | JobCommand::Retention { .. }
             | JobCommand::Reconcile { .. }
+            | JobCommand::Prune { .. }
             | JobCommand::Copy { .. } => {}
         }
         spec
@@ -175,7 +184,9 @@ impl JobCommand {
             JobCommand::Verify { plan, .. }
             | JobCommand::RestoreTest { plan, .. }
             | JobCommand::Restore { plan, .. } => plan.as_ref(),
-            JobCommand::ReadBack { .. } | JobCommand::Reconcile { .. } => None,
+            JobCommand::ReadBack { .. }
+            | JobCommand::Reconcile { .. }
+            | JobCommand::Prune { .. } => None,
         }
     }
 
@@ -188,6 +199,7 @@ impl JobCommand {
             | JobCommand::Retention { repository, .. }
             | JobCommand::ReadBack { repository, .. }
             | JobCommand::Reconcile { repository, .. }
+            | JobCommand::Prune { repository }
             | JobCommand::Restore { repository, .. }
             | JobCommand::Copy { repository, .. } => repository,
         }
@@ -349,7 +361,9 @@ impl Workers {
             JobCommand::Backup { .. } | JobCommand::Copy { .. } => &self.backup,
             JobCommand::Verify { .. } | JobCommand::ReadBack { .. } => &self.verify,
             JobCommand::RestoreTest { .. } | JobCommand::Restore { .. } => &self.restore_test,
-            JobCommand::Retention { .. } | JobCommand::Reconcile { .. } => &self.retention,
+            JobCommand::Retention { .. }
+            | JobCommand::Reconcile { .. }
+            | JobCommand::Prune { .. } => &self.retention,
         }
     }
 }

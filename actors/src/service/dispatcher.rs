@@ -292,9 +292,9 @@ impl Dispatcher {
             | JobCommand::RestoreTest { point, .. }
             | JobCommand::Restore { point, .. }
             | JobCommand::Copy { point, .. } => point.short(),
-            JobCommand::ReadBack { repository, .. } | JobCommand::Reconcile { repository, .. } => {
-                repository.to_string()
-            }
+            JobCommand::ReadBack { repository, .. }
+            | JobCommand::Reconcile { repository, .. }
+            | JobCommand::Prune { repository } => repository.to_string(),
         };
         let salt = blake3::hash(format!("{}{}", self.clock.now_unix_ns(), self.next_id).as_bytes());
         JobId::new(format!(
@@ -366,7 +366,7 @@ impl Dispatcher {
                         c.point() == point && c.repository() == command.repository()
                     }
                     // No point, no plan: one per repository.
-                    JobKind::ReadBack | JobKind::Reconcile => {
+                    JobKind::ReadBack | JobKind::Reconcile | JobKind::Prune => {
                         c.repository() == command.repository()
                     }
                     // One retention of a plan per repository: its own,
@@ -449,9 +449,19 @@ impl Dispatcher {
             } => source_repository == repo || repository == repo,
             _ => false,
         };
+        // Everything a job reads or writes in the repositories it touches.
+        let touches =
+            |c: &JobCommand, repo: &RepositoryId| c.repository() == repo || copy_touches(c, repo);
         self.running.values().all(|r| {
             let rk = r.command.kind();
             let same_repo = r.command.repository() == repo;
+            // A prune rewrites and deletes packs: alone in its repository.
+            if kind == JobKind::Prune {
+                return !touches(&r.command, repo);
+            }
+            if rk == JobKind::Prune {
+                return !touches(&q.command, r.command.repository());
+            }
             match (kind, rk) {
                 (JobKind::Backup, JobKind::Backup) => {
                     q.command.plan().is_none() || q.command.plan() != r.command.plan()
@@ -1224,7 +1234,9 @@ pub fn rebuild_command(
                 lock_for: replica.lock_for,
             })
         }
-        JobKind::Prune => None,
+        JobKind::Prune => v2
+            .and_then(|s| s.repository.clone())
+            .map(|repository| JobCommand::Prune { repository }),
     }
 }
 

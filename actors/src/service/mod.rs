@@ -64,7 +64,9 @@ pub use reporter::{
     SETTLE,
 };
 pub use results::FOREIGN_RESULT;
-pub use scheduler::{next_run, SchedulerConfig, CLOCK_STEP_TOLERANCE};
+pub use scheduler::{
+    first_prune_after, next_run, SchedulerConfig, CLOCK_STEP_TOLERANCE, PRUNE_EVERY,
+};
 pub use scrub::{scrub_event, FIRST_SCRUB_AFTER, SCRUB_EVERY};
 pub use store::{AppendHealth, AppendStatus, LIVE_CAPACITY};
 pub use webhook::{ReceiverAuth, Secret, WebhookError, SIGNATURE_HEADER};

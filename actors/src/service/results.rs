@@ -33,6 +33,7 @@ fn job_of(e: &Event) -> Option<&JobId> {
         Event::RestoreTestPassed(e) => e.job.as_ref(),
         Event::RestoreTestFailed(e) => e.job.as_ref(),
         Event::PacksReadBack(e) => e.job.as_ref(),
+        Event::RepositoryPruned(e) => Some(&e.job),
         _ => None,
     }
 }
@@ -45,6 +46,7 @@ fn repository_of(e: &Event) -> Option<&RepositoryId> {
         Event::PointDiscovered(e) => Some(&e.repository),
         Event::PacksReadBack(e) => Some(&e.repository),
         Event::PointVanished(e) => Some(&e.repository),
+        Event::RepositoryPruned(e) => Some(&e.repository),
         _ => None,
     }
 }
@@ -103,6 +105,11 @@ fn foreign_point(
         // A read-back is about packs, not points.
         JobCommand::ReadBack { .. } => Some(format!(
             "{ty} is about point {}; a read-back is about no point",
+            point.short()
+        )),
+        // Neither is a prune.
+        JobCommand::Prune { .. } => Some(format!(
+            "{ty} is about point {}; a prune is about no point",
             point.short()
         )),
         // Retention decides over the plan's points, which the command does

@@ -49,6 +49,10 @@ pub struct SchedulerConfig {
     /// only after retention). Each repository is also reconciled on the
     /// first tick after the service starts.
     pub reconcile_every: Option<Duration>,
+    /// How often every repository in use is pruned (none: never; the
+    /// service then never frees the space retention gives up). The first
+    /// prune of a repository comes [`first_prune_after`] after the start.
+    pub prune_every: Option<Duration>,
 }
 
 impl Default for SchedulerConfig {
@@ -58,8 +62,19 @@ impl Default for SchedulerConfig {
             max_jitter: Duration::from_secs(300),
             read_back: Some(ReadBackWindow::default()),
             reconcile_every: Some(Duration::from_secs(24 * 3600)),
+            prune_every: Some(PRUNE_EVERY),
         }
     }
+}
+
+/// How often repositories are pruned unless configured.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(24 * 3600);
+
+/// When a repository's first prune comes after a start: `prune_every`,
+/// at most an hour (a service restarted daily still prunes daily, and a
+/// restart loop does not prune on every start).
+pub fn first_prune_after(prune_every: Duration) -> Duration {
+    prune_every.min(Duration::from_secs(3600))
 }
 
 struct PlanView {
@@ -102,6 +117,8 @@ pub struct Scheduler {
     /// When each repository was last proposed for reconciliation in this
     /// process (none yet: on the first tick after start).
     reconciled: HashMap<RepositoryId, i64>,
+    /// When each repository's next prune is due (in this process).
+    prune_due: HashMap<RepositoryId, i64>,
     busy: bool,
     /// A tick came while one was running: run another when it ends.
     again: bool,
@@ -155,6 +172,7 @@ impl Scheduler {
             fired: HashMap::new(),
             read_back_proposed: HashMap::new(),
             reconciled: HashMap::new(),
+            prune_due: HashMap::new(),
             busy: false,
             again: false,
             plans_busy: false,
@@ -213,6 +231,32 @@ impl Scheduler {
                     repository,
                     expired: Vec::new(),
                     live: Vec::new(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Prunes due: each repository in use [`first_prune_after`] the first
+    /// tick that saw it, then every `prune_every` after it was proposed
+    /// (the dispatcher runs it when nothing else works in the repository).
+    fn prunes(&mut self, repositories: &[RepositoryId], now: i64) -> Vec<JobCommand> {
+        let Some(every) = self.config.prune_every else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for repository in repositories {
+            let due = *self
+                .prune_due
+                .entry(repository.clone())
+                .or_insert_with(|| now.saturating_add(duration_to_ns(first_prune_after(every))));
+            if now >= due {
+                self.prune_due.insert(
+                    repository.clone(),
+                    now.saturating_add(duration_to_ns(every)),
+                );
+                out.push(JobCommand::Prune {
+                    repository: repository.clone(),
                 });
             }
         }
@@ -447,6 +491,7 @@ impl Scheduler {
             if full {
                 commands.extend(checks);
                 commands.extend(act.throttle_read_backs(read_backs, now));
+                commands.extend(act.prunes(&repositories, now));
                 commands.extend(act.reconciles(repositories, now));
             }
             let n = commands.len();

@@ -1090,18 +1090,17 @@ async fn a_scrub_finds_damage_to_an_acknowledged_event_and_raises_log_damaged() 
     }
 }
 
-/// Review H2: every repository in use is reconciled with the log on the
-/// first tick after a start, not again on the next tick, and again once
-/// `reconcile_every` passed (by the service's clock).
-#[actix::test]
-async fn repositories_are_reconciled_at_start_and_every_reconcile_every() {
-    use super::scheduler::SchedulerConfig;
+/// A service whose ticks come from the test only, with one paused plan
+/// (so a tick proposes only repository jobs) into repository `main`.
+async fn paused_plan_service(
+    dir: &std::path::Path,
+    clock: Arc<crate::ManualClock>,
+    scheduler: super::scheduler::SchedulerConfig,
+) -> ServiceHandle {
     use vouch_events::{
-        JobKind, KeepPolicy, PlanCreated, PlanDefinition, PlanId, RestoreTestPolicy,
-        VerificationPolicy, VerifyDepth,
+        KeepPolicy, PlanCreated, PlanDefinition, PlanId, RestoreTestPolicy, VerificationPolicy,
+        VerifyDepth,
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let clock = Arc::new(crate::ManualClock::new(T0));
     let worker = ScriptedWorker {
         answer: Box::new(|_, _| Ok(JobOutput::default())),
         calls: Arc::new(AtomicU32::new(0)),
@@ -1109,16 +1108,15 @@ async fn repositories_are_reconciled_at_start_and_every_reconcile_every() {
     .start();
     let day = Duration::from_secs(24 * 3600);
     let svc = service_with(
-        dir.path(),
+        dir,
         worker,
-        clock.clone(),
+        clock,
         ServiceConfig {
-            scheduler: SchedulerConfig {
+            scheduler: super::scheduler::SchedulerConfig {
                 // Ticks come from the test only.
                 tick: Duration::from_secs(365 * 24 * 3600),
                 read_back: None,
-                reconcile_every: Some(day),
-                ..SchedulerConfig::default()
+                ..scheduler
             },
             scrub_every: None,
             ..ServiceConfig::default()
@@ -1157,6 +1155,96 @@ async fn repositories_are_reconciled_at_start_and_every_reconcile_every() {
         .expect("plan")
         .last_seq;
     svc.query(seq, |_| ()).await.expect("folded");
+    svc
+}
+
+/// Issue 18: every repository in use is pruned an hour after a start (or
+/// `prune_every`, when shorter), then every `prune_every`; never with
+/// `prune_every` off.
+#[actix::test]
+async fn repositories_are_pruned_an_hour_after_start_then_every_prune_every() {
+    use super::scheduler::SchedulerConfig;
+    use vouch_events::JobKind;
+    let hour = Duration::from_secs(3600);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(crate::ManualClock::new(T0));
+    let svc = paused_plan_service(
+        dir.path(),
+        clock.clone(),
+        SchedulerConfig {
+            reconcile_every: None,
+            prune_every: Some(24 * hour),
+            ..SchedulerConfig::default()
+        },
+    )
+    .await;
+    let prunes = |n: usize| {
+        move |events: &[Event]| {
+            let got = events
+                .iter()
+                .filter(|e| matches!(e, Event::JobScheduled(s) if s.kind == JobKind::Prune && s.spec.repository == Some(RepositoryId::new("main"))))
+                .count();
+            (got >= n).then_some(got)
+        }
+    };
+    // The first tick reconciles (always, at start); no prune yet.
+    assert_eq!(
+        svc.tick().await.expect("tick"),
+        1,
+        "the first tick: reconcile only"
+    );
+    clock.advance(crate::duration_to_ns(hour) - 1);
+    assert_eq!(svc.tick().await.expect("tick"), 0, "not before an hour");
+    clock.advance(1);
+    assert_eq!(
+        svc.tick().await.expect("tick"),
+        1,
+        "an hour after the start"
+    );
+    assert_eq!(wait_for(&svc, "the first prune", prunes(1)).await, 1);
+    clock.advance(crate::duration_to_ns(12 * hour));
+    assert_eq!(svc.tick().await.expect("tick"), 0, "not before prune_every");
+    clock.advance(crate::duration_to_ns(12 * hour));
+    assert_eq!(svc.tick().await.expect("tick"), 1, "prune_every later");
+    assert_eq!(wait_for(&svc, "the second prune", prunes(2)).await, 2);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(crate::ManualClock::new(T0));
+    let svc = paused_plan_service(
+        dir.path(),
+        clock.clone(),
+        SchedulerConfig {
+            reconcile_every: None,
+            prune_every: None,
+            ..SchedulerConfig::default()
+        },
+    )
+    .await;
+    assert_eq!(svc.tick().await.expect("tick"), 1);
+    clock.advance(crate::duration_to_ns(48 * hour));
+    assert_eq!(svc.tick().await.expect("tick"), 0, "prune_every off: never");
+}
+
+/// Review H2: every repository in use is reconciled with the log on the
+/// first tick after a start, not again on the next tick, and again once
+/// `reconcile_every` passed (by the service's clock).
+#[actix::test]
+async fn repositories_are_reconciled_at_start_and_every_reconcile_every() {
+    use super::scheduler::SchedulerConfig;
+    use vouch_events::JobKind;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(crate::ManualClock::new(T0));
+    let day = Duration::from_secs(24 * 3600);
+    let svc = paused_plan_service(
+        dir.path(),
+        clock.clone(),
+        SchedulerConfig {
+            reconcile_every: Some(day),
+            prune_every: None,
+            ..SchedulerConfig::default()
+        },
+    )
+    .await;
     let reconciles = |n: usize| {
         move |events: &[Event]| {
             let got: Vec<&RepositoryId> = events

@@ -196,6 +196,25 @@ pub fn ending(
         // The simulation never asks for restores onto a host, and its plans
         // name no replica (copies are tested in `tests/replica.rs`).
         JobCommand::Restore { .. } | JobCommand::Copy { .. } => fail("io", true, Vec::new()),
+        JobCommand::Prune { repository } => {
+            if rng.chance(1, 10) {
+                return fail("io", true, Vec::new());
+            }
+            ok(vec![vouch_events::RepositoryPruned {
+                job,
+                repository: repository.clone(),
+                packs_before: 10,
+                packs_deleted: rng.below(5) as u64,
+                packs_repacked: 0,
+                packs_written: 0,
+                leftover_packs: 0,
+                young_packs_kept: 0,
+                packs_kept_for_locks: 0,
+                bytes_freed: rng.below(1 << 20) as u64,
+                took_ms: 10,
+            }
+            .into()])
+        }
         JobCommand::Reconcile { .. } => {
             // Manifests are the simulator's to lose (`point.vanished`
             // steps); a reconcile finds nothing new, or fails on I/O.
