@@ -73,6 +73,7 @@ fn main() {
             | vouch::cli::Command::Events(_)
             | vouch::cli::Command::Agent(_)
             | vouch::cli::Command::Dr(_)
+            | vouch::cli::Command::Generate(_)
     ) {
         let json = cli.json;
         let code = match vouch::cli::run_service(cli.command, json, cli.repo) {

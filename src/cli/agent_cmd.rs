@@ -86,7 +86,18 @@ pub fn run(a: AgentArgs) -> anyhow::Result<i32> {
             "--server differs from the server this agent registered with; the registered one is used"
         );
     }
-    let jobs = agent.run()?;
+    // Under systemd (`Type=notify`): ready once registered and about to
+    // poll; stopping when it leaves its loop.
+    let _ = sd_notify::notify(
+        false,
+        &[
+            sd_notify::NotifyState::Ready,
+            sd_notify::NotifyState::Status("polling for jobs"),
+        ],
+    );
+    let ran = agent.run();
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+    let jobs = ran?;
     tracing::info!(jobs, "agent stopped");
     Ok(0)
 }

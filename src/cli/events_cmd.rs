@@ -26,7 +26,8 @@ pub enum EventsAction {
     Verify {
         /// The service's data directory (the log is in its `events/`);
         /// default as `vouch serve`: the configuration's `data_dir`, else
-        /// `vouch-data`.
+        /// `./vouch-data` from a checkout, `/var/lib/vouch` as root,
+        /// `~/.local/share/vouch` otherwise.
         #[arg(long, env = "VOUCH_DATA_DIR")]
         data_dir: Option<PathBuf>,
         /// The service's configuration file: its `data_dir` and `[log]
@@ -55,13 +56,12 @@ pub fn run(a: EventsArgs, json: bool) -> anyhow::Result<i32> {
             config,
             chain_key_file,
         } => {
-            let config = match &config {
-                Some(p) => super::serve::Config::load(p)?,
+            let defaults = super::defaults::defaults();
+            let config = match config.or(defaults.config) {
+                Some(p) => super::serve::Config::load(&p)?,
                 None => super::serve::Config::default(),
             };
-            let data_dir = data_dir
-                .or(config.data_dir)
-                .unwrap_or_else(|| PathBuf::from("vouch-data"));
+            let data_dir = data_dir.or(config.data_dir).unwrap_or(defaults.data_dir);
             let key = chain_key_file.or(config.log.chain_key_file);
             verify(&data_dir, key.as_deref(), json)
         }

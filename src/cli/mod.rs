@@ -6,8 +6,10 @@ mod backup_cmd;
 #[cfg(feature = "bench")]
 mod bench_cmd;
 mod copy_cmd;
+pub mod defaults;
 mod dr_cmd;
 pub mod events_cmd;
+mod generate_cmd;
 mod inspect;
 mod maintain;
 mod output;
@@ -122,6 +124,8 @@ pub enum Command {
     /// repository's copy of its event log (`rebuild`), or see how far that
     /// copy goes (`status`).
     Dr(dr_cmd::DrArgs),
+    /// Shell completions and man pages (the package ships them).
+    Generate(generate_cmd::GenerateArgs),
 }
 
 /// Shared handle for subcommands.
@@ -358,13 +362,14 @@ pub fn run(cli: Cli) -> Result<i32> {
         | Command::Token(_)
         | Command::Events(_)
         | Command::Agent(_)
-        | Command::Dr(_) => Err(Error::InvalidArgument(
-            "serve, token, events and agent run through cli::run_service".into(),
+        | Command::Dr(_)
+        | Command::Generate(_) => Err(Error::InvalidArgument(
+            "serve, token, events, agent, dr and generate run through cli::run_service".into(),
         )),
     }
 }
 
-/// Runs `serve`, `token` or `events` (errors at the binary's edge, as
+/// Runs `serve`, `token`, `events`, `agent`, `dr` or `generate` (errors at the binary's edge, as
 /// `anyhow`). Returns `None` for any other command.
 pub fn run_service(
     command: Command,
@@ -373,6 +378,7 @@ pub fn run_service(
 ) -> Option<anyhow::Result<i32>> {
     match command {
         Command::Dr(a) => Some(dr_cmd::run(a, repo, json)),
+        Command::Generate(a) => Some(generate_cmd::run(a)),
         Command::Serve(a) => Some(serve::serve(a)),
         Command::Token(a) => Some(serve::token(a)),
         Command::Events(a) => Some(events_cmd::run(a, json)),

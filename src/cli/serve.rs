@@ -44,10 +44,15 @@ pub struct ServeArgs {
     /// Address for the API and console (port 0 picks a free one).
     #[arg(long, env = "VOUCH_LISTEN")]
     pub listen: Option<String>,
-    /// Where the service keeps its log, read store, default repository and tokens.
+    /// Where the service keeps its log, read store, default repository and
+    /// tokens: default the configuration's `data_dir`, else `./vouch-data`
+    /// from a checkout, `/var/lib/vouch` as root, `~/.local/share/vouch`
+    /// otherwise.
     #[arg(long, env = "VOUCH_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// A TOML configuration file (see docs/operations.md).
+    /// A TOML configuration file (see docs/operations.md); default
+    /// `/etc/vouch/vouch.toml` as root, `~/.config/vouch/vouch.toml`
+    /// otherwise, when it exists (none from a checkout).
     #[arg(long, env = "VOUCH_CONFIG")]
     pub config: Option<PathBuf>,
     /// Serve HTTPS with this PEM certificate chain (with `--tls-key`).
@@ -83,7 +88,8 @@ pub struct ServeArgs {
 #[derive(Args, Debug)]
 pub struct TokenArgs {
     /// The service's data directory; default as `vouch serve`: the
-    /// configuration's `data_dir`, else `vouch-data`.
+    /// configuration's `data_dir`, else `./vouch-data` from a checkout,
+    /// `/var/lib/vouch` as root, `~/.local/share/vouch` otherwise.
     #[arg(long, env = "VOUCH_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// The service's configuration file: its `data_dir` is used unless
@@ -127,10 +133,6 @@ pub enum TokenAction {
 
 fn default_listen() -> String {
     "127.0.0.1:8080".into()
-}
-
-fn default_data_dir() -> PathBuf {
-    PathBuf::from("vouch-data")
 }
 
 fn dur(s: &str, key: &str) -> anyhow::Result<Duration> {
@@ -820,12 +822,11 @@ pub(super) fn ensure_admin_token(data_dir: &Path) -> anyhow::Result<()> {
 
 /// Runs `vouch token`.
 pub fn token(a: TokenArgs) -> anyhow::Result<i32> {
-    let data_dir = match (a.data_dir, &a.config) {
+    let defaults = super::defaults::defaults();
+    let data_dir = match (a.data_dir, a.config.or(defaults.config)) {
         (Some(d), _) => d,
-        (None, Some(c)) => Config::load(c)?
-            .data_dir
-            .unwrap_or_else(|| PathBuf::from("vouch-data")),
-        (None, None) => PathBuf::from("vouch-data"),
+        (None, Some(c)) => Config::load(&c)?.data_dir.unwrap_or(defaults.data_dir),
+        (None, None) => defaults.data_dir,
     };
     let path = data_dir.join("tokens.json");
     let mut store = TokenStore::load(&path)?;
@@ -917,7 +918,9 @@ struct Settings {
 }
 
 fn settings(a: &ServeArgs) -> anyhow::Result<Settings> {
-    let config = match &a.config {
+    let defaults = super::defaults::defaults();
+    let config_path = a.config.clone().or(defaults.config.clone());
+    let config = match &config_path {
         Some(p) => Config::load(p)?,
         None => Config::default(),
     };
@@ -927,7 +930,7 @@ fn settings(a: &ServeArgs) -> anyhow::Result<Settings> {
     };
     Ok(Settings {
         tls,
-        config_path: a.config.clone(),
+        config_path,
         listen: a
             .listen
             .clone()
@@ -937,7 +940,7 @@ fn settings(a: &ServeArgs) -> anyhow::Result<Settings> {
             .data_dir
             .clone()
             .or_else(|| config.data_dir.clone())
-            .unwrap_or_else(default_data_dir),
+            .unwrap_or(defaults.data_dir),
         config,
     })
 }
@@ -1351,6 +1354,8 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         let running = actix_web::rt::spawn(server);
         println!("listening on {scheme}://{addr}");
         tracing::info!(%addr, data_dir = %data_dir.display(), "vouch serve ready");
+        let watchdog = service_manager_ready(&format!("listening on {scheme}://{addr}"));
+        let mut last_ping = std::time::Instant::now();
         // A log that refuses appends for this long is escalated: the process
         // stops (non-zero) so its supervisor restarts it and the log is
         // reopened and repaired, rather than failing silently forever.
@@ -1358,6 +1363,12 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         let mut log_failed = None;
         while crate::util::signals() == 0 {
             actix_web::rt::time::sleep(Duration::from_millis(200)).await;
+            // The watchdog is fed from the event loop itself: a loop that
+            // stops turning stops feeding it, and systemd restarts us.
+            if watchdog.is_some_and(|every| last_ping.elapsed() >= every) {
+                let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+                last_ping = std::time::Instant::now();
+            }
             let append = handle.append_status();
             if append.should_escalate(handle.now_unix_ns(), LOG_FAILING_EXIT_AFTER) {
                 log_failed = append.reason;
@@ -1367,6 +1378,13 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         if let Some(reason) = &log_failed {
             tracing::error!(after = %humantime::format_duration(LOG_FAILING_EXIT_AFTER), %reason, "the event log has refused appends; stopping so that a restart reopens it");
         }
+        let _ = sd_notify::notify(
+            false,
+            &[
+                sd_notify::NotifyState::Stopping,
+                sd_notify::NotifyState::Status("stopping: draining running jobs"),
+            ],
+        );
         // The HTTP side stays up while jobs drain: `/readyz` says
         // "stopping", `/metrics` and the console still answer.
         tracing::info!(grace = %humantime::format_duration(grace), "stopping: no new jobs; waiting for running jobs (a second SIGTERM or SIGINT cancels them)");
@@ -1388,6 +1406,26 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
     })?;
     tracing::info!("stopped");
     Ok(0)
+}
+
+/// Tells systemd (`Type=notify`) that the service is ready, when it runs
+/// under it; returns how often to feed its watchdog (half of
+/// `WatchdogSec`), if one is set. Outside systemd it does nothing.
+fn service_manager_ready(status: &str) -> Option<Duration> {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return None;
+    }
+    if let Err(e) = sd_notify::notify(
+        false,
+        &[
+            sd_notify::NotifyState::Ready,
+            sd_notify::NotifyState::Status(status),
+        ],
+    ) {
+        tracing::warn!(error = %e, "could not tell systemd that the service is ready");
+    }
+    let mut usec = 0;
+    sd_notify::watchdog_enabled(false, &mut usec).then(|| Duration::from_micros(usec / 2))
 }
 
 /// The event log's mirror into the repositories (`docs/operations.md`,
