@@ -1412,9 +1412,8 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
 /// under it; returns how often to feed its watchdog (half of
 /// `WatchdogSec`), if one is set. Outside systemd it does nothing.
 fn service_manager_ready(status: &str) -> Option<Duration> {
-    if std::env::var_os("NOTIFY_SOCKET").is_none() {
-        return None;
-    }
+    // Outside systemd: nothing to tell.
+    std::env::var_os("NOTIFY_SOCKET")?;
     if let Err(e) = sd_notify::notify(
         false,
         &[
