@@ -1423,8 +1423,15 @@ fn service_manager_ready(status: &str) -> Option<Duration> {
     ) {
         tracing::warn!(error = %e, "could not tell systemd that the service is ready");
     }
-    let mut usec = 0;
-    sd_notify::watchdog_enabled(false, &mut usec).then(|| Duration::from_micros(usec / 2))
+    // WATCHDOG_USEC asks for a watchdog; WATCHDOG_PID, when set, says
+    // whose (systemd sets both; a process started by ours is not meant).
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+    if let Ok(pid) = std::env::var("WATCHDOG_PID") {
+        if pid.parse::<u32>().ok() != Some(std::process::id()) {
+            return None;
+        }
+    }
+    (usec > 0).then(|| Duration::from_micros(usec / 2))
 }
 
 /// The event log's mirror into the repositories (`docs/operations.md`,
