@@ -329,12 +329,20 @@ fn a_server_rebuilt_from_its_repository_shows_the_same_states_and_runs_on() {
                 && p["id"].as_str() != Some(found.as_str())
         })
     });
-    // And the mirror goes on, in the same log.
-    let status_out = vouch(&offsite.repo, &["dr", "status", "--json"]);
-    let logs: Value = serde_json::from_slice(&status_out.stdout).unwrap();
+    // And the mirror goes on, under the rebuilt log's own name (its history
+    // parts from the old one's after the recovered seq); `dr status` lists
+    // it first, as the most recent.
+    let recovered = report["recovered_seq"].as_u64().unwrap();
+    let logs = eventually("the rebuilt log mirrored past the recovered seq", || {
+        let out = vouch(&offsite.repo, &["dr", "status", "--json"]);
+        let logs: Value = serde_json::from_slice(&out.stdout).ok()?;
+        (logs["logs"][0]["log"] == report["mirrored_as"]
+            && logs["logs"][0]["recovers_to_seq"].as_u64() > Some(recovered))
+        .then_some(logs)
+    });
     assert_eq!(
         logs["logs"].as_array().unwrap().len(),
-        1,
-        "the same log continues: {logs}"
+        2,
+        "the old copy stays: {logs}"
     );
 }

@@ -59,9 +59,9 @@ pub use event::{
 pub use format::{ChainCheckpoint, EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};
 pub use log::{
-    latest_checkpoint, read_log_head, scrub, verify_chain, verify_log, AppendReceipt, ChainKey,
-    ChainProblem, ChainReport, EventLog, ImportedLog, LogImporter, LogOptions, LogReader,
-    LogVerifyReport, Replay, ScrubReport, SealKey, SharedLog, Subscription,
+    last_record, latest_checkpoint, read_log_head, scrub, verify_chain, verify_log, AppendReceipt,
+    ChainKey, ChainProblem, ChainReport, EventLog, ImportedLog, LogImporter, LogOptions, LogReader,
+    LogVerifyReport, RecordRef, Replay, ScrubReport, SealKey, SharedLog, Subscription,
 };
 #[cfg(feature = "failpoints")]
 pub use log::{SyncFault, SyncFaults};

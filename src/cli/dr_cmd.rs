@@ -48,20 +48,35 @@ struct LogCopy {
     log: String,
     files: usize,
     covered: u64,
+    /// When its newest copied record was recorded (none: unreadable).
+    newest_unix_ns: Option<i64>,
 }
 
-fn logs(files: &[MirrorFile]) -> Vec<LogCopy> {
+/// Every log copied into the repository, the most recent first (by when
+/// its newest copied record was recorded): after a rebuild the repository
+/// holds the old log's copy and the rebuilt one's, and the latter is the
+/// live history.
+fn logs(repo: &Repository, files: &[MirrorFile]) -> Vec<LogCopy> {
     let ids: BTreeSet<&str> = files.iter().map(|f| f.log.as_str()).collect();
-    ids.into_iter()
+    let mut out: Vec<LogCopy> = ids
+        .into_iter()
         .map(|log| {
             let (chain, covered) = covering_chain(files, log);
+            let newest_unix_ns = chain
+                .last()
+                .and_then(|f| repo.read_log_mirror(f).ok())
+                .and_then(|frames| vouch_events::last_record(&frames))
+                .map(|r| r.recorded_unix_ns);
             LogCopy {
                 log: log.to_owned(),
                 files: chain.len(),
                 covered,
+                newest_unix_ns,
             }
         })
-        .collect()
+        .collect();
+    out.sort_by_key(|c| std::cmp::Reverse(c.newest_unix_ns));
+    out
 }
 
 fn open(repo: Option<&Path>) -> anyhow::Result<Repository> {
@@ -88,11 +103,14 @@ pub fn run(a: DrArgs, repo: Option<PathBuf>, json: bool) -> anyhow::Result<i32> 
 
 fn status(repo: &Repository, json: bool) -> anyhow::Result<i32> {
     let files = repo.list_log_mirror()?;
-    let copies = logs(&files);
+    let copies = logs(repo, &files);
     if json {
         let v: Vec<_> = copies
             .iter()
-            .map(|c| serde_json::json!({"log": c.log, "files": c.files, "recovers_to_seq": c.covered}))
+            .map(|c| {
+                serde_json::json!({"log": c.log, "files": c.files, "recovers_to_seq": c.covered,
+                    "newest_recorded": c.newest_unix_ns.map(crate::util::rfc3339)})
+            })
             .collect();
         println!("{}", serde_json::json!({ "logs": v }));
         return Ok(0);
@@ -103,8 +121,12 @@ fn status(repo: &Repository, json: bool) -> anyhow::Result<i32> {
     }
     for c in &copies {
         println!(
-            "log {}: events 1 to {} in {} files",
-            c.log, c.covered, c.files
+            "log {}: events 1 to {} in {} files, the newest recorded {}",
+            c.log,
+            c.covered,
+            c.files,
+            c.newest_unix_ns
+                .map_or_else(|| "(unreadable)".to_owned(), crate::util::rfc3339)
         );
     }
     Ok(0)
@@ -118,7 +140,7 @@ fn rebuild(
     json: bool,
 ) -> anyhow::Result<i32> {
     let files = repo.list_log_mirror()?;
-    let copies = logs(&files);
+    let copies = logs(repo, &files);
     let chosen = match (log, copies.as_slice()) {
         (_, []) => bail!(
             "this repository holds no copy of an event log (eventlog/ is empty): it was not \
@@ -128,16 +150,17 @@ fn rebuild(
         (Some(l), _) => copies.iter().find(|c| c.log == l).with_context(|| {
             format!("the repository holds no copy of log {l} (`vouch dr status` lists them)")
         })?,
-        (None, [only]) => only,
-        (None, many) => bail!(
-            "the repository holds copies of {} event logs ({}): name one with --log (`vouch dr \
-             status` shows how far each goes)",
-            many.len(),
-            many.iter()
-                .map(|c| format!("{} to seq {}", c.log, c.covered))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        (None, [newest, others @ ..]) => {
+            if !others.is_empty() {
+                eprintln!(
+                    "the repository holds copies of {} event logs; rebuilding from {}, the most \
+                     recent (--log names another; `vouch dr status` lists them)",
+                    copies.len(),
+                    newest.log
+                );
+            }
+            newest
+        }
     };
     if std::fs::read_dir(data_dir).is_ok_and(|mut d| d.next().is_some()) {
         bail!(
@@ -187,6 +210,12 @@ fn rebuild(
             chosen.log
         );
     }
+    // The rebuilt log's history parts from the old one's after the
+    // recovered seq: its copies get a name of their own.
+    let new_id = hex::encode(crate::crypto::random_array::<8>());
+    let id_file = data_dir.join(crate::workers::log_mirror::MIRROR_ID_FILE);
+    std::fs::write(&id_file, format!("{new_id}\n"))
+        .with_context(|| format!("writing {}", id_file.display()))?;
     // The repository's ownership record names the service and the id it
     // has in the log.
     let owner = repo.read_owner().ok().flatten();
@@ -238,6 +267,7 @@ fn rebuild(
                 "recovered_seq": imported.last_seq,
                 "last_recorded": last_time,
                 "files": used,
+                "mirrored_as": new_id,
                 "repository": repository_name,
                 "repositories_in_plans": repositories,
                 "admin_token_file": data_dir.join(super::serve::INITIAL_ADMIN_TOKEN_FILE).display().to_string(),

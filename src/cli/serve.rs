@@ -1251,6 +1251,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         &s.config.log,
         &log,
         &repos,
+        &data_dir,
         mirror_targets,
         mirror_status.clone(),
     )?;
@@ -1461,6 +1462,7 @@ fn start_log_mirror(
     c: &LogSection,
     log: &SharedLog,
     repos: &Arc<RepoSet>,
+    data_dir: &Path,
     targets: Vec<RepositoryId>,
     status: Arc<crate::workers::log_mirror::MirrorStatus>,
 ) -> anyhow::Result<Option<RunningMirror>> {
@@ -1479,7 +1481,8 @@ fn start_log_mirror(
         None => crate::workers::log_mirror::MIRROR_EVERY,
     };
     let mirror =
-        crate::workers::log_mirror::LogMirror::new(log.reader(), repos.clone(), targets, status);
+        crate::workers::log_mirror::LogMirror::new(log.reader(), repos.clone(), targets, status)
+            .with_data_dir(data_dir.to_path_buf());
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let thread = crate::workers::log_mirror::spawn(mirror, every, stop.clone())
         .context("starting the event log mirror")?;

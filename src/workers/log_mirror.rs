@@ -42,6 +42,10 @@ pub enum MirrorError {
     /// The local log could not be read.
     #[error("reading the event log: {0}")]
     Log(String),
+    /// The repository's copy of this log holds other records than the log
+    /// (another history under the same name): never extended.
+    #[error("{0}")]
+    Diverged(String),
 }
 
 impl From<vouch_events::EventError> for MirrorError {
@@ -84,9 +88,43 @@ impl MirrorStatus {
     }
 }
 
-/// The id of the log a reader reads: 16 hex digits of its first record's
-/// hash (`None` while the log is empty).
-pub fn log_id(reader: &LogReader) -> Result<Option<String>, vouch_events::EventError> {
+/// The file of the data directory that names the log's copies when a
+/// rebuild gave it a new name (`vouch dr rebuild`): the rebuilt log shares
+/// its first records with the old one, but not what follows the rebuild,
+/// so its copies must never be taken for the old log's.
+pub const MIRROR_ID_FILE: &str = "log-mirror.id";
+
+/// Whether `id` is a log id: 16 lower-case hex digits.
+pub fn is_log_id(id: &str) -> bool {
+    id.len() == 16
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The id under which the log a reader reads is mirrored: the one in
+/// `data_dir`'s [`MIRROR_ID_FILE`], else 16 hex digits of its first
+/// record's hash (`None` while the log is empty).
+pub fn log_id(
+    reader: &LogReader,
+    data_dir: Option<&std::path::Path>,
+) -> Result<Option<String>, vouch_events::EventError> {
+    if let Some(dir) = data_dir {
+        let path = dir.join(MIRROR_ID_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(s) if is_log_id(s.trim()) => return Ok(Some(s.trim().to_owned())),
+            Ok(_) => {
+                tracing::warn!(path = %path.display(), "not a log id; the first record's hash names the log's copies")
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(vouch_events::EventError::Io {
+                    context: format!("reading {}", path.display()),
+                    source: e,
+                })
+            }
+        }
+    }
     match reader.replay_from(1)?.next() {
         Some(env) => Ok(Some(env?.hash.to_hex()[..16].to_owned())),
         None => Ok(None),
@@ -101,6 +139,7 @@ fn tier(size: u64) -> u32 {
 /// Mirrors one log into some repositories.
 pub struct LogMirror {
     reader: LogReader,
+    data_dir: Option<std::path::PathBuf>,
     repos: Arc<RepoSet>,
     targets: Vec<RepositoryId>,
     status: Arc<MirrorStatus>,
@@ -120,12 +159,19 @@ impl LogMirror {
     ) -> Self {
         LogMirror {
             reader,
+            data_dir: None,
             repos,
             targets,
             status,
             log: None,
             chains: HashMap::new(),
         }
+    }
+
+    /// Reads the log's mirror id from `data_dir` ([`MIRROR_ID_FILE`]).
+    pub fn with_data_dir(mut self, data_dir: std::path::PathBuf) -> Self {
+        self.data_dir = Some(data_dir);
+        self
     }
 
     /// One pass over every repository; a repository that fails is tried
@@ -136,7 +182,7 @@ impl LogMirror {
             return failed;
         };
         if self.log.is_none() {
-            match log_id(&self.reader) {
+            match log_id(&self.reader, self.data_dir.as_deref()) {
                 Ok(id) => self.log = id,
                 Err(e) => {
                     for t in &self.targets {
@@ -180,7 +226,10 @@ impl LogMirror {
         if !self.chains.contains_key(id) {
             let files = repo.list_log_mirror()?;
             let (chain, _) = covering_chain(&files, log);
-            let chain = chain.into_iter().cloned().collect();
+            let chain: Vec<MirrorFile> = chain.into_iter().cloned().collect();
+            if let Some(last) = chain.last() {
+                self.check_same_history(&repo, last)?;
+            }
             self.chains.insert(id.clone(), chain);
         }
         let chain = self.chains.entry(id.clone()).or_default();
@@ -195,6 +244,32 @@ impl LogMirror {
         }
         compact(&self.reader, &repo, log, chain)?;
         Ok(())
+    }
+}
+
+impl LogMirror {
+    /// Checks that the newest copied record is this log's own record at
+    /// that seq: a copy of another history under the same name (a log
+    /// cut by `--repair-log`, say) is never extended.
+    fn check_same_history(
+        &self,
+        repo: &crate::repo::Repository,
+        last: &MirrorFile,
+    ) -> Result<(), MirrorError> {
+        let copied = vouch_events::last_record(&repo.read_log_mirror(last)?);
+        let (local, _) = self
+            .reader
+            .frames(last.last_seq, last.last_seq, usize::MAX)?;
+        let local = vouch_events::last_record(&local);
+        if copied.is_some() && copied == local {
+            return Ok(());
+        }
+        Err(MirrorError::Diverged(format!(
+            "the repository's copy of log {} ends at seq {} with another record than this log              holds there{}: it is another history under the same name, and it is left as it is.              Give this log a new name (write 16 new hex digits into DATA_DIR/{MIRROR_ID_FILE} and              restart) to copy it afresh",
+            last.log,
+            last.last_seq,
+            if local.is_none() { " (this log is shorter)" } else { "" }
+        )))
     }
 }
 
@@ -375,7 +450,7 @@ mod tests {
         assert!(again.pass().is_empty());
         assert_eq!(repo.list_log_mirror().unwrap(), files, "nothing rewritten");
 
-        let log_id = log_id(&log.reader()).unwrap().unwrap();
+        let log_id = log_id(&log.reader(), None).unwrap().unwrap();
         let (chain, covered) = covering_chain(&files, &log_id);
         assert_eq!(covered, log.last_seq());
         let out = dir.path().join("rebuilt");
@@ -386,5 +461,58 @@ mod tests {
         let imported = import.finish().unwrap();
         assert_eq!(imported.last_seq, log.last_seq());
         assert_eq!(imported.last_hash, log.last_hash());
+    }
+
+    #[test]
+    fn a_copy_of_another_history_under_the_same_name_is_never_extended() {
+        let dir = tempfile::tempdir().unwrap();
+        let repos = repo_set(dir.path());
+        let id = RepositoryId::new("main");
+        let job = |n: &str| -> vouch_events::Event { JobFinished { job: JobId::new(n) }.into() };
+        // Two logs whose first records are the same (same event, same
+        // clock), so the same name; their second records differ.
+        let open = |name: &str| {
+            EventLog::open(
+                dir.path().join(name),
+                LogOptions::default(),
+                Arc::new(ManualClock::new(1_000)),
+            )
+            .unwrap()
+        };
+        let mut a = open("a");
+        let mut b = open("b");
+        a.append(&[job("first"), job("a-2"), job("a-3")]).unwrap();
+        b.append(&[job("first"), job("b-2"), job("b-3"), job("b-4")])
+            .unwrap();
+        assert_eq!(
+            log_id(&a.reader(), None).unwrap(),
+            log_id(&b.reader(), None).unwrap()
+        );
+        let status = Arc::new(MirrorStatus::default());
+        let mut ma = LogMirror::new(a.reader(), repos.clone(), vec![id.clone()], status.clone());
+        assert!(ma.pass().is_empty());
+        let mut mb = LogMirror::new(b.reader(), repos.clone(), vec![id.clone()], status.clone());
+        let failed = mb.pass();
+        assert_eq!(failed.len(), 1);
+        assert!(
+            matches!(&failed[0].1, MirrorError::Diverged(m) if m.contains("another history")),
+            "{}",
+            failed[0].1
+        );
+        assert_eq!(
+            status.get(&id).unwrap().mirrored_seq,
+            3,
+            "a's copy is left as it is"
+        );
+        // Under a name of its own (what `vouch dr rebuild` gives a rebuilt
+        // log), b is copied beside it.
+        let own = dir.path().join("b-data");
+        std::fs::create_dir_all(&own).unwrap();
+        std::fs::write(own.join(MIRROR_ID_FILE), "00112233aabbccdd\n").unwrap();
+        let mut mb = LogMirror::new(b.reader(), repos.clone(), vec![id.clone()], status.clone())
+            .with_data_dir(own);
+        assert!(mb.pass().is_empty());
+        let files = repos.open(&id).unwrap().list_log_mirror().unwrap();
+        assert_eq!(covering_chain(&files, "00112233aabbccdd").1, 4);
     }
 }

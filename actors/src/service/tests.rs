@@ -1202,6 +1202,14 @@ async fn repositories_are_pruned_an_hour_after_start_then_every_prune_every() {
         "an hour after the start"
     );
     assert_eq!(wait_for(&svc, "the first prune", prunes(1)).await, 1);
+    // Ended before the next is due: an open prune is not doubled.
+    wait_for(&svc, "the first prune to end", |events: &[Event]| {
+        events
+            .iter()
+            .any(|e| matches!(e, Event::JobFinished(f) if f.job.as_str().starts_with("prune-")))
+            .then_some(())
+    })
+    .await;
     clock.advance(crate::duration_to_ns(12 * hour));
     assert_eq!(svc.tick().await.expect("tick"), 0, "not before prune_every");
     clock.advance(crate::duration_to_ns(12 * hour));

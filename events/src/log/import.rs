@@ -14,6 +14,41 @@ use crate::log::frame::{read_frame, Frame};
 use crate::log::head::{AckHead, HeadFile};
 use crate::log::segment::{create_segment, sync_dir};
 
+/// A record named by its seq, hash and recorded time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordRef {
+    /// Its seq.
+    pub seq: u64,
+    /// Its hash.
+    pub hash: EventHash,
+    /// When it was recorded.
+    pub recorded_unix_ns: i64,
+}
+
+/// The last whole record of `frames` (as
+/// [`LogReader::frames`](crate::LogReader::frames) returns them), or `None`
+/// when there is none or the frames are damaged.
+pub fn last_record(frames: &[u8]) -> Option<RecordRef> {
+    let mut pos = 0;
+    let mut last = None;
+    while pos < frames.len() {
+        match read_frame(&frames[pos..]) {
+            Frame::Record { hash, body, len } => {
+                let env = decode_persisted(body).ok()?;
+                last = Some(RecordRef {
+                    seq: env.seq,
+                    hash,
+                    recorded_unix_ns: env.recorded_unix_ns,
+                });
+                pos += len;
+            }
+            Frame::End => break,
+            _ => return None,
+        }
+    }
+    last
+}
+
 /// Writes a new log directory from frames, in seq order from seq 1.
 #[derive(Debug)]
 pub struct LogImporter {

@@ -22,7 +22,7 @@ pub use checkpoint::{latest_checkpoint, ChainKey, SealKey};
 pub use failpoints::{SyncFault, SyncFaults};
 pub use group::SharedLog;
 pub use head::read_log_head;
-pub use import::{ImportedLog, LogImporter};
+pub use import::{last_record, ImportedLog, LogImporter, RecordRef};
 pub use reader::{LogReader, Replay, Subscription};
 pub use verify::{
     scrub, verify_chain, verify_log, ChainProblem, ChainReport, LogVerifyReport, ScrubReport,
