@@ -43,7 +43,7 @@ cleanup() {
   rm -rf "$root"
 }
 trap cleanup EXIT
-mmdebstrap --quiet --variant=minbase --include=systemd,man-db,passwd \
+mmdebstrap --quiet --variant=minbase --include=systemd,man-db,passwd,procps \
   "$suite" "$root" http://deb.debian.org/debian
 cp "$deb" "$root/tmp/vouch.deb"
 mount -t proc proc "$root/proc"

@@ -366,23 +366,11 @@ mod tests {
 
     use super::*;
     use crate::backend::storage::Storage;
-    use crate::backend::LocalBackend;
-    use crate::crypto::KdfParams;
-    use crate::repo::{InitOptions, Repository};
     use crate::workers::RepoSpec;
 
     fn repo_set(dir: &std::path::Path) -> Arc<RepoSet> {
-        crate::crypto::allow_weak_kdf();
-        let opts = InitOptions {
-            kdf: KdfParams {
-                memory_kib: 1024,
-                iterations: 1,
-                parallelism: 1,
-            },
-            ..Default::default()
-        };
+        crate::workers::tests::new_repo(dir);
         let path = dir.join("repo");
-        Repository::init(Arc::new(LocalBackend::new(&path)), b"pw", &opts).unwrap();
         let spec = RepoSpec {
             id: RepositoryId::new("main"),
             storage: Storage::Local(path),
