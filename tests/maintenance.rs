@@ -46,7 +46,10 @@ fn packs(repo: &Path) -> Vec<PathBuf> {
 fn prune_jobs_free_what_retention_gave_up_alone_in_their_repository() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("docs");
-    random_files(&src, 4, 300_000, 1);
+    // Seeds far apart: `random_files` seeds file i with seed + i, and the
+    // three versions must share no file (else the first point's pack stays
+    // mostly used, and prune rightly keeps it).
+    random_files(&src, 4, 300_000, 100);
     let config = dir.path().join("vouch.toml");
     fs::write(
         &config,
@@ -72,13 +75,13 @@ fn prune_jobs_free_what_retention_gave_up_alone_in_their_repository() {
     // New content: the first point's data is needed by nothing once
     // retention forgets it.
     fs::remove_dir_all(&src).unwrap();
-    random_files(&src, 4, 300_000, 2);
+    random_files(&src, 4, 300_000, 200);
     let second = run_and_wait_recoverable(&svc, Some(&first));
     assert_ne!(first, second);
     // Retention never forgets the plan's last recoverable point: the run
     // after the second one is proven lets the first go.
     fs::remove_dir_all(&src).unwrap();
-    random_files(&src, 4, 300_000, 3);
+    random_files(&src, 4, 300_000, 300);
     let third = run_and_wait_recoverable(&svc, Some(&second));
     assert_ne!(third, second);
     eventually("the first point forgotten", || {
