@@ -439,6 +439,13 @@ pub(crate) fn sample_events() -> Vec<Event> {
             will_retry: true,
         }
         .into(),
+        ServiceRebuilt {
+            repository: "offsite".into(),
+            log: "0123456789abcdef".into(),
+            recovered_seq: 4242,
+            files: 7,
+        }
+        .into(),
         RepositoryPruned {
             job: JobId::new("prune-main-1"),
             repository: RepositoryId::new("main"),
@@ -451,13 +458,6 @@ pub(crate) fn sample_events() -> Vec<Event> {
             packs_kept_for_locks: 3,
             bytes_freed: 123_456_789,
             took_ms: 4_200,
-        }
-        .into(),
-        ServiceRebuilt {
-            repository: "offsite".into(),
-            log: "0123456789abcdef".into(),
-            recovered_seq: 4242,
-            files: 7,
         }
         .into(),
     ]
