@@ -146,6 +146,10 @@ pub struct LogMirror {
     log: Option<String>,
     /// Per repository, this log's files from seq 1 without a gap.
     chains: HashMap<RepositoryId, Vec<MirrorFile>>,
+    /// Repositories whose copy holds another history, with why: not read
+    /// again on every pass (the check downloads a whole file), until a
+    /// restart.
+    diverged: HashMap<RepositoryId, String>,
 }
 
 impl LogMirror {
@@ -165,6 +169,7 @@ impl LogMirror {
             status,
             log: None,
             chains: HashMap::new(),
+            diverged: HashMap::new(),
         }
     }
 
@@ -196,6 +201,10 @@ impl LogMirror {
             return failed;
         };
         for id in self.targets.clone() {
+            if let Some(why) = self.diverged.get(&id) {
+                failed.push((id, MirrorError::Diverged(why.clone())));
+                continue;
+            }
             match self.mirror_into(&id, &log, committed) {
                 Ok(()) => {
                     let chain = &self.chains[&id];
@@ -208,6 +217,9 @@ impl LogMirror {
                 }
                 Err(e) => {
                     self.chains.remove(&id);
+                    if let MirrorError::Diverged(why) = &e {
+                        self.diverged.insert(id.clone(), why.clone());
+                    }
                     self.status.update(&id, |s| s.error = Some(e.to_string()));
                     failed.push((id, e));
                 }
