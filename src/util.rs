@@ -161,6 +161,37 @@ pub mod users {
     }
 }
 
+/// A byte count as people write it: `500`, `64K`, `10MiB`, `2g`, `1.5G`
+/// (binary multiples whatever the spelling, as restic's
+/// `--exclude-larger-than` reads them).
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => {
+            return Err(format!(
+                "{s:?} is not a size (examples: 500, 64K, 10MiB, 2G)"
+            ))
+        }
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (examples: 500, 64K, 10MiB, 2G)"))?;
+    let bytes = value * (1u64 << shift) as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes >= u64::MAX as f64 {
+        return Err(format!("{s:?} is out of range"));
+    }
+    Ok(bytes as u64)
+}
+
 /// Human-readable byte count (binary units).
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -174,5 +205,23 @@ pub fn human_bytes(n: u64) -> String {
         format!("{n} B")
     } else {
         format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_as_people_write_them() {
+        assert_eq!(parse_size("500"), Ok(500));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("10MiB"), Ok(10 << 20));
+        assert_eq!(parse_size("2g"), Ok(2 << 30));
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_size(" 3 TB "), Ok(3 << 40));
+        for bad in ["", "K", "12X", "-1", "1e3", "99999999999T"] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
     }
 }

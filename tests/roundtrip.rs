@@ -227,6 +227,56 @@ fn excludes_and_cache_dirs() {
 }
 
 #[test]
+fn exclude_if_present_and_larger_than() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    fs::create_dir_all(src.join("scratch/deep")).unwrap();
+    fs::create_dir_all(src.join("kept")).unwrap();
+    fs::write(src.join("scratch/.nobackup"), b"").unwrap();
+    fs::write(src.join("scratch/deep/file"), b"scratch").unwrap();
+    fs::write(src.join("kept/small"), vec![1u8; 1024]).unwrap();
+    fs::write(src.join("kept/exactly"), vec![2u8; 4096]).unwrap();
+    fs::write(src.join("kept/large"), vec![3u8; 4097]).unwrap();
+    env.ok(&[
+        "backup",
+        "--exclude-if-present",
+        ".nobackup",
+        "--exclude-larger-than",
+        "4K",
+        src.to_str().unwrap(),
+    ]);
+    let ls = env.ok(&["ls", "latest"]);
+    assert!(ls.contains("scratch/.nobackup"), "the marker is kept: {ls}");
+    assert!(!ls.contains("scratch/deep"), "{ls}");
+    assert!(
+        ls.contains("kept/small") && ls.contains("kept/exactly"),
+        "{ls}"
+    );
+    assert!(!ls.contains("kept/large"), "{ls}");
+    let err = env.expect_stderr(
+        &[
+            "backup",
+            "--exclude-larger-than",
+            "4 parsecs",
+            src.to_str().unwrap(),
+        ],
+        2,
+    );
+    assert!(err.contains("is not a size"), "{err}");
+    let err = env.expect_stderr(
+        &[
+            "backup",
+            "--exclude-if-present",
+            "a/b",
+            src.to_str().unwrap(),
+        ],
+        2,
+    );
+    assert!(err.contains("takes a file name"), "{err}");
+}
+
+#[test]
 fn exclude_file_and_one_file_system() {
     let env = Env::new();
     env.init();

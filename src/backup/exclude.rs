@@ -1,5 +1,6 @@
 //! Exclusion rules of a backup: glob patterns, cache directories and paths.
 
+use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -24,6 +25,11 @@ pub struct Excludes {
     identities: Vec<(u64, u64)>,
     /// Skip the contents of directories tagged with `CACHEDIR.TAG`.
     pub caches: bool,
+    /// Skip the contents of directories holding a file of one of these
+    /// names (the marker itself is kept, as `CACHEDIR.TAG` is).
+    pub if_present: Vec<OsString>,
+    /// Leave out regular files larger than this many bytes.
+    pub larger_than: Option<u64>,
 }
 
 impl Excludes {
@@ -83,7 +89,34 @@ impl Excludes {
             paths,
             identities,
             caches,
+            if_present: Vec::new(),
+            larger_than: None,
         })
+    }
+
+    /// Also skips the contents of directories holding a file named one of
+    /// `names` (a plain name each: no `/`, not `.` or `..`).
+    pub fn with_markers(mut self, names: &[String]) -> Result<Self> {
+        for n in names {
+            if n.is_empty() || n.contains('/') || n == "." || n == ".." || n.contains('\0') {
+                return Err(Error::InvalidArgument(format!(
+                    "exclude-if-present takes a file name, not {n:?}"
+                )));
+            }
+            self.if_present.push(OsString::from(n));
+        }
+        Ok(self)
+    }
+
+    /// Also leaves out regular files larger than `bytes`.
+    pub fn with_size_limit(mut self, bytes: Option<u64>) -> Self {
+        self.larger_than = bytes;
+        self
+    }
+
+    /// Whether a regular file of this `lstat` is too large to back up.
+    pub fn too_large(&self, meta: &std::fs::Metadata) -> bool {
+        matches!(self.larger_than, Some(limit) if meta.is_file() && meta.len() > limit)
     }
 
     /// Makes the excluded paths match the walk of `sources` (absolute,
@@ -136,17 +169,28 @@ impl Excludes {
         !self.identities.is_empty() && self.identities.contains(&(meta.dev(), meta.ino()))
     }
 
-    /// Whether the directory is a tagged cache directory.
-    pub fn is_cache_dir(&self, dir: &Path) -> bool {
-        if !self.caches {
-            return false;
+    /// If the directory's contents are skipped, the name of the marker
+    /// that says so (a valid `CACHEDIR.TAG`, or a file named by
+    /// [`Excludes::with_markers`]): only that entry of it is backed up, so a
+    /// restore shows why the rest is missing.
+    pub fn content_marker(&self, dir: &Path) -> Option<OsString> {
+        if self.caches && is_cache_dir(dir) {
+            return Some(OsString::from("CACHEDIR.TAG"));
         }
-        let mut buf = [0u8; CACHEDIR_SIGNATURE.len()];
-        std::fs::File::open(dir.join("CACHEDIR.TAG"))
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
-            .map(|_| buf == CACHEDIR_SIGNATURE)
-            .unwrap_or(false)
+        self.if_present
+            .iter()
+            .find(|name| std::fs::symlink_metadata(dir.join(name)).is_ok())
+            .cloned()
     }
+}
+
+/// Whether `dir` holds a `CACHEDIR.TAG` with the signature.
+fn is_cache_dir(dir: &Path) -> bool {
+    let mut buf = [0u8; CACHEDIR_SIGNATURE.len()];
+    std::fs::File::open(dir.join("CACHEDIR.TAG"))
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
+        .map(|_| buf == CACHEDIR_SIGNATURE)
+        .unwrap_or(false)
 }
 
 /// `realpath` of `p`, or, if it does not exist (yet), its absolute form

@@ -72,6 +72,11 @@ pub struct BackupOptions {
     pub exclude_files: Vec<PathBuf>,
     /// Skip contents of `CACHEDIR.TAG` directories.
     pub exclude_caches: bool,
+    /// Skip the contents of directories holding a file of one of these
+    /// names (the marker file is kept).
+    pub exclude_if_present: Vec<String>,
+    /// Leave out regular files larger than this many bytes.
+    pub exclude_larger_than: Option<u64>,
     /// Absolute paths never to back up (the repository itself, say).
     pub exclude_paths: Vec<PathBuf>,
     /// Do not cross file-system boundaries.
@@ -240,7 +245,9 @@ pub fn backup(
         &opts.exclude_files,
         opts.exclude_caches,
         opts.exclude_paths.clone(),
-    )?;
+    )?
+    .with_markers(&opts.exclude_if_present)?
+    .with_size_limit(opts.exclude_larger_than);
     excludes.anchor(&paths);
     let guard = repo.lock(false, "backup")?;
     let mut index = repo.load_index()?;

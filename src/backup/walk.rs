@@ -349,7 +349,7 @@ impl Walker {
                 .map_or_else(|| PathBuf::from("/"), |(_, at)| at.clone());
             let root =
                 std::fs::symlink_metadata(&at).map_err(|_| Error::SourceMissing(at.clone()))?;
-            self.walk_dir_contents(&at, parent_root.as_ref(), root.dev(), false)?;
+            self.walk_dir_contents(&at, parent_root.as_ref(), root.dev(), None)?;
             return self.flush();
         }
         self.walk_virtual(Path::new("/"), trie, parent_root.as_ref())?;
@@ -397,7 +397,9 @@ impl Walker {
         if self.abort.is_set() {
             return Err(self.abort.error_or_interrupted());
         }
-        if self.excludes.excluded(&self.source_path(path)) || self.excludes.excluded_identity(meta)
+        if self.excludes.excluded(&self.source_path(path))
+            || self.excludes.excluded_identity(meta)
+            || self.excludes.too_large(meta)
         {
             return Ok(());
         }
@@ -419,9 +421,9 @@ impl Walker {
                         .is_some();
                 let skip_contents = (self.one_file_system && crossed) || pseudo;
                 if !skip_contents {
-                    let cache = self.excludes.is_cache_dir(path);
+                    let marker = self.excludes.content_marker(path);
                     let sub = self.parent_subtree(pnode);
-                    self.walk_dir_contents(path, sub.as_ref(), root_dev, cache)?;
+                    self.walk_dir_contents(path, sub.as_ref(), root_dev, marker.as_deref())?;
                 }
                 self.send(WalkItem::DirEnd(Box::new(node)))
             }
@@ -477,7 +479,7 @@ impl Walker {
         dir: &Path,
         parent: Option<&Tree>,
         root_dev: u64,
-        cache: bool,
+        only: Option<&std::ffi::OsStr>,
     ) -> Result<()> {
         let entries = match std::fs::read_dir(dir) {
             Ok(e) => e,
@@ -505,7 +507,7 @@ impl Walker {
         }
         names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
         for name in names {
-            if cache && name.as_bytes() != b"CACHEDIR.TAG" {
+            if only.is_some_and(|keep| keep != name.as_os_str()) {
                 continue;
             }
             let path = dir.join(&name);

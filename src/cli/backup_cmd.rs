@@ -27,6 +27,13 @@ pub struct BackupArgs {
     /// Skip the contents of directories with a valid CACHEDIR.TAG.
     #[arg(long)]
     pub exclude_caches: bool,
+    /// Skip the contents of directories that hold a file of this name
+    /// (repeatable; the file itself is kept, like CACHEDIR.TAG).
+    #[arg(long = "exclude-if-present", value_name = "NAME")]
+    pub exclude_if_present: Vec<String>,
+    /// Leave out files larger than this (500, 64K, 10MiB, 2G: binary units).
+    #[arg(long, value_name = "SIZE", value_parser = crate::util::parse_size)]
+    pub exclude_larger_than: Option<u64>,
     /// Do not cross file-system boundaries.
     #[arg(long, short = 'x')]
     pub one_file_system: bool,
@@ -125,6 +132,8 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
         excludes: a.exclude,
         exclude_files: a.exclude_file,
         exclude_caches: a.exclude_caches,
+        exclude_if_present: a.exclude_if_present,
+        exclude_larger_than: a.exclude_larger_than,
         exclude_paths: repo_dir.into_iter().collect(),
         one_file_system: a.one_file_system,
         tags: a.tag,
