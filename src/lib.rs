@@ -21,6 +21,7 @@ mod error;
 mod failpoint;
 pub mod forget;
 pub mod format;
+pub mod hooks;
 pub mod http_client;
 pub mod id;
 pub mod progress;

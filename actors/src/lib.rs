@@ -30,7 +30,8 @@ pub use clock::{
     NANOS_PER_SEC,
 };
 pub use schedule::{
-    catch_up, jitter, next_after, AlreadyRunning, Decision, InFlight, PlanSchedule, RunGuard,
-    Schedule, ScheduleError, MAX_COUNTED_SLOTS,
+    catch_up, jitter, next_after, time_zone, time_zone_names, utc_offsets, AlreadyRunning,
+    Decision, InFlight, PlanSchedule, RunGuard, Schedule, ScheduleError, UtcOffsets,
+    MAX_COUNTED_SLOTS,
 };
 pub use supervisor::{Backoff, BackoffPolicy, RestartGate, SupervisorError};

@@ -874,6 +874,48 @@ pub struct RepositoryPruned {
     pub took_ms: u64,
 }
 
+/// When a hook runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum HookPhase {
+    /// Before the backup (its failure stops the backup).
+    Pre,
+    /// After the backup.
+    Post,
+}
+
+impl HookPhase {
+    /// `pre` or `post`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            HookPhase::Pre => "pre",
+            HookPhase::Post => "post",
+        }
+    }
+}
+
+/// A plan's hook failed: it exited non-zero, was killed at its timeout,
+/// or could not be started (not installed, not executable). A failed
+/// `pre` hook stops the backup, which then fails too.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookFailed {
+    /// The backup job it ran for.
+    pub job: JobId,
+    /// Its plan.
+    pub plan: PlanId,
+    /// Before or after the backup.
+    pub phase: HookPhase,
+    /// The hook's name (its file in the host's hook directory).
+    pub hook: String,
+    /// Its exit status, when it exited (none: killed or never started).
+    pub exit_code: Option<i32>,
+    /// Killed at its timeout.
+    pub timed_out: bool,
+    /// What happened, with the end of its standard error, for humans.
+    pub reason: String,
+    /// How long it ran, in milliseconds.
+    pub took_ms: u64,
+}
+
 /// The service was rebuilt from a repository's copy of its event log
 /// (`vouch dr rebuild`): the first event after the recovered ones.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -1108,8 +1150,8 @@ macro_rules! events {
 }
 
 events! {
-    PlanCreated => "plan.created", v 5;
-    PlanChanged => "plan.changed", v 5;
+    PlanCreated => "plan.created", v 6;
+    PlanChanged => "plan.changed", v 6;
     PlanRemoved => "plan.removed", v 1;
     JobScheduled => "job.scheduled", v 3;
     JobStarted => "job.started", v 1;
@@ -1156,6 +1198,7 @@ events! {
     ReportDeliveryFailed => "report.delivery_failed", v 1;
     ServiceRebuilt => "service.rebuilt", v 1;
     RepositoryPruned => "repository.pruned", v 1;
+    HookFailed => "hook.failed", v 1;
 }
 
 impl Event {

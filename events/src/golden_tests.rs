@@ -349,7 +349,41 @@ fn pre_v4(d: &mut crate::plan::PlanDefinition, pre_v3: bool) {
 
 /// What a plan event of before schema v5 did not record.
 fn pre_v5(d: &mut crate::plan::PlanDefinition) {
+    pre_v6(d);
     d.anomaly_lock = None;
+}
+
+/// What a plan event of before schema v6 did not record: its source's
+/// path alone, nothing excluded, no hooks, UTC.
+fn pre_v6(d: &mut crate::plan::PlanDefinition) {
+    d.files = Default::default();
+    d.hooks = Default::default();
+    d.time_zone = None;
+}
+
+#[test]
+fn plan_v5_golden_lines_upcast_to_plans_of_one_path_no_hooks_in_utc() {
+    let golden = golden();
+    let mut seen = 0;
+    for sample in sample_events() {
+        let name = sample.event_type();
+        if name != "plan.created" && name != "plan.changed" {
+            continue;
+        }
+        let line = golden
+            .get(&format!("{name}@v5"))
+            .unwrap_or_else(|| panic!("no v5 line for {name}"));
+        let got = decode_event(name, 5, &hex::decode(line).expect("hex"));
+        let mut want = sample.clone();
+        match &mut want {
+            Event::PlanCreated(p) => pre_v6(&mut p.definition),
+            Event::PlanChanged(p) => pre_v6(&mut p.definition),
+            _ => unreachable!(),
+        }
+        assert_eq!(got, want, "{name} v5 upcasts to the plan v5 knew");
+        seen += 1;
+    }
+    assert_eq!(seen, 2);
 }
 
 #[test]

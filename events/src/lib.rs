@@ -47,14 +47,14 @@ pub use event::{
     AccessRefused, ActionAudited, AgentRegistered, AgentSeen, AlertDelivered, AlertDeliveryFailed,
     AlertRaised, AlertResolved, AnomalyDetected, AnomalySignal, BackupCommitted, BackupSummary,
     ChangeFigures, CheckStatus, ClockStepped, ConfigurationChanged, ContentRead, CopyCommitted,
-    Event, GuestEvidence, JobAbandoned, JobFailed, JobFinished, JobKind, JobProgress, JobScheduled,
-    JobSpec, JobStarted, KeyExportConfirmed, LeaseExpired, LeaseGranted, LockEnforcement,
-    LogHeadExported, LogRepaired, LogScrubbed, PacksReadBack, PlanChanged, PlanCreated,
-    PlanRemoved, PointDiscovered, PointForgotten, PointLocked, PointUnlocked, PointVanished,
-    ReportDelivered, ReportDeliveryFailed, RepositoryPruned, RestoreCompleted, RestoreEvidence,
-    RestoreSpec, RestoreTestFailed, RestoreTestPassed, RestoreTestStarted, SecurityCheckChanged,
-    ServiceRebuilt, ServiceStarted, Severity, UnknownEvent, VerificationFailed, VerificationPassed,
-    VerificationStarted, EVENT_TYPES,
+    Event, GuestEvidence, HookFailed, HookPhase, JobAbandoned, JobFailed, JobFinished, JobKind,
+    JobProgress, JobScheduled, JobSpec, JobStarted, KeyExportConfirmed, LeaseExpired, LeaseGranted,
+    LockEnforcement, LogHeadExported, LogRepaired, LogScrubbed, PacksReadBack, PlanChanged,
+    PlanCreated, PlanRemoved, PointDiscovered, PointForgotten, PointLocked, PointUnlocked,
+    PointVanished, ReportDelivered, ReportDeliveryFailed, RepositoryPruned, RestoreCompleted,
+    RestoreEvidence, RestoreSpec, RestoreTestFailed, RestoreTestPassed, RestoreTestStarted,
+    SecurityCheckChanged, ServiceRebuilt, ServiceStarted, Severity, UnknownEvent,
+    VerificationFailed, VerificationPassed, VerificationStarted, EVENT_TYPES,
 };
 pub use format::{ChainCheckpoint, EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};
@@ -66,8 +66,9 @@ pub use log::{
 #[cfg(feature = "failpoints")]
 pub use log::{SyncFault, SyncFaults};
 pub use plan::{
-    BootCheck, DumpMode, PlanDefinition, ProxmoxPolicy, ReplicaPolicy, ReplicaRequirement,
-    RestoreTestPolicy, VerificationPolicy, VerifyDepth,
+    valid_hook_name, BackupHooks, BootCheck, DumpMode, FileSelection, Hook, PlanDefinition,
+    ProxmoxPolicy, ReplicaPolicy, ReplicaRequirement, RestoreTestPolicy, VerificationPolicy,
+    VerifyDepth,
 };
 pub use projection::{
     plan_protection, rollup, Agent, AgentsProjection, Alert, AlertsProjection, BackupOutcome, Cap,
@@ -79,7 +80,8 @@ pub use projection::{
     PROJECTION_SNAPSHOT_VERSION,
 };
 pub use retention::{
-    apply_retention, KeepPolicy, KeepReason, RetentionCandidate, RetentionDecision,
+    apply_retention, apply_retention_in, KeepPolicy, KeepReason, RetentionCandidate,
+    RetentionDecision,
 };
 pub use store::{
     Checkpoint, CheckpointWritten, MemoryStore, ReadModel, ReadStore, SledStore, StoredSnapshot,

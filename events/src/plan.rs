@@ -43,6 +43,83 @@ pub struct PlanDefinition {
     /// action on the host; none: never, the default; schema v5 of the
     /// plan events, none when upcast).
     pub anomaly_lock: Option<Duration>,
+    /// For a file-system source: further paths of the same host, backed up
+    /// into the same point, and what is left out (schema v6 of the plan
+    /// events; when upcast: nothing more and nothing left out, what a v5
+    /// plan backed up).
+    pub files: FileSelection,
+    /// Commands the backup's host runs before and after each backup of the
+    /// plan (schema v6; none when upcast).
+    pub hooks: BackupHooks,
+    /// The IANA time zone (`Europe/Berlin`) the schedule is read in and the
+    /// retention's hours, days, weeks, months and years are counted in
+    /// (schema v6; none: UTC, what every plan before it used).
+    pub time_zone: Option<String>,
+}
+
+/// What a file-system backup of a plan reads and leaves out.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSelection {
+    /// Further absolute paths on the source's host, backed up into the same
+    /// point as the source's own path (several sources, one snapshot).
+    pub also: Vec<String>,
+    /// Glob patterns: one with a `/` matches the absolute path, any other
+    /// the file name (`*.tmp`, `/home/*/.cache`).
+    pub exclude: Vec<String>,
+    /// Files on the source's host with one such pattern a line.
+    pub exclude_files: Vec<String>,
+    /// Skip the contents of directories with a valid `CACHEDIR.TAG`.
+    pub exclude_caches: bool,
+    /// Stay on each path's file system (mount points are recorded empty).
+    pub one_file_system: bool,
+    /// Skip the contents of directories holding a file of one of these
+    /// names (the marker itself is kept).
+    pub exclude_if_present: Vec<String>,
+    /// Leave out regular files larger than this many bytes.
+    pub exclude_larger_than: Option<u64>,
+}
+
+impl FileSelection {
+    /// Whether it selects exactly the source's path, nothing left out.
+    pub fn is_default(&self) -> bool {
+        self == &FileSelection::default()
+    }
+}
+
+/// The commands run around a plan's backups.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupHooks {
+    /// Run before the backup; if it fails or times out, the backup does
+    /// not run and fails (`hook.failed`, then `job.failed`).
+    pub pre: Option<Hook>,
+    /// Run after the backup, whether it succeeded or not; its failure is
+    /// recorded (`hook.failed`) and leaves the backup's outcome as it was.
+    pub post: Option<Hook>,
+}
+
+/// One hook: a program the host's administrator installed in its hook
+/// directory, named here, never a command line (a plan written through
+/// the API cannot make a host run anything its administrator did not put
+/// there).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hook {
+    /// The program's file name in the host's hook directory.
+    pub name: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// It is killed, and counted as failed, after this long.
+    pub timeout: Duration,
+}
+
+/// Whether `name` may name a hook: a plain file name of letters, digits,
+/// `.`, `_` and `-`, not starting with a dot, at most 64 bytes.
+pub fn valid_hook_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// How a plan's Proxmox VE guest is dumped.

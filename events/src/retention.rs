@@ -8,7 +8,8 @@
 //! * `last: Some(n)` keeps the `n` newest points.
 //! * `hourly`/`daily`/`weekly`/`monthly`/`yearly: Some(n)` keep the newest
 //!   point of each of the `n` most recent *distinct buckets that contain a
-//!   point* (UTC calendar hours, days, ISO 8601 weeks, months, years). A
+//!   point* (calendar hours, days, ISO 8601 weeks, months, years: in UTC,
+//!   or in the plan's time zone with [`apply_retention_in`]). A
 //!   bucket without any point does not use up the count: `daily: Some(7)`
 //!   means "seven days that have a backup", not "the last seven calendar
 //!   days".
@@ -135,6 +136,20 @@ pub fn apply_retention<Id: Clone>(
     candidates: &[RetentionCandidate<Id>],
     now_unix_ns: i64,
 ) -> Vec<RetentionDecision<Id>> {
+    apply_retention_in(policy, candidates, now_unix_ns, |_| 0)
+}
+
+/// [`apply_retention`] with the calendar buckets counted in local time:
+/// `utc_offset_secs(t)` is the offset from UTC (seconds, east positive) of
+/// the plan's time zone at instant `t`, so that "daily" keeps the newest
+/// point of each local day (a point at 00:30 in Berlin belongs to that
+/// day, not to the UTC day before). Reasons name local dates and hours.
+pub fn apply_retention_in<Id: Clone>(
+    policy: &KeepPolicy,
+    candidates: &[RetentionCandidate<Id>],
+    now_unix_ns: i64,
+    utc_offset_secs: impl Fn(i64) -> i64,
+) -> Vec<RetentionDecision<Id>> {
     let mut order: Vec<usize> = (0..candidates.len()).collect();
     // Stable: equal times keep their input order.
     order.sort_by(|&a, &b| candidates[b].time_unix_ns.cmp(&candidates[a].time_unix_ns));
@@ -181,7 +196,10 @@ pub fn apply_retention<Id: Clone>(
     for (rank, &i) in order.iter().enumerate() {
         let c = &candidates[i];
         let mut reasons = Vec::new();
-        let t = CivilTime::from_unix_ns(c.time_unix_ns);
+        let local_ns = c
+            .time_unix_ns
+            .saturating_add(utc_offset_secs(c.time_unix_ns).saturating_mul(1_000_000_000));
+        let t = CivilTime::from_unix_ns(local_ns);
         for b in &mut buckets {
             if b.remaining == 0 {
                 continue;

@@ -45,6 +45,24 @@ pub(crate) fn plan_def(rpo_secs: u64, max_evidence_secs: u64) -> PlanDefinition 
             remove_dump: true,
         }),
         anomaly_lock: Some(Duration::from_secs(30 * 86_400)),
+        files: FileSelection {
+            also: vec!["/var/www".into()],
+            exclude: vec!["*.tmp".into(), "/etc/ssl/private".into()],
+            exclude_files: vec!["/etc/vouch/excludes".into()],
+            exclude_caches: true,
+            one_file_system: true,
+            exclude_if_present: vec![".nobackup".into()],
+            exclude_larger_than: Some(1 << 30),
+        },
+        hooks: BackupHooks {
+            pre: Some(Hook {
+                name: "dump-db".into(),
+                args: vec!["--all".into()],
+                timeout: Duration::from_secs(600),
+            }),
+            post: None,
+        },
+        time_zone: Some("Europe/Berlin".into()),
     }
 }
 
@@ -458,6 +476,17 @@ pub(crate) fn sample_events() -> Vec<Event> {
             packs_kept_for_locks: 3,
             bytes_freed: 123_456_789,
             took_ms: 4_200,
+        }
+        .into(),
+        HookFailed {
+            job: JobId::new("backup-web-7"),
+            plan: PlanId::new("web"),
+            phase: HookPhase::Pre,
+            hook: "dump-db".into(),
+            exit_code: Some(3),
+            timed_out: false,
+            reason: "exited with status 3: pg_dump: connection refused".into(),
+            took_ms: 850,
         }
         .into(),
     ]

@@ -27,6 +27,8 @@ pub const UPCASTERS: &[(&str, u16, Upcaster)] = &[
     ("plan.changed", 3, plan_v3_to_v4),
     ("plan.created", 4, plan_v4_to_v5),
     ("plan.changed", 4, plan_v4_to_v5),
+    ("plan.created", 5, plan_v5_to_v6),
+    ("plan.changed", 5, plan_v5_to_v6),
     ("job.scheduled", 1, job_scheduled_v1_to_v2),
     ("job.scheduled", 2, job_scheduled_v2_to_v3),
     ("restore_test.passed", 1, restore_test_passed_v1_to_v2),
@@ -142,6 +144,29 @@ fn plan_v4_to_v5(payload: &[u8]) -> Result<Vec<u8>, String> {
         return Err("plan definition is not an array".into());
     };
     expect_len(def, 10..=10, "plan definition")?;
+    def.push(Value::Nil);
+    encode(fields)
+}
+
+/// Plan events v5 → v6: the source's path alone, nothing excluded, no
+/// hooks, UTC.
+fn plan_v5_to_v6(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 2..=2, "plan event")?;
+    let Value::Array(def) = &mut fields[1] else {
+        return Err("plan definition is not an array".into());
+    };
+    expect_len(def, 11..=11, "plan definition")?;
+    def.push(Value::Array(vec![
+        Value::Array(Vec::new()),
+        Value::Array(Vec::new()),
+        Value::Array(Vec::new()),
+        Value::Boolean(false),
+        Value::Boolean(false),
+        Value::Array(Vec::new()),
+        Value::Nil,
+    ]));
+    def.push(Value::Array(vec![Value::Nil, Value::Nil]));
     def.push(Value::Nil);
     encode(fields)
 }

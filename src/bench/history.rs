@@ -259,6 +259,9 @@ impl Layout {
             replica: None,
             proxmox: None,
             anomaly_lock: None,
+            files: Default::default(),
+            hooks: Default::default(),
+            time_zone: None,
         }
     }
 }

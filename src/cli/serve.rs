@@ -197,6 +197,20 @@ pub struct Config {
     /// `[maintenance]`: the repositories' own upkeep.
     #[serde(default)]
     pub maintenance: MaintenanceSection,
+    /// `[hooks]`: the programs plans may run around their backups.
+    #[serde(default)]
+    pub hooks: HooksSection,
+}
+
+/// `[hooks]`: where the programs that plans name as hooks are installed.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HooksSection {
+    /// The directory (absolute; none: this server runs no hooks, and a
+    /// plan that asks for one fails its backups saying so). Only its
+    /// administrator should be able to write to it: every file in it can
+    /// be run by anyone allowed to write plans.
+    pub dir: Option<PathBuf>,
 }
 
 /// `[maintenance]`: prune jobs that free what retention gave up.
@@ -612,6 +626,30 @@ fn read_secret(path: &Path) -> anyhow::Result<Vec<u8>> {
         bail!("{} is empty", path.display());
     }
     Ok(s)
+}
+
+/// `[hooks] dir`, checked: absolute, and warned about when others may
+/// write to it.
+fn hooks_dir(section: &HooksSection) -> anyhow::Result<Option<PathBuf>> {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(dir) = &section.dir else {
+        return Ok(None);
+    };
+    if !dir.is_absolute() {
+        bail!("hooks.dir must be an absolute path, not {}", dir.display());
+    }
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => bail!("hooks.dir {} is not a directory", dir.display()),
+        Ok(m) if m.permissions().mode() & 0o022 != 0 => tracing::warn!(
+            dir = %dir.display(),
+            "hooks.dir is writable by others than its owner: anyone who can write there can run programs as this service"
+        ),
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "hooks.dir cannot be read: plans' hooks will fail until it can")
+        }
+    }
+    Ok(Some(dir.clone()))
 }
 
 /// The administrator's rules over plan sources: below the configured roots
@@ -1205,6 +1243,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<i32> {
         )
         .with_source_policy(sources.clone())
         .with_clusters(clusters)
+        .with_hooks_dir(hooks_dir(&s.config.hooks)?)
         .with_prune_grace(match &s.config.maintenance.prune_grace {
             Some(g) => dur(g, "maintenance.prune_grace")?,
             None => crate::workers::PRUNE_GRACE,

@@ -8,6 +8,7 @@
 
 mod agent_jobs;
 mod browse;
+pub mod hooks;
 pub mod log_mirror;
 pub mod reconcile;
 mod repo_store;
@@ -314,13 +315,20 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
             }
             let dump = vouch_events::sources::vzdump_source(&definition.source);
             let local = dump.unwrap_or(&definition.source);
-            if let Err(refusal) = repos.source_policy().check_local(local) {
-                tracing::warn!(error = %refusal, "backup source refused");
-                return Err(JobFailure::new(
-                    SOURCE_REFUSED,
-                    format!("{refusal} (the plan's source must be changed, or the configuration's [sources] allow)"),
-                    false,
-                ));
+            let also = if dump.is_some() {
+                &[][..]
+            } else {
+                &definition.files.also[..]
+            };
+            for path in std::iter::once(local).chain(also.iter().map(String::as_str)) {
+                if let Err(refusal) = repos.source_policy().check_local(path) {
+                    tracing::warn!(error = %refusal, "backup source refused");
+                    return Err(JobFailure::new(
+                        SOURCE_REFUSED,
+                        format!("{refusal} (the plan's source must be changed, or the configuration's [sources] allow)"),
+                        false,
+                    ));
+                }
             }
             let repo = repos.open(&definition.repository).map_err(fail)?;
             if let Some(dump) = dump {
@@ -343,13 +351,18 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
             }
             let started = Instant::now();
             let opts = BackupOptions {
-                paths: vec![definition.source.clone().into()],
                 tags: vec![plan_tag(&plan)],
                 exclude_paths: repos.exclude_paths(),
                 cancel: Some(cancel.flag()),
-                ..Default::default()
+                ..hooks::file_options(&definition.source, &definition.files)
             };
-            let outcome = backup(&repo, &opts, progress.clone()).map_err(fail)?;
+            let hooked =
+                hooks::Hooked::new(repos.hooks_dir(), &definition.hooks, &job, &plan, &cancel);
+            hooked.pre()?;
+            let outcome = match backup(&repo, &opts, progress.clone()) {
+                Ok(o) => o,
+                Err(e) => return Err(hooked.post_failed(fail(e))),
+            };
             let s = &outcome.manifest.summary;
             let bytes_stored = Progress::get(&progress.bytes_stored);
             tracing::info!(snapshot = %outcome.snapshot.short(), files = s.files, "backup committed");
@@ -364,7 +377,7 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
             let point = point_of(&outcome.snapshot);
             let (changes, anomaly) = compare_with_parent(&repo, &outcome, &history, &summary);
             let mut events: Vec<Event> = vec![BackupCommitted {
-                job: Some(job),
+                job: Some(job.clone()),
                 plan: Some(plan.clone()),
                 repository: definition.repository.clone(),
                 snapshot: point,
@@ -379,6 +392,7 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
                 last_good,
             };
             push_anomaly(&mut events, &repo, &plan, point, anomaly, &weigh);
+            events.extend(hooked.post_ok(&outcome.snapshot.to_hex()));
             Ok(JobOutput { events })
         }
         JobCommand::Verify {
@@ -522,11 +536,19 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
             plan,
             repository,
             keep,
+            time_zone,
             protect,
         } => {
+            let offsets = vouch_actors::utc_offsets(time_zone.as_deref()).map_err(|e| {
+                JobFailure::new(
+                    "time_zone",
+                    format!("{e}; the plan's time_zone must be changed (or the system's tz database installed: Debian's tzdata)"),
+                    false,
+                )
+            })?;
             let repo = repos.open(&repository).map_err(fail)?;
-            let forgotten =
-                retention(&repo, &plan, &keep, &protect, clock.now_unix_ns()).map_err(fail)?;
+            let forgotten = retention(&repo, &plan, &keep, &protect, clock.now_unix_ns(), &offsets)
+                .map_err(fail)?;
             Ok(JobOutput {
                 events: forgotten
                     .into_iter()
@@ -652,6 +674,7 @@ pub fn retention(
     keep: &KeepPolicy,
     protect: &[PointId],
     now_unix_ns: i64,
+    offsets: &vouch_actors::UtcOffsets,
 ) -> crate::Result<Vec<(SnapshotId, String)>> {
     if keep.is_empty() {
         return Ok(Vec::new());
@@ -678,7 +701,7 @@ pub fn retention(
         })
         .collect();
     Ok(
-        vouch_events::apply_retention(keep, &candidates, now_unix_ns)
+        vouch_events::apply_retention_in(keep, &candidates, now_unix_ns, |t| offsets.at(t))
             .into_iter()
             .filter(|d| !d.keep && !protect.iter().any(|p| p.0 == d.id.0))
             .filter(|d| locks.in_force(&d.id, now_unix_ns).is_none())

@@ -288,6 +288,7 @@ mod tests {
             },
             &[],
             i64::MAX / 2,
+            &vouch_actors::UtcOffsets::default(),
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(decided.len(), 2);

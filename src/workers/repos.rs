@@ -50,6 +50,7 @@ pub struct RepoSet {
     sources: SourcePolicy,
     sandbox_runs: AtomicU64,
     clusters: HashMap<String, Arc<crate::providers::proxmox::api::Cluster>>,
+    hooks_dir: Option<PathBuf>,
 }
 
 impl RepoSet {
@@ -71,7 +72,19 @@ impl RepoSet {
             sources: SourcePolicy::unrestricted(),
             sandbox_runs: AtomicU64::new(0),
             clusters: HashMap::new(),
+            hooks_dir: None,
         }
+    }
+
+    /// Runs the plans' hooks from `dir` (none: this host runs no hooks).
+    pub fn with_hooks_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.hooks_dir = dir;
+        self
+    }
+
+    /// Where this host's hooks are installed, if it runs any.
+    pub fn hooks_dir(&self) -> Option<&std::path::Path> {
+        self.hooks_dir.as_deref()
     }
 
     /// Checks every backup's source against `policy` when it starts (the

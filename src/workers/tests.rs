@@ -654,6 +654,7 @@ fn h2_retention_decides_and_deletes_nothing() {
         JobCommand::Retention {
             plan: PlanId::new("docs"),
             repository: RepositoryId::new(REPO),
+            time_zone: None,
             keep: KeepPolicy {
                 last: Some(1),
                 ..Default::default()
@@ -693,6 +694,7 @@ fn retention_never_forgets_a_point_locked_in_the_repository() {
         JobCommand::Retention {
             plan: PlanId::new("docs"),
             repository: RepositoryId::new(REPO),
+            time_zone: None,
             keep: KeepPolicy {
                 last: Some(1),
                 ..Default::default()
@@ -729,6 +731,7 @@ fn l8_retention_reads_the_jobs_clock() {
     let command = || JobCommand::Retention {
         plan: PlanId::new("docs"),
         repository: RepositoryId::new(REPO),
+        time_zone: None,
         keep: KeepPolicy {
             within: Some(std::time::Duration::from_secs(3600)),
             ..Default::default()

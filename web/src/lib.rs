@@ -22,6 +22,7 @@ mod error;
 mod limits;
 mod metrics;
 mod openapi;
+mod plan_files;
 mod repo_store;
 mod routes;
 pub mod token_usage;

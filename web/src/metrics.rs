@@ -1518,6 +1518,9 @@ mod tests {
             replica: None,
             proxmox: None,
             anomaly_lock: None,
+            files: Default::default(),
+            hooks: Default::default(),
+            time_zone: None,
         };
         let mut events: Vec<Event> = vec![
             PlanCreated {
@@ -1660,6 +1663,9 @@ mod tests {
             replica: None,
             proxmox: None,
             anomaly_lock: None,
+            files: Default::default(),
+            hooks: Default::default(),
+            time_zone: None,
         };
         let id = SnapshotId([1; 32]);
         let plan = PlanId::new("a");

@@ -13,6 +13,7 @@ use vouch_events::{
 
 use crate::api::grammar;
 use crate::error::WebError;
+use crate::plan_files::{FilesInput, HooksInput};
 use crate::views::{depth_label, human, RetentionView};
 
 /// Distinguishes a missing field (`None`) from an explicit `null`
@@ -28,7 +29,7 @@ where
 /// An object field, or null. serde would also take a JSON array for a
 /// struct (its fields in order); the schema says object, so only an object
 /// is taken.
-fn object<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+pub(crate) fn object<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
     T: serde::de::DeserializeOwned,
@@ -54,7 +55,11 @@ pub(crate) fn body<T: serde::de::DeserializeOwned>(
 
 /// A whole number in `min..=max`, or null. JSON Schema counts `7.0` as an
 /// integer, so an integral float is taken too.
-fn whole<'de, D: Deserializer<'de>>(d: D, min: u64, max: u64) -> Result<Option<u64>, D::Error> {
+pub(crate) fn whole<'de, D: Deserializer<'de>>(
+    d: D,
+    min: u64,
+    max: u64,
+) -> Result<Option<u64>, D::Error> {
     use serde::de::Error;
     let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
         return Ok(None);
@@ -442,6 +447,20 @@ pub struct PlanInput {
     #[serde(default, deserialize_with = "double")]
     #[schema(schema_with = anomaly_lock_schema)]
     pub anomaly_lock: Option<Option<String>>,
+    /// For a file-system source: further paths into the same point, and
+    /// what is left out (null or missing: the source's path alone, nothing
+    /// left out).
+    #[serde(default, deserialize_with = "object")]
+    #[schema(nullable)]
+    pub files: Option<FilesInput>,
+    /// Programs run before and after each backup (null or missing: none).
+    #[serde(default, deserialize_with = "object")]
+    #[schema(nullable)]
+    pub hooks: Option<HooksInput>,
+    /// The schedule's and retention's time zone (null: UTC).
+    #[serde(default, deserialize_with = "double")]
+    #[schema(schema_with = crate::plan_files::plan_time_zone_schema)]
+    pub time_zone: Option<Option<String>>,
 }
 
 /// The body of `POST /api/v1/plans`, for the OpenAPI document only (the
@@ -522,6 +541,9 @@ pub(crate) fn default_definition() -> PlanDefinition {
         replica: None,
         proxmox: None,
         anomaly_lock: None,
+        files: Default::default(),
+        hooks: Default::default(),
+        time_zone: None,
     }
 }
 
@@ -605,6 +627,9 @@ pub(crate) fn input_of(d: &PlanDefinition) -> PlanInput {
             remove_dump: Some(p.remove_dump),
         }),
         anomaly_lock: Some(d.anomaly_lock.map(human)),
+        files: Some(crate::plan_files::files_input(&d.files)),
+        hooks: Some(crate::plan_files::hooks_input(&d.hooks)),
+        time_zone: Some(d.time_zone),
     }
 }
 
@@ -656,7 +681,11 @@ pub(crate) fn parse_depth(s: &str) -> Result<VerifyDepth, String> {
     }
 }
 
-fn duration(field: &str, s: &str, errors: &mut BTreeMap<String, String>) -> Option<Duration> {
+pub(crate) fn duration(
+    field: &str,
+    s: &str,
+    errors: &mut BTreeMap<String, String>,
+) -> Option<Duration> {
     let parsed = if grammar::is_duration(s) {
         humantime::parse_duration(s).ok().filter(|d| !d.is_zero())
     } else {
@@ -870,6 +899,13 @@ pub(crate) fn definition(
     match input.anomaly_lock {
         Some(Some(d)) => def.anomaly_lock = duration("anomaly_lock", &d, &mut errors),
         Some(None) => def.anomaly_lock = None,
+        None => {}
+    }
+    def.files = crate::plan_files::files(input.files.unwrap_or_default(), &def.source, &mut errors);
+    def.hooks = crate::plan_files::hooks(input.hooks.unwrap_or_default(), &def.source, &mut errors);
+    match input.time_zone {
+        Some(Some(z)) => def.time_zone = crate::plan_files::time_zone(z, &mut errors),
+        Some(None) => def.time_zone = None,
         None => {}
     }
     if errors.is_empty() {

@@ -190,7 +190,7 @@ pub struct PlanView {
     pub id: String,
     /// What is backed up: an absolute path, or `agent:<name>:<path>`.
     pub source: String,
-    /// 5-field cron expression in UTC.
+    /// 5-field cron expression, in `time_zone` (UTC when null).
     pub schedule: String,
     /// Recovery point objective (humantime).
     pub rpo: String,
@@ -227,6 +227,14 @@ pub struct PlanView {
     /// How long the newest unflagged point is locked when the ransomware
     /// heuristic flags a backup (null: never).
     pub anomaly_lock: Option<String>,
+    /// What a file-system backup reads beyond the source's path and what it
+    /// leaves out (every field given).
+    pub files: crate::plan_files::FilesInput,
+    /// The programs run around each backup.
+    pub hooks: crate::plan_files::HooksInput,
+    /// The IANA time zone of the schedule and of retention's calendar
+    /// (null: UTC).
+    pub time_zone: Option<String>,
 }
 
 /// A plan's second copy.
@@ -393,6 +401,9 @@ pub(crate) fn plan_view(
             remove_dump: x.remove_dump,
         }),
         anomaly_lock: d.anomaly_lock.map(human),
+        files: crate::plan_files::files_input(&d.files),
+        hooks: crate::plan_files::hooks_input(&d.hooks),
+        time_zone: d.time_zone.clone(),
         anomalous_points: {
             let mut flagged: Vec<&vouch_events::Point> = p
                 .points
@@ -939,6 +950,7 @@ pub(crate) fn event_data(e: &Event) -> Value {
         ReportDeliveryFailed,
         ServiceRebuilt,
         RepositoryPruned,
+        HookFailed,
     )
     .unwrap_or(Value::Null)
 }

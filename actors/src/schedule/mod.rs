@@ -19,8 +19,13 @@
 //!
 //! # Rules
 //!
-//! * Schedules are evaluated in UTC, to the minute: the 5-field form only
-//!   (no seconds, no year field), so a slot is a whole minute.
+//! * Schedules are evaluated in UTC, or in the plan's IANA time zone
+//!   (`time_zone`, read from the system's tz database through `jiff`), to
+//!   the minute: the 5-field form only (no seconds, no year field), so a
+//!   slot is a whole minute. In a time zone, croner resolves the daylight
+//!   saving changes: a wall-clock time skipped in spring runs at the first
+//!   minute after the gap, one repeated in autumn runs once, at its first
+//!   occurrence.
 //! * [`catch_up`] after downtime yields **one** run that covers every missed
 //!   slot, never one run per slot.
 //! * [`jitter`] spreads plans with the same expression over a window, stably
@@ -65,6 +70,14 @@ pub enum ScheduleError {
         /// The expression as given.
         expr: String,
     },
+    /// The time zone is not in the tz database.
+    #[error("unknown time zone {name:?}: expected an IANA name such as \"Europe/Berlin\" or \"UTC\" ({reason})")]
+    UnknownTimeZone {
+        /// The name as given.
+        name: String,
+        /// What the tz database said.
+        reason: String,
+    },
     /// The next occurrence lies outside the representable range of i64
     /// nanoseconds (after the year 2262).
     #[error("schedule {expr:?}: next occurrence is out of the supported time range")]
@@ -74,25 +87,91 @@ pub enum ScheduleError {
     },
 }
 
-/// A parsed cron schedule (5 fields, UTC, minute resolution).
+/// A parsed cron schedule (5 fields, minute resolution), in UTC or in a
+/// time zone.
 ///
-/// Two schedules are equal when their expressions are (`@daily` and
-/// `0 0 * * *` fire alike but are not equal).
+/// Two schedules are equal when their expressions and time zones are
+/// (`@daily` and `0 0 * * *` fire alike but are not equal).
 #[derive(Clone)]
 pub struct Schedule {
     expr: String,
     cron: Cron,
+    /// None: UTC.
+    zone: Option<(String, jiff::tz::TimeZone)>,
 }
 
 impl fmt::Debug for Schedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Schedule").field(&self.expr).finish()
+        f.debug_tuple("Schedule")
+            .field(&self.expr)
+            .field(&self.zone.as_ref().map(|(n, _)| n))
+            .finish()
     }
 }
 
 impl PartialEq for Schedule {
     fn eq(&self, other: &Self) -> bool {
         self.expr == other.expr
+            && self.zone.as_ref().map(|(n, _)| n) == other.zone.as_ref().map(|(n, _)| n)
+    }
+}
+
+/// The tz database plans' time zones are read from: the one bundled into
+/// this binary, never the host's, so that a schedule fires at the same
+/// instants wherever the service runs (a rule change comes with a release).
+fn tz_database() -> &'static jiff::tz::TimeZoneDatabase {
+    static DB: std::sync::OnceLock<jiff::tz::TimeZoneDatabase> = std::sync::OnceLock::new();
+    DB.get_or_init(jiff::tz::TimeZoneDatabase::bundled)
+}
+
+/// Every time zone name a plan may use, sorted (the bundled database's
+/// IANA names, spelled exactly).
+pub fn time_zone_names() -> &'static [String] {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let mut names: Vec<String> = tz_database().available().map(|n| n.to_string()).collect();
+        names.sort();
+        names.dedup();
+        names
+    })
+}
+
+/// The time zone named `name` (`UTC`, `Europe/Berlin`: spelled as in
+/// [`time_zone_names`]).
+pub fn time_zone(name: &str) -> Result<jiff::tz::TimeZone, ScheduleError> {
+    let unknown = |reason: String| ScheduleError::UnknownTimeZone {
+        name: name.to_owned(),
+        reason,
+    };
+    if time_zone_names()
+        .binary_search_by(|n| n.as_str().cmp(name))
+        .is_err()
+    {
+        return Err(unknown(
+            "not in the tz database, or spelled otherwise".into(),
+        ));
+    }
+    tz_database().get(name).map_err(|e| unknown(e.to_string()))
+}
+
+/// The offsets from UTC of the time zone `zone` (none: UTC), as a function
+/// of an instant (ns since the epoch) giving seconds: what retention counts
+/// its hours, days, weeks, months and years in.
+pub fn utc_offsets(zone: Option<&str>) -> Result<UtcOffsets, ScheduleError> {
+    Ok(UtcOffsets(zone.map(time_zone).transpose()?))
+}
+
+/// See [`utc_offsets`]; the default is UTC.
+#[derive(Clone, Debug, Default)]
+pub struct UtcOffsets(Option<jiff::tz::TimeZone>);
+
+impl UtcOffsets {
+    /// The offset from UTC in seconds at `unix_ns` (0 for UTC).
+    pub fn at(&self, unix_ns: i64) -> i64 {
+        let Some(zone) = &self.0 else { return 0 };
+        let ts = jiff::Timestamp::from_nanosecond(i128::from(unix_ns))
+            .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        i64::from(zone.to_offset(ts).seconds())
     }
 }
 
@@ -124,7 +203,27 @@ impl Schedule {
         Ok(Schedule {
             expr: expr.to_owned(),
             cron,
+            zone: None,
         })
+    }
+
+    /// Parses `expr` to be read in the time zone `zone` (none: UTC).
+    pub fn parse_in(expr: &str, zone: Option<&str>) -> Result<Self, ScheduleError> {
+        let mut schedule = Schedule::parse(expr)?;
+        if let Some(name) = zone {
+            schedule.zone = Some((name.to_owned(), time_zone(name)?));
+        }
+        Ok(schedule)
+    }
+
+    /// A plan's schedule, in its time zone.
+    pub fn of_plan(definition: &vouch_events::PlanDefinition) -> Result<Self, ScheduleError> {
+        Schedule::parse_in(&definition.schedule, definition.time_zone.as_deref())
+    }
+
+    /// The time zone's name, if not UTC.
+    pub fn zone_name(&self) -> Option<&str> {
+        self.zone.as_ref().map(|(n, _)| n.as_str())
     }
 
     /// The expression as given (trimmed).
@@ -134,11 +233,58 @@ impl Schedule {
 
     /// Whether `unix_ns` is exactly a slot of this schedule.
     pub fn is_slot(&self, unix_ns: i64) -> bool {
-        unix_ns.rem_euclid(NANOS_PER_SEC) == 0
-            && self
+        if unix_ns.rem_euclid(NANOS_PER_SEC) != 0 {
+            return false;
+        }
+        let secs = unix_ns.div_euclid(NANOS_PER_SEC);
+        match &self.zone {
+            None => self.cron.is_time_matching(&UtcSecs(secs)).unwrap_or(false),
+            Some((_, tz)) => {
+                zoned(secs, tz).is_some_and(|z| self.cron.is_time_matching(&z).unwrap_or(false))
+            }
+        }
+    }
+
+    /// The first slot after (or at, if `inclusive`) `secs`, in seconds.
+    fn find_next(&self, secs: i64, inclusive: bool) -> Result<i64, ScheduleError> {
+        match &self.zone {
+            None => self
                 .cron
-                .is_time_matching(&UtcSecs(unix_ns.div_euclid(NANOS_PER_SEC)))
-                .unwrap_or(false)
+                .find_next_occurrence(&UtcSecs(secs), inclusive)
+                .map(|t| t.0)
+                .map_err(|_| self.no_occurrence()),
+            Some((_, tz)) => {
+                let from = zoned(secs, tz).ok_or_else(|| self.out_of_range())?;
+                self.cron
+                    .find_next_occurrence(&from, inclusive)
+                    .map(|z| z.timestamp().as_second())
+                    .map_err(|_| self.no_occurrence())
+            }
+        }
+    }
+
+    /// The last slot before (or at, if `inclusive`) `secs`, in seconds.
+    fn find_previous(&self, secs: i64, inclusive: bool) -> Result<i64, ScheduleError> {
+        match &self.zone {
+            None => self
+                .cron
+                .find_previous_occurrence(&UtcSecs(secs), inclusive)
+                .map(|t| t.0)
+                .map_err(|_| self.no_occurrence()),
+            Some((_, tz)) => {
+                let from = zoned(secs, tz).ok_or_else(|| self.out_of_range())?;
+                self.cron
+                    .find_previous_occurrence(&from, inclusive)
+                    .map(|z| z.timestamp().as_second())
+                    .map_err(|_| self.no_occurrence())
+            }
+        }
+    }
+
+    fn out_of_range(&self) -> ScheduleError {
+        ScheduleError::OutOfRange {
+            expr: self.expr.clone(),
+        }
     }
 
     fn no_occurrence(&self) -> ScheduleError {
@@ -147,23 +293,23 @@ impl Schedule {
         }
     }
 
-    fn secs_to_ns(&self, secs: UtcSecs) -> Result<i64, ScheduleError> {
-        secs.0
-            .checked_mul(NANOS_PER_SEC)
-            .ok_or_else(|| ScheduleError::OutOfRange {
-                expr: self.expr.clone(),
-            })
+    fn secs_to_ns(&self, secs: i64) -> Result<i64, ScheduleError> {
+        secs.checked_mul(NANOS_PER_SEC)
+            .ok_or_else(|| self.out_of_range())
     }
 
     /// The latest slot at or before `t_unix_ns`, if any is found.
     fn latest_at_or_before(&self, t_unix_ns: i64) -> Result<i64, ScheduleError> {
-        let floor = UtcSecs(t_unix_ns.div_euclid(NANOS_PER_SEC));
-        let slot = self
-            .cron
-            .find_previous_occurrence(&floor, true)
-            .map_err(|_| self.no_occurrence())?;
+        let slot = self.find_previous(t_unix_ns.div_euclid(NANOS_PER_SEC), true)?;
         self.secs_to_ns(slot)
     }
+}
+
+/// `secs` as a wall-clock time in `tz`.
+fn zoned(secs: i64, tz: &jiff::tz::TimeZone) -> Option<jiff::Zoned> {
+    jiff::Timestamp::from_second(secs)
+        .ok()
+        .map(|ts| ts.to_zoned(tz.clone()))
 }
 
 impl FromStr for Schedule {
@@ -177,11 +323,7 @@ impl FromStr for Schedule {
 /// The first slot of `schedule` strictly after `t_unix_ns`.
 pub fn next_after(schedule: &Schedule, t_unix_ns: i64) -> Result<i64, ScheduleError> {
     // Slots are whole seconds: the first one after floor(t) is after t too.
-    let floor = UtcSecs(t_unix_ns.div_euclid(NANOS_PER_SEC));
-    let next = schedule
-        .cron
-        .find_next_occurrence(&floor, false)
-        .map_err(|_| schedule.no_occurrence())?;
+    let next = schedule.find_next(t_unix_ns.div_euclid(NANOS_PER_SEC), false)?;
     schedule.secs_to_ns(next)
 }
 

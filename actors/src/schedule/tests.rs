@@ -395,3 +395,77 @@ proptest! {
         prop_assert!(p.schedule().is_slot(fire - off));
     }
 }
+
+fn zoned_sched(expr: &str, zone: &str) -> Schedule {
+    Schedule::parse_in(expr, Some(zone)).unwrap_or_else(|e| panic!("{expr} in {zone}: {e}"))
+}
+
+/// `0 2 * * *` in Europe/Berlin is 01:00 UTC in winter (CET, +1) and
+/// 00:00 UTC in summer (CEST, +2); in UTC it stays 02:00.
+#[test]
+fn a_schedule_in_a_time_zone_follows_its_offset_through_the_year() {
+    let berlin = zoned_sched("0 2 * * *", "Europe/Berlin");
+    assert_eq!(
+        next_after(&berlin, at(2026, 1, 10, 12, 0)).unwrap(),
+        at(2026, 1, 11, 1, 0)
+    );
+    assert_eq!(
+        next_after(&berlin, at(2026, 7, 10, 12, 0)).unwrap(),
+        at(2026, 7, 11, 0, 0)
+    );
+    assert!(berlin.is_slot(at(2026, 7, 11, 0, 0)));
+    assert!(!berlin.is_slot(at(2026, 7, 11, 2, 0)));
+    assert_eq!(
+        next_after(&sched("0 2 * * *"), at(2026, 7, 10, 12, 0)).unwrap(),
+        at(2026, 7, 11, 2, 0)
+    );
+    assert_ne!(
+        berlin,
+        sched("0 2 * * *"),
+        "the zone is part of the schedule"
+    );
+    assert_eq!(berlin.zone_name(), Some("Europe/Berlin"));
+}
+
+/// The spring gap (2026-03-29, Berlin skips 02:00-03:00) and the autumn
+/// fold (2026-10-25, 02:00-03:00 happens twice): a daily 02:30 backup runs
+/// exactly once on each of those days, and never twice in one hour.
+#[test]
+fn daylight_saving_days_run_a_daily_schedule_once() {
+    let s = zoned_sched("30 2 * * *", "Europe/Berlin");
+    for (day_before, day_after) in [
+        (at(2026, 3, 28, 12, 0), at(2026, 3, 29, 22, 0)),
+        (at(2026, 10, 24, 12, 0), at(2026, 10, 25, 23, 0)),
+    ] {
+        let first = next_after(&s, day_before).unwrap();
+        let second = next_after(&s, first).unwrap();
+        assert!(first < day_after, "it ran on the day: {first}");
+        assert!(second > day_after, "once only: {first} then {second}");
+    }
+    // Catch-up over the gap day counts one slot.
+    let d = catch_up(&s, Some(at(2026, 3, 28, 12, 0)), 0, at(2026, 3, 29, 12, 0)).unwrap();
+    assert!(matches!(d, Decision::Due { slots: 1, .. }), "{d:?}");
+}
+
+#[test]
+fn an_unknown_time_zone_is_refused_with_its_name() {
+    let err = Schedule::parse_in("0 2 * * *", Some("Mars/Olympus_Mons")).unwrap_err();
+    assert!(
+        matches!(err, ScheduleError::UnknownTimeZone { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("Mars/Olympus_Mons"), "{err}");
+    assert!(utc_offsets(Some("Nowhere/Else")).is_err());
+    // Spelled exactly as listed: the API's enum is the list.
+    assert!(time_zone("europe/berlin").is_err());
+    let names = time_zone_names();
+    assert!(names.len() > 300, "{}", names.len());
+    for n in ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"] {
+        assert!(names.iter().any(|x| x == n), "{n}");
+        assert!(time_zone(n).is_ok(), "{n}");
+    }
+    let berlin = utc_offsets(Some("Europe/Berlin")).unwrap();
+    assert_eq!(berlin.at(at(2026, 1, 1, 0, 0)), 3600);
+    assert_eq!(berlin.at(at(2026, 7, 1, 0, 0)), 7200);
+    assert_eq!(UtcOffsets::default().at(at(2026, 7, 1, 0, 0)), 0);
+}

@@ -1938,6 +1938,9 @@ mod tests {
                 replica: None,
                 proxmox: None,
                 anomaly_lock: None,
+                files: Default::default(),
+                hooks: Default::default(),
+                time_zone: None,
             },
         }
         .into()

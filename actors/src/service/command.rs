@@ -67,6 +67,9 @@ pub enum JobCommand {
         repository: RepositoryId,
         /// The rules.
         keep: KeepPolicy,
+        /// The plan's time zone, which its calendar buckets (days, weeks,
+        /// ...) are counted in (none: UTC).
+        time_zone: Option<String>,
         /// Points that must not be forgotten whatever the rules say (locked
         /// points, the plan's last recoverable point); the dispatcher fills
         /// it in from the projections when the job starts.

@@ -1200,6 +1200,7 @@ pub fn rebuild_command(
             plan: pl.id.clone(),
             repository: repository(pl.definition.repository.clone()),
             keep: pl.definition.retention.clone(),
+            time_zone: pl.definition.time_zone.clone(),
             protect: Vec::new(),
         }),
         JobKind::ReadBack => read_back_of(v2),
@@ -1439,6 +1440,9 @@ mod tests {
             replica,
             proxmox: None,
             anomaly_lock: None,
+            files: Default::default(),
+            hooks: Default::default(),
+            time_zone: None,
         }
     }
 

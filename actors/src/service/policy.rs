@@ -239,6 +239,7 @@ pub fn follow_ups(
                             plan: plan.id.clone(),
                             repository: def.repository.clone(),
                             keep: def.retention.clone(),
+                            time_zone: def.time_zone.clone(),
                             protect: Vec::new(),
                         },
                         "after backup".into(),
@@ -282,6 +283,7 @@ pub fn follow_ups(
                             plan: plan.id.clone(),
                             repository: c.repository.clone(),
                             keep: def.retention.clone(),
+                            time_zone: def.time_zone.clone(),
                             protect: Vec::new(),
                         },
                         "after copy".into(),
@@ -586,6 +588,9 @@ mod tests {
                 replica: None,
                 proxmox: None,
                 anomaly_lock: None,
+                files: Default::default(),
+                hooks: Default::default(),
+                time_zone: None,
             },
         }
         .into()

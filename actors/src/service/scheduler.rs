@@ -95,7 +95,7 @@ pub fn next_run(
     if definition.paused {
         return None;
     }
-    let schedule = Schedule::parse(&definition.schedule).ok()?;
+    let schedule = Schedule::of_plan(definition).ok()?;
     PlanSchedule::new(schedule, plan.as_str().as_bytes(), max_jitter)
         .next_after(after_ns)
         .ok()
@@ -274,7 +274,7 @@ impl Scheduler {
             // other: the backup worker never runs it on the server
             // (security review finding 14) but offers it to its agent,
             // which long-polls for it (`AgentBoard`).
-            let schedule = match Schedule::parse(&plan.definition.schedule) {
+            let schedule = match Schedule::of_plan(&plan.definition) {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::warn!(plan = %plan.id, error = %e, "plan has an invalid schedule; it never runs");

@@ -1148,6 +1148,9 @@ async fn paused_plan_service(
                 replica: None,
                 proxmox: None,
                 anomaly_lock: None,
+                files: Default::default(),
+                hooks: Default::default(),
+                time_zone: None,
             },
         }
         .into()])
@@ -1813,6 +1816,9 @@ fn docs_plan() -> Event {
             replica: None,
             proxmox: None,
             anomaly_lock: None,
+            files: Default::default(),
+            hooks: Default::default(),
+            time_zone: None,
         },
     }
     .into()

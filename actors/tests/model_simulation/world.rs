@@ -994,6 +994,9 @@ impl Model {
             replica: None,
             proxmox: None,
             anomaly_lock: None,
+            files: Default::default(),
+            hooks: Default::default(),
+            time_zone: None,
         }
     }
 

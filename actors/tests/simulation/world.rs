@@ -684,6 +684,9 @@ impl World {
             replica: None,
             proxmox: None,
             anomaly_lock: None,
+            files: Default::default(),
+            hooks: Default::default(),
+            time_zone: None,
         }
     }
 

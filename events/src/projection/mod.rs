@@ -321,6 +321,8 @@ impl Projections {
             // `backup.*` payloads lead with an optional job: `[job?, ...]`
             // (nil when none, which `leading_str` reads as no string).
             "backup" | "copy" => job_scope(leading_str(&u.payload)),
+            // `hook.*` payloads lead with their backup job.
+            "hook" => job_scope(leading_str(&u.payload)),
             "plan" => match leading_str(&u.payload) {
                 Some(plan) => UnknownScope::Plan(PlanId::new(plan)),
                 None => UnknownScope::All,

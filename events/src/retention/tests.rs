@@ -380,3 +380,27 @@ proptest! {
         }
     }
 }
+
+/// Daily buckets counted in a time zone: two points 02:00 apart that fall
+/// on one UTC day but on two local days (UTC+1) are both kept by
+/// `daily: 2`, and the reasons name the local dates.
+#[test]
+fn daily_buckets_follow_the_plan_time_zone() {
+    let cands = vec![
+        cand(1, at(2026, 12, 3, 23, 30)), // 2026-12-04 00:30 at UTC+1
+        cand(2, at(2026, 12, 3, 21, 30)), // 2026-12-03 22:30 at UTC+1
+        cand(3, at(2026, 12, 2, 21, 30)),
+    ];
+    let policy = KeepPolicy {
+        daily: Some(2),
+        ..Default::default()
+    };
+    let utc = apply_retention(&policy, &cands, NOW);
+    assert_eq!(kept(&utc), vec![1, 3], "in UTC 1 and 2 share a day");
+    let local = apply_retention_in(&policy, &cands, NOW, |_| 3600);
+    assert_eq!(kept(&local), vec![1, 2]);
+    assert_eq!(
+        local[0].reasons[0].to_string(),
+        "daily snapshot for 2026-12-04"
+    );
+}
