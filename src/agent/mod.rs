@@ -262,6 +262,42 @@ struct LeasedJob {
     point: Option<String>,
     #[serde(default)]
     destination: Option<String>,
+    /// The plan's further paths and exclusions (none: `path` alone).
+    #[serde(default)]
+    files: Option<LeasedFiles>,
+}
+
+/// `files` of a leased backup, as the server's API spells it.
+#[derive(Debug, Clone, Default, Deserialize)]
+struct LeasedFiles {
+    #[serde(default)]
+    also: Option<Vec<String>>,
+    #[serde(default)]
+    exclude: Option<Vec<String>>,
+    #[serde(default)]
+    exclude_files: Option<Vec<String>>,
+    #[serde(default)]
+    exclude_caches: Option<bool>,
+    #[serde(default)]
+    one_file_system: Option<bool>,
+    #[serde(default)]
+    exclude_if_present: Option<Vec<String>>,
+    #[serde(default)]
+    exclude_larger_than: Option<u64>,
+}
+
+impl LeasedFiles {
+    fn selection(&self) -> vouch_events::FileSelection {
+        vouch_events::FileSelection {
+            also: self.also.clone().unwrap_or_default(),
+            exclude: self.exclude.clone().unwrap_or_default(),
+            exclude_files: self.exclude_files.clone().unwrap_or_default(),
+            exclude_caches: self.exclude_caches.unwrap_or(false),
+            one_file_system: self.one_file_system.unwrap_or(false),
+            exclude_if_present: self.exclude_if_present.clone().unwrap_or_default(),
+            exclude_larger_than: self.exclude_larger_than,
+        }
+    }
 }
 
 impl Agent {
@@ -496,13 +532,20 @@ impl Agent {
         if let Some(f) = &frozen {
             tracing::info!(path = %source.display(), "reading from {}", f.describe());
         }
+        let selection = job
+            .files
+            .as_ref()
+            .map(LeasedFiles::selection)
+            .unwrap_or_default();
+        // The further paths are read live: only the source's own path is
+        // frozen.
+        let selected = crate::workers::hooks::file_options(&job.path, &selection);
         let opts = BackupOptions {
             read_from: frozen
                 .iter()
                 .map(|f| (source.clone(), f.read_path().to_path_buf()))
                 .collect(),
             exclude_paths: frozen.iter().flat_map(|f| f.skip()).collect(),
-            paths: vec![source.clone()],
             tags: vec![job.tag.clone()],
             host: Some(self.state.name.clone()),
             cancel: Some(lost),
@@ -512,7 +555,7 @@ impl Agent {
                     .join("sessions")
                     .join(&blake3::hash(job.plan.as_bytes()).to_hex()[..32]),
             ),
-            ..BackupOptions::default()
+            ..selected
         };
         let outcome = backup(&repo, &opts, progress.clone());
         drop(frozen);

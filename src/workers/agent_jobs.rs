@@ -66,6 +66,7 @@ pub(crate) async fn restore_on_agent(
             point: point.to_hex(),
             destination: spec.destination.clone(),
         }),
+        files: Default::default(),
     };
     wait_for_agent(board, msg, job).await
 }
@@ -77,6 +78,7 @@ pub(crate) async fn run_on_agent(
     plan: PlanId,
     agent: &str,
     path: &str,
+    files: vouch_events::FileSelection,
 ) -> Result<JobOutput, JobFailure> {
     let repository = own_repository(&msg, agent, "change the plan's repository")?;
     let job = AgentJob {
@@ -87,6 +89,7 @@ pub(crate) async fn run_on_agent(
         path: path.to_owned(),
         repository,
         restore: None,
+        files,
     };
     wait_for_agent(board, msg, job).await
 }

@@ -181,6 +181,7 @@ impl Handler<RunJob> for EngineWorker {
         {
             if let Some((agent, path)) = agent_source(&definition.source) {
                 let (plan, agent, path) = (plan.clone(), agent.to_owned(), path.to_owned());
+                let files = definition.files.clone();
                 let board = self.agents.clone();
                 let weigh = agent_jobs::AgentWeigh {
                     repos: self.repos.clone(),
@@ -193,7 +194,8 @@ impl Handler<RunJob> for EngineWorker {
                     match board {
                         Some(board) => {
                             let out =
-                                agent_jobs::run_on_agent(board, msg, plan, &agent, &path).await?;
+                                agent_jobs::run_on_agent(board, msg, plan, &agent, &path, files)
+                                    .await?;
                             Ok(weigh.weigh(out).await)
                         }
                         None => Err(JobFailure::new(

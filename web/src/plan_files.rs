@@ -432,11 +432,15 @@ pub(crate) fn hooks(
         pre: input.pre.map(|h| one("pre", h)),
         post: input.post.map(|h| one("post", h)),
     };
-    let file_system = !source.starts_with("pve:") && !source.starts_with("vzdump:");
-    if !file_system && (hooks.pre.is_some() || hooks.post.is_some()) {
+    // Agents run no hooks yet: a plan of theirs with one is refused rather
+    // than its hook silently skipped.
+    let server_files = !source.starts_with("pve:")
+        && !source.starts_with("vzdump:")
+        && !source.starts_with("agent:");
+    if !server_files && (hooks.pre.is_some() || hooks.post.is_some()) {
         errors.insert(
             "hooks".into(),
-            "hooks run around file-system backups (a path, or agent:<name>:<path>) only".into(),
+            "hooks run around the server's own file-system backups (a plain path) only; agents and guests run none yet".into(),
         );
     }
     hooks
@@ -527,8 +531,11 @@ mod tests {
             "post": {"name": "notify"}
         }))
         .unwrap();
-        let hooks = hooks(h, "agent:web-1:/srv", &mut errors);
+        let hooks = hooks(h.clone(), "/srv", &mut errors);
         assert!(errors.is_empty(), "{errors:?}");
+        let mut refused = BTreeMap::new();
+        super::hooks(h, "agent:web-1:/srv", &mut refused);
+        assert!(refused.contains_key("hooks"), "agents run no hooks yet");
         assert_eq!(
             hooks.pre.as_ref().unwrap().timeout,
             Duration::from_secs(300)

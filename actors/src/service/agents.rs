@@ -45,6 +45,8 @@ pub struct AgentJob {
     /// Set for a restore job (then `path` is the path inside the point
     /// and `tag` is empty).
     pub restore: Option<AgentRestore>,
+    /// A backup's further paths and exclusions (the plan's `files`).
+    pub files: vouch_events::FileSelection,
 }
 
 /// What a restore job asks of an agent.
@@ -410,6 +412,7 @@ mod tests {
             repository: RepositoryId::new(format!("agent-{agent}")),
             tag: "vouch-plan:p".into(),
             restore: None,
+            files: Default::default(),
         }
     }
 

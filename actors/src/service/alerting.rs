@@ -164,6 +164,11 @@ pub struct AlertFacts {
     /// Report deliveries that gave up, by (delivery, target), with the
     /// periods not delivered (until a later delivery of that period).
     pub reports_given_up: BTreeMap<(String, String), BTreeMap<String, String>>,
+    /// The latest failed post-backup hook of each plan, with when it was
+    /// recorded, until a later backup of the plan commits (and its own
+    /// post hook, recorded after its commit, does not fail). A failed pre
+    /// hook fails its backup: `BackupFailed` says it.
+    pub post_hook_failures: BTreeMap<vouch_events::PlanId, (i64, vouch_events::HookFailed)>,
 }
 
 impl AlertFacts {
@@ -219,6 +224,21 @@ impl AlertFacts {
                     periods.remove(&format!("{} {}", d.scope, d.label));
                     if periods.is_empty() {
                         self.reports_given_up.remove(&key);
+                    }
+                }
+            }
+            Event::HookFailed(h) if h.phase == vouch_events::HookPhase::Post => {
+                self.post_hook_failures
+                    .insert(h.plan.clone(), (env.recorded_unix_ns, h.clone()));
+            }
+            Event::BackupCommitted(b) => {
+                if let Some(plan) = &b.plan {
+                    let later = self
+                        .post_hook_failures
+                        .get(plan)
+                        .is_some_and(|(_, h)| b.job.as_ref() != Some(&h.job));
+                    if later {
+                        self.post_hook_failures.remove(plan);
                     }
                 }
             }
@@ -313,6 +333,21 @@ pub fn fact_incidents(facts: &AlertFacts, now_ns: i64) -> Vec<Incident> {
             ),
             rule: "LogRepaired",
             labels: labels(&[("from_seq", r.from_seq.to_string())]),
+        });
+    }
+    for (plan, (at, h)) in &facts.post_hook_failures {
+        out.push(Incident {
+            subject: format!("plan {plan}: post-backup hook failed"),
+            severity: Severity::Warning,
+            message: format!(
+                "the post-backup hook {:?} of plan {plan} failed at {} (job {}): {}; the backup itself stands",
+                h.hook,
+                rfc3339(*at),
+                h.job,
+                h.reason
+            ),
+            rule: "HookFailed",
+            labels: labels(&[("plan", plan.to_string()), ("hook", h.hook.clone())]),
         });
     }
     for (at, c) in facts.clock_steps.iter().filter(|(at, _)| fresh(*at)) {
@@ -2228,6 +2263,64 @@ mod tests {
             hash: vouch_events::GENESIS_HASH,
             event,
         }
+    }
+
+    /// A failed post hook raises a warning that stays until a later backup
+    /// of the plan commits; a later one failing again keeps it open.
+    #[test]
+    fn a_failed_post_hook_alerts_until_a_later_backup_commits() {
+        let committed = |job: &str| -> Event {
+            vouch_events::BackupCommitted {
+                job: Some(JobId::new(job)),
+                plan: Some(PlanId::new("web")),
+                repository: RepositoryId::new("main"),
+                snapshot: SnapshotId([1; 32]),
+                snapshot_time_unix_ns: S,
+                summary: vouch_events::BackupSummary::default(),
+                changes: None,
+            }
+            .into()
+        };
+        let hook_failed = |job: &str, phase| -> Event {
+            vouch_events::HookFailed {
+                job: JobId::new(job),
+                plan: PlanId::new("web"),
+                phase,
+                hook: "notify".into(),
+                exit_code: Some(1),
+                timed_out: false,
+                reason: "exited with status 1".into(),
+                took_ms: 5,
+            }
+            .into()
+        };
+        let hook_rules = |f: &AlertFacts| -> Vec<Incident> {
+            fact_incidents(f, 2 * S)
+                .into_iter()
+                .filter(|i| i.rule == "HookFailed")
+                .collect()
+        };
+        let mut f = AlertFacts::default();
+        f.apply(&env(1, S, hook_failed("j0", vouch_events::HookPhase::Pre)));
+        assert!(
+            hook_rules(&f).is_empty(),
+            "a pre hook fails its backup instead"
+        );
+        f.apply(&env(2, S, committed("j1")));
+        f.apply(&env(3, S, hook_failed("j1", vouch_events::HookPhase::Post)));
+        let open = hook_rules(&f);
+        assert_eq!(open.len(), 1, "{open:?}");
+        assert_eq!(open[0].severity, Severity::Warning);
+        assert!(open[0].message.contains("notify"), "{}", open[0].message);
+        assert_eq!(open[0].labels["plan"], "web");
+        f.apply(&env(4, S, committed("j2")));
+        f.apply(&env(5, S, hook_failed("j2", vouch_events::HookPhase::Post)));
+        assert_eq!(hook_rules(&f).len(), 1, "failed again: still open");
+        f.apply(&env(6, S, committed("j3")));
+        assert!(
+            hook_rules(&f).is_empty(),
+            "a later backup whose hook did not fail"
+        );
     }
 
     #[test]

@@ -349,6 +349,11 @@ pub struct LeasedJob {
     /// Seconds the lease lasts unless renewed (renew well before: a third
     /// of it is a good interval). The server's clock decides.
     pub lease_seconds: u64,
+    /// `backup`: further paths of this host into the same point, and what
+    /// is left out (the plan's `files`; an agent that predates it backs up
+    /// `path` alone, with nothing left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<crate::plan_files::FilesInput>,
 }
 
 /// The calling agent's next job, waiting up to `wait` for one: 200 with
@@ -418,6 +423,8 @@ pub(crate) async fn next_job(
         destination,
         path: job.path,
         repository: job.repository.to_string(),
+        files: (job.restore.is_none() && !job.files.is_default())
+            .then(|| crate::plan_files::files_input(&job.files)),
         tag: job.tag,
         lease: fence,
         lease_seconds: ttl.as_secs(),
