@@ -317,12 +317,15 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
             }
             let dump = vouch_events::sources::vzdump_source(&definition.source);
             let local = dump.unwrap_or(&definition.source);
-            let also = if dump.is_some() {
-                &[][..]
+            // The further paths, and the exclude files the backup reads,
+            // pass the same policy as the source.
+            let (also, exclude_files) = if dump.is_some() {
+                (&[][..], &[][..])
             } else {
-                &definition.files.also[..]
+                (&definition.files.also[..], &definition.files.exclude_files[..])
             };
-            for path in std::iter::once(local).chain(also.iter().map(String::as_str)) {
+            let read = also.iter().chain(exclude_files).map(String::as_str);
+            for path in std::iter::once(local).chain(read) {
                 if let Err(refusal) = repos.source_policy().check_local(path) {
                     tracing::warn!(error = %refusal, "backup source refused");
                     return Err(JobFailure::new(
