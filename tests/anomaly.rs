@@ -44,6 +44,7 @@ fn summary_of(m: &vouch::format::Manifest) -> vouch_events::BackupSummary {
         stored_bytes: m.summary.bytes_stored,
         duration_ms: m.summary.duration_ms,
         total_bytes: Some(m.summary.total_bytes),
+        warnings: None,
     }
 }
 

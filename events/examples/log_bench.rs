@@ -56,6 +56,7 @@ fn event(i: u64) -> Event {
                 stored_bytes: 1 << 19,
                 duration_ms: 4000,
                 total_bytes: None,
+                warnings: None,
             },
             changes: None,
         }

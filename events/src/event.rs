@@ -233,6 +233,12 @@ pub struct BackupSummary {
     /// not told (events upcast from `backup.committed` v2 or
     /// `copy.committed` v1).
     pub total_bytes: Option<u64>,
+    /// Entries the backup could not read and left out (a file that
+    /// vanished or was unreadable, a directory it could not list), each a
+    /// warning in the snapshot's manifest; none when not counted (events
+    /// upcast from `backup.committed` v3 or `copy.committed` v2, and
+    /// copies, which read no source).
+    pub warnings: Option<u64>,
 }
 
 /// A snapshot manifest was committed: a new recovery point, `unverified`.
@@ -1159,7 +1165,7 @@ events! {
     JobFinished => "job.finished", v 1;
     JobFailed => "job.failed", v 1;
     JobAbandoned => "job.abandoned", v 1;
-    BackupCommitted => "backup.committed", v 3;
+    BackupCommitted => "backup.committed", v 4;
     PointDiscovered => "point.discovered", v 1;
     VerificationStarted => "verification.started", v 1;
     VerificationPassed => "verification.passed", v 1;
@@ -1190,7 +1196,7 @@ events! {
     PointUnlocked => "point.unlocked", v 1;
     AccessRefused => "audit.refused", v 1;
     RestoreCompleted => "restore.completed", v 1;
-    CopyCommitted => "copy.committed", v 2;
+    CopyCommitted => "copy.committed", v 3;
     SecurityCheckChanged => "security.check_changed", v 1;
     KeyExportConfirmed => "key.export_confirmed", v 1;
     LogHeadExported => "log.head_exported", v 1;

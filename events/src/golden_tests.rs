@@ -112,6 +112,7 @@ fn first_release_samples_upcast() -> Vec<Event> {
             Event::BackupCommitted(b) => {
                 b.changes = None;
                 b.summary.total_bytes = None;
+                b.summary.warnings = None;
             }
             Event::CopyCommitted(c) => c.summary.total_bytes = None,
             Event::AnomalyDetected(a) => a.paths.clear(),
@@ -432,11 +433,44 @@ fn backup_and_copy_golden_lines_of_before_the_size_upcast_to_an_unknown_size() {
             Event::BackupCommitted(b) => {
                 assert!(b.summary.total_bytes.is_some(), "the sample has a size");
                 b.summary.total_bytes = None;
+                b.summary.warnings = None;
             }
             Event::CopyCommitted(c) => {
                 assert!(c.summary.total_bytes.is_some(), "the sample has a size");
                 c.summary.total_bytes = None;
             }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(got, want, "{name}@v{version} upcasts to something else");
+        seen += 1;
+    }
+    assert_eq!(seen, 2, "both samples were checked");
+}
+
+/// `backup.committed` v3 and `copy.committed` v2 did not count warnings:
+/// they upcast with `warnings` none (not "no warnings"), the rest as
+/// written.
+#[test]
+fn backup_and_copy_golden_lines_of_before_warnings_upcast_to_uncounted() {
+    let golden = golden();
+    let mut seen = 0;
+    for sample in sample_events() {
+        let (name, version) = match sample.event_type() {
+            "backup.committed" => ("backup.committed", 3),
+            "copy.committed" => ("copy.committed", 2),
+            _ => continue,
+        };
+        let line = golden
+            .get(&format!("{name}@v{version}"))
+            .unwrap_or_else(|| panic!("no v{version} line for {name}"));
+        let got = decode_event(name, version, &hex::decode(line).expect("hex"));
+        let mut want = sample.clone();
+        match &mut want {
+            Event::BackupCommitted(b) => {
+                assert_eq!(b.summary.warnings, Some(2), "the sample counts some");
+                b.summary.warnings = None;
+            }
+            Event::CopyCommitted(c) => c.summary.warnings = None,
             other => panic!("{other:?}"),
         }
         assert_eq!(got, want, "{name}@v{version} upcasts to something else");

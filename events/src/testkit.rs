@@ -177,6 +177,7 @@ pub(crate) fn sample_events() -> Vec<Event> {
                 stored_bytes: 60,
                 duration_ms: 7,
                 total_bytes: Some(4000),
+                warnings: Some(2),
             },
             changes: Some(ChangeFigures {
                 compared_with: sid(2),
@@ -409,6 +410,7 @@ pub(crate) fn sample_events() -> Vec<Event> {
                 stored_bytes: 1200,
                 duration_ms: 87,
                 total_bytes: Some(3456),
+                warnings: None,
             },
             off_host: true,
             locks_enforced_by: LockEnforcement::Storage,

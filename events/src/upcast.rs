@@ -42,6 +42,8 @@ pub const UPCASTERS: &[(&str, u16, Upcaster)] = &[
     ("agent.seen", 1, agent_seen_v1_to_v2),
     ("backup.committed", 2, backup_committed_v2_to_v3),
     ("copy.committed", 1, copy_committed_v1_to_v2),
+    ("backup.committed", 3, backup_committed_v3_to_v4),
+    ("copy.committed", 2, copy_committed_v2_to_v3),
 ];
 
 use rmpv::Value;
@@ -295,6 +297,35 @@ fn copy_committed_v1_to_v2(payload: &[u8]) -> Result<Vec<u8>, String> {
     expect_len(&fields, 10..=10, "copy.committed")?;
     summary_without_total(&mut fields[6], "copy.committed")?;
     encode(fields)
+}
+
+/// `backup.committed` v3 → v4: warnings not counted.
+fn backup_committed_v3_to_v4(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 7..=7, "backup.committed")?;
+    summary_without_warnings(&mut fields[5], "backup.committed")?;
+    encode(fields)
+}
+
+/// `copy.committed` v2 → v3: warnings not counted.
+fn copy_committed_v2_to_v3(payload: &[u8]) -> Result<Vec<u8>, String> {
+    let mut fields = decode(payload)?;
+    expect_len(&fields, 10..=10, "copy.committed")?;
+    summary_without_warnings(&mut fields[6], "copy.committed")?;
+    encode(fields)
+}
+
+/// A `BackupSummary` of six fields gets its seventh, `warnings`, none.
+fn summary_without_warnings(summary: &mut Value, what: &str) -> Result<(), String> {
+    match summary {
+        Value::Array(a) if a.len() == 6 => {
+            a.push(Value::Nil);
+            Ok(())
+        }
+        other => Err(format!(
+            "{what}: the summary is not an array of 6 fields but {other}"
+        )),
+    }
 }
 
 /// A `BackupSummary` of five fields gets its sixth, `total_bytes`, none.

@@ -438,6 +438,7 @@ impl Builder<'_> {
             stored_bytes: 30 << 20,
             duration_ms: ((20 + jitter) * 60_000) as u64,
             total_bytes: Some(40 << 30),
+            warnings: None,
         };
         let committed: Event = BackupCommitted {
             job: Some(backup.clone()),

@@ -175,6 +175,7 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
             stored_bytes: s.bytes_stored,
             duration_ms: s.duration_ms,
             total_bytes: Some(s.total_bytes),
+            warnings: None,
         },
     )
     .unwrap_or_else(|e| {

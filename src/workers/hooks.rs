@@ -15,6 +15,27 @@ use crate::hooks::{run_hook, HookContext};
 /// The `error_kind` of a backup stopped by its failed pre hook.
 pub const PRE_HOOK_FAILED: &str = "pre_hook_failed";
 
+/// The `error_kind` of a backup whose plan asks for what its source's
+/// kind does not do (hooks on an agent or a guest, files of a guest).
+pub const OPTIONS_UNSUPPORTED: &str = "options_unsupported";
+
+/// Refuses a plan whose source's kind does not do what it asks: its
+/// backups fail saying why rather than skip a hook or an exclusion.
+pub fn supported(definition: &vouch_events::PlanDefinition) -> Result<(), JobFailure> {
+    let source = definition.source.as_str();
+    let guest = source.starts_with("pve:") || source.starts_with("vzdump:");
+    let agent = source.starts_with("agent:");
+    let hooked = definition.hooks.pre.is_some() || definition.hooks.post.is_some();
+    let why = if guest && !definition.files.is_default() {
+        "a guest's backup selects no files: remove the plan's `files`"
+    } else if (guest || agent) && hooked {
+        "hooks run around the server's own file-system backups only (agents and guests run none yet): remove the plan's `hooks`, or run the work elsewhere"
+    } else {
+        return Ok(());
+    };
+    Err(JobFailure::new(OPTIONS_UNSUPPORTED, why, false))
+}
+
 /// The backup options a plan's file selection asks for: its source's path
 /// and the `also` paths, with its exclusions.
 pub fn file_options(source: &str, files: &FileSelection) -> BackupOptions {

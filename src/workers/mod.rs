@@ -180,6 +180,9 @@ impl Handler<RunJob> for EngineWorker {
         } = &msg.command
         {
             if let Some((agent, path)) = agent_source(&definition.source) {
+                if let Err(f) = hooks::supported(definition) {
+                    return Box::pin(async move { Err(f) });
+                }
                 let (plan, agent, path) = (plan.clone(), agent.to_owned(), path.to_owned());
                 let files = definition.files.clone();
                 let board = self.agents.clone();
@@ -304,6 +307,7 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
             history,
             last_good,
         } => {
+            hooks::supported(&definition)?;
             // Checked again at every start: the policy may have changed
             // since the plan was accepted, or a symlink been planted on
             // the way to its source.
@@ -322,7 +326,10 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
             let (also, exclude_files) = if dump.is_some() {
                 (&[][..], &[][..])
             } else {
-                (&definition.files.also[..], &definition.files.exclude_files[..])
+                (
+                    &definition.files.also[..],
+                    &definition.files.exclude_files[..],
+                )
             };
             let read = also.iter().chain(exclude_files).map(String::as_str);
             for path in std::iter::once(local).chain(read) {
@@ -378,6 +385,7 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
                 stored_bytes: bytes_stored,
                 duration_ms: started.elapsed().as_millis() as u64,
                 total_bytes: Some(s.total_bytes),
+                warnings: Some(s.warnings),
             };
             let point = point_of(&outcome.snapshot);
             let (changes, anomaly) = compare_with_parent(&repo, &outcome, &history, &summary);
@@ -1082,6 +1090,7 @@ fn copy_job(
                 stored_bytes: Progress::get(&progress.bytes_stored),
                 duration_ms: started.elapsed().as_millis() as u64,
                 total_bytes: Some(manifest.summary.total_bytes),
+                warnings: None,
             },
             off_host: repos.is_remote(&c.repository),
             locks_enforced_by,
@@ -1226,6 +1235,7 @@ fn guest_committed(
         stored_bytes: s.bytes_stored,
         duration_ms: s.duration_ms,
         total_bytes: Some(s.total_bytes),
+        warnings: Some(s.warnings),
     };
     let point = point_of(&done.outcome.snapshot);
     let (changes, anomaly) = match done.archive.guest {

@@ -294,6 +294,7 @@ impl RepoStore for EngineRepoStore {
                     bytes: m.summary.bytes_read,
                     added_bytes: m.summary.bytes_added,
                     total_bytes: m.summary.total_bytes,
+                    warnings: m.summary.warnings,
                 });
             }
             RepoFile::PointLock => {

@@ -194,6 +194,12 @@ pub const REPOSITORY_SNAPSHOTS: &str = "vouch_repository_snapshots";
 /// writers on the file system that holds it (absent for object storage,
 /// which has no such figure).
 pub const REPOSITORY_FREE: &str = "vouch_repository_free_bytes";
+/// `vouch_backup_warnings_total{plan}`: entries committed backups could
+/// not read and left out (vanished or unreadable files, unlistable
+/// directories), each a warning in the point's manifest.
+pub const BACKUP_WARNINGS: &str = "vouch_backup_warnings_total";
+/// `vouch_hook_failures_total{plan,phase}`: plans' hooks that failed.
+pub const HOOK_FAILURES: &str = "vouch_hook_failures_total";
 /// `vouch_prune_freed_bytes_total{repository}`: bytes the service's prune
 /// jobs freed (net of what repacking wrote).
 pub const PRUNE_FREED_BYTES: &str = "vouch_prune_freed_bytes_total";
@@ -270,6 +276,8 @@ pub struct Metrics {
     restore_test_bytes: IntCounter,
     read_back_bytes: IntCounter,
     prune_freed: IntCounterVec,
+    backup_warnings: IntCounterVec,
+    hook_failures: IntCounterVec,
     last_prune: GaugeVec,
     repo_size: IntGaugeVec,
     repo_packs: IntGaugeVec,
@@ -580,6 +588,26 @@ impl Metrics {
             r,
             IntCounter::new(READ_BACK_BYTES, "Bytes the rolling read-back read.")?,
         )?;
+        let backup_warnings = reg(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    BACKUP_WARNINGS,
+                    "Entries committed backups of each plan could not read and left out (each a warning in its point's manifest).",
+                ),
+                &["plan"],
+            )?,
+        )?;
+        let hook_failures = reg(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    HOOK_FAILURES,
+                    "Plans' hooks that failed, by phase (pre, post).",
+                ),
+                &["plan", "phase"],
+            )?,
+        )?;
         let prune_freed = reg(
             r,
             IntCounterVec::new(
@@ -675,6 +703,8 @@ impl Metrics {
             restore_test_bytes,
             read_back_bytes,
             prune_freed,
+            backup_warnings,
+            hook_failures,
             last_prune,
             repo_size,
             repo_packs,
@@ -765,10 +795,21 @@ impl Metrics {
                 let plan = [e.plan.as_str()];
                 let _ = self.backup_success.remove_label_values(&plan);
                 let _ = self.backup_failure.remove_label_values(&plan);
+                let _ = self.backup_warnings.remove_label_values(&plan);
             }
             Event::BackupCommitted(e) => {
                 self.bytes_read.inc_by(e.summary.bytes);
                 self.bytes_added.inc_by(e.summary.added_bytes);
+                if let (Some(plan), Some(n)) = (&e.plan, e.summary.warnings) {
+                    self.backup_warnings
+                        .with_label_values(&[plan.as_str()])
+                        .inc_by(n);
+                }
+            }
+            Event::HookFailed(e) => {
+                self.hook_failures
+                    .with_label_values(&[e.plan.as_str(), e.phase.as_str()])
+                    .inc();
             }
             Event::RestoreTestPassed(e) => self.restore_test_bytes.inc_by(e.evidence.bytes),
             Event::RestoreTestFailed(e) => self.restore_test_bytes.inc_by(e.evidence.bytes),
@@ -1789,6 +1830,63 @@ mod tests {
         assert!(text.contains("process_resident_memory_bytes"), "{text}");
         assert!(
             text.contains("vouch_http_requests_total{route=\"unmatched\",status=\"404\"} 1"),
+            "{text}"
+        );
+    }
+
+    /// Backup warnings add up per plan from `backup.committed` (an upcast
+    /// event, warnings not counted, adds nothing); hook failures count per
+    /// plan and phase.
+    #[test]
+    fn backup_warnings_and_hook_failures_count_per_plan() {
+        let m = Metrics::new("1").unwrap_or_else(|e| panic!("{e}"));
+        let committed = |warnings: Option<u64>| -> Event {
+            vouch_events::BackupCommitted {
+                job: None,
+                plan: Some(vouch_events::PlanId::new("web")),
+                repository: vouch_events::RepositoryId::new("main"),
+                snapshot: vouch_events::SnapshotId([1; 32]),
+                snapshot_time_unix_ns: 1,
+                summary: vouch_events::BackupSummary {
+                    warnings,
+                    ..Default::default()
+                },
+                changes: None,
+            }
+            .into()
+        };
+        let env = |seq: u64, event: Event| Envelope {
+            seq,
+            recorded_unix_ns: 1,
+            schema_version: 2,
+            prev_hash: vouch_events::GENESIS_HASH,
+            hash: vouch_events::GENESIS_HASH,
+            event,
+        };
+        m.observe_event(&env(1, committed(Some(2))));
+        m.observe_event(&env(2, committed(None)));
+        m.observe_event(&env(3, committed(Some(3))));
+        m.observe_event(&env(
+            4,
+            vouch_events::HookFailed {
+                job: vouch_events::JobId::new("j"),
+                plan: vouch_events::PlanId::new("web"),
+                phase: vouch_events::HookPhase::Post,
+                hook: "notify".into(),
+                exit_code: Some(1),
+                timed_out: false,
+                reason: String::new(),
+                took_ms: 1,
+            }
+            .into(),
+        ));
+        let text = m.render().unwrap_or_default();
+        assert!(
+            text.contains("vouch_backup_warnings_total{plan=\"web\"} 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("vouch_hook_failures_total{phase=\"post\",plan=\"web\"} 1"),
             "{text}"
         );
     }

@@ -309,12 +309,11 @@ fn length(p: &str, min: usize, max: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// A selection from its input, for a plan of `source`; errors by field.
-pub(crate) fn files(
-    input: FilesInput,
-    source: &str,
-    errors: &mut BTreeMap<String, String>,
-) -> FileSelection {
+/// A selection from its input; errors by field. Only file-system sources
+/// select files; a plan of another kind with a selection is accepted (the
+/// document cannot tie one field to another) and its backups fail saying
+/// why (`options_unsupported`).
+pub(crate) fn files(input: FilesInput, errors: &mut BTreeMap<String, String>) -> FileSelection {
     let f = FileSelection {
         also: input.also.unwrap_or_default(),
         exclude: input.exclude.unwrap_or_default(),
@@ -371,22 +370,15 @@ pub(crate) fn files(
         },
         errors,
     );
-    let file_system = !source.starts_with("pve:") && !source.starts_with("vzdump:");
-    if !file_system && !f.is_default() {
-        errors.insert(
-            "files".into(),
-            "only a file-system source (a path, or agent:<name>:<path>) selects files".into(),
-        );
-    }
     f
 }
 
-/// Hooks from their input, for a plan of `source`; errors by field.
-pub(crate) fn hooks(
-    input: HooksInput,
-    source: &str,
-    errors: &mut BTreeMap<String, String>,
-) -> BackupHooks {
+/// Hooks from their input; errors by field. Hooks run around the server's
+/// own file-system backups only: a plan of an agent or a guest with hooks
+/// is accepted (the document cannot tie one field to another) and its
+/// backups fail saying why (`options_unsupported`), never skipping a hook
+/// silently.
+pub(crate) fn hooks(input: HooksInput, errors: &mut BTreeMap<String, String>) -> BackupHooks {
     let mut one = |phase: &str, h: HookInput| {
         let field = format!("hooks.{phase}");
         if !vouch_events::valid_hook_name(&h.name) {
@@ -428,22 +420,10 @@ pub(crate) fn hooks(
             timeout,
         }
     };
-    let hooks = BackupHooks {
+    BackupHooks {
         pre: input.pre.map(|h| one("pre", h)),
         post: input.post.map(|h| one("post", h)),
-    };
-    // Agents run no hooks yet: a plan of theirs with one is refused rather
-    // than its hook silently skipped.
-    let server_files = !source.starts_with("pve:")
-        && !source.starts_with("vzdump:")
-        && !source.starts_with("agent:");
-    if !server_files && (hooks.pre.is_some() || hooks.post.is_some()) {
-        errors.insert(
-            "hooks".into(),
-            "hooks run around the server's own file-system backups (a plain path) only; agents and guests run none yet".into(),
-        );
     }
-    hooks
 }
 
 /// A time zone from its input; errors by field.
@@ -458,10 +438,10 @@ pub(crate) fn time_zone(name: String, errors: &mut BTreeMap<String, String>) -> 
 mod tests {
     use super::*;
 
-    fn check(input: serde_json::Value, source: &str) -> BTreeMap<String, String> {
+    fn check(input: serde_json::Value) -> BTreeMap<String, String> {
         let mut errors = BTreeMap::new();
         let f: FilesInput = serde_json::from_value(input).unwrap();
-        files(f, source, &mut errors);
+        files(f, &mut errors);
         errors
     }
 
@@ -478,24 +458,22 @@ mod tests {
             "exclude_larger_than": 1024.0
         }))
         .unwrap();
-        let sel = files(f, "/srv", &mut errors);
+        let sel = files(f, &mut errors);
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(sel.exclude_larger_than, Some(1024));
         let mut again = BTreeMap::new();
-        assert_eq!(files(files_input(&sel), "/srv", &mut again), sel);
+        assert_eq!(files(files_input(&sel), &mut again), sel);
         assert!(again.is_empty());
 
-        let e = check(serde_json::json!({"also": ["/ok", "relative"]}), "/srv");
+        let e = check(serde_json::json!({"also": ["/ok", "relative"]}));
         assert!(e.contains_key("files.also[1]"), "{e:?}");
-        let e = check(serde_json::json!({"also": ["/a/../b"]}), "/srv");
+        let e = check(serde_json::json!({"also": ["/a/../b"]}));
         assert!(e.contains_key("files.also[0]"), "{e:?}");
-        let e = check(serde_json::json!({"exclude": ["*.[oa]"]}), "/srv");
+        let e = check(serde_json::json!({"exclude": ["*.[oa]"]}));
         assert!(e["files.exclude[0]"].contains("alternative"), "{e:?}");
-        let e = check(serde_json::json!({"exclude_if_present": [".."]}), "/srv");
+        let e = check(serde_json::json!({"exclude_if_present": [".."]}));
         assert!(e.contains_key("files.exclude_if_present[0]"), "{e:?}");
-        let e = check(serde_json::json!({"exclude": ["*.iso"]}), "pve:c/qemu/101");
-        assert!(e.contains_key("files"), "{e:?}");
-        assert!(check(serde_json::json!({}), "pve:c/qemu/101").is_empty());
+        assert!(check(serde_json::json!({})).is_empty());
     }
 
     /// Every pattern the API takes compiles as the engine compiles it.
@@ -531,11 +509,8 @@ mod tests {
             "post": {"name": "notify"}
         }))
         .unwrap();
-        let hooks = hooks(h.clone(), "/srv", &mut errors);
+        let hooks = hooks(h, &mut errors);
         assert!(errors.is_empty(), "{errors:?}");
-        let mut refused = BTreeMap::new();
-        super::hooks(h, "agent:web-1:/srv", &mut refused);
-        assert!(refused.contains_key("hooks"), "agents run no hooks yet");
         assert_eq!(
             hooks.pre.as_ref().unwrap().timeout,
             Duration::from_secs(300)
@@ -551,7 +526,7 @@ mod tests {
                 }),
                 post: None,
             };
-            super::hooks(h, "/srv", &mut errors);
+            super::hooks(h, &mut errors);
             assert!(errors.contains_key("hooks.pre.name"), "{bad}: {errors:?}");
         }
     }

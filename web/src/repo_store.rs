@@ -116,6 +116,8 @@ pub struct SnapshotFacts {
     pub added_bytes: u64,
     /// Bytes of all files in it (its logical size).
     pub total_bytes: u64,
+    /// Entries the backup could not read and left out.
+    pub warnings: u64,
 }
 
 /// What a new agent's repository is, made at registration.

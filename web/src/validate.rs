@@ -901,8 +901,8 @@ pub(crate) fn definition(
         Some(None) => def.anomaly_lock = None,
         None => {}
     }
-    def.files = crate::plan_files::files(input.files.unwrap_or_default(), &def.source, &mut errors);
-    def.hooks = crate::plan_files::hooks(input.hooks.unwrap_or_default(), &def.source, &mut errors);
+    def.files = crate::plan_files::files(input.files.unwrap_or_default(), &mut errors);
+    def.hooks = crate::plan_files::hooks(input.hooks.unwrap_or_default(), &mut errors);
     match input.time_zone {
         Some(Some(z)) => def.time_zone = crate::plan_files::time_zone(z, &mut errors),
         Some(None) => def.time_zone = None,

@@ -58,6 +58,7 @@ impl Handler<RunJob> for FakeEngineWorker {
                     stored_bytes: 600,
                     duration_ms: 5,
                     total_bytes: None,
+                    warnings: None,
                 },
                 changes: None,
             }
@@ -107,6 +108,7 @@ impl Handler<RunJob> for FakeEngineWorker {
                     stored_bytes: 0,
                     duration_ms: 5,
                     total_bytes: None,
+                    warnings: None,
                 },
                 off_host: true,
                 locks_enforced_by: vouch_events::LockEnforcement::Storage,
@@ -1141,6 +1143,7 @@ async fn commit_point(s: &Server, n: u8) -> SnapshotId {
                 stored_bytes: 1,
                 duration_ms: 1,
                 total_bytes: None,
+                warnings: None,
             },
             changes: None,
         }
@@ -1815,6 +1818,7 @@ async fn a_filtered_page_of_events_scans_a_bounded_part_of_the_log() {
                         stored_bytes: 1,
                         duration_ms: 1,
                         total_bytes: None,
+                        warnings: None,
                     },
                     changes: None,
                 }

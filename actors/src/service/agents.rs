@@ -89,6 +89,8 @@ pub struct Committed {
     pub added_bytes: u64,
     /// Bytes of all files in it (its logical size), when known.
     pub total_bytes: Option<u64>,
+    /// Entries the backup could not read and left out, when known.
+    pub warnings: Option<u64>,
 }
 
 #[derive(Default)]
@@ -467,6 +469,7 @@ mod tests {
                     bytes: 1,
                     added_bytes: 1,
                     total_bytes: Some(1),
+                    warnings: Some(0),
                 },
             )
             .unwrap();

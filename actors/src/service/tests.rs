@@ -1306,6 +1306,7 @@ fn commit(point: SnapshotId) -> Event {
             stored_bytes: 1,
             duration_ms: 1,
             total_bytes: None,
+            warnings: None,
         },
         changes: None,
     }

@@ -836,6 +836,7 @@ mod tests {
                     stored_bytes: 0,
                     duration_ms: 0,
                     total_bytes: None,
+                    warnings: None,
                 },
                 changes: None,
             }

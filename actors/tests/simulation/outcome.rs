@@ -64,6 +64,7 @@ pub fn ending(
                         stored_bytes: files * 50,
                         duration_ms: 1000,
                         total_bytes: None,
+                        warnings: None,
                     },
                     changes: None,
                 }

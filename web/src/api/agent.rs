@@ -600,6 +600,7 @@ pub(crate) async fn result(
                         stored_bytes: input.stored_bytes,
                         duration_ms: input.duration_ms,
                         total_bytes: c.total_bytes,
+                        warnings: c.warnings,
                     },
                     changes: None,
                 }

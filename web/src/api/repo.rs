@@ -581,6 +581,7 @@ pub(crate) async fn put_file(
                 bytes: facts.bytes,
                 added_bytes: facts.added_bytes,
                 total_bytes: Some(facts.total_bytes),
+                warnings: Some(facts.warnings),
             };
             if let Err(e) = board.committed(agent, *fence, committed) {
                 // The lease ended while the snapshot was checked: it stays
