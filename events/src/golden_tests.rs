@@ -412,16 +412,21 @@ fn plan_v4_golden_lines_upcast_to_plans_without_an_anomaly_lock() {
     }
 }
 
-/// `backup.committed` v2 and `copy.committed` v1 did not record the
-/// point's size: they upcast with `total_bytes` none, the rest as written.
-#[test]
-fn backup_and_copy_golden_lines_of_before_the_size_upcast_to_an_unknown_size() {
+/// The golden lines of `backup.committed` at `backup_version` and
+/// `copy.committed` at `copy_version` upcast to the samples with `forget`
+/// applied to their summaries (what those versions did not record), the
+/// rest as written.
+fn summary_lines_upcast(
+    backup_version: u16,
+    copy_version: u16,
+    forget: impl Fn(&mut crate::event::BackupSummary, bool),
+) {
     let golden = golden();
     let mut seen = 0;
     for sample in sample_events() {
         let (name, version) = match sample.event_type() {
-            "backup.committed" => ("backup.committed", 2),
-            "copy.committed" => ("copy.committed", 1),
+            "backup.committed" => ("backup.committed", backup_version),
+            "copy.committed" => ("copy.committed", copy_version),
             _ => continue,
         };
         let line = golden
@@ -430,15 +435,8 @@ fn backup_and_copy_golden_lines_of_before_the_size_upcast_to_an_unknown_size() {
         let got = decode_event(name, version, &hex::decode(line).expect("hex"));
         let mut want = sample.clone();
         match &mut want {
-            Event::BackupCommitted(b) => {
-                assert!(b.summary.total_bytes.is_some(), "the sample has a size");
-                b.summary.total_bytes = None;
-                b.summary.warnings = None;
-            }
-            Event::CopyCommitted(c) => {
-                assert!(c.summary.total_bytes.is_some(), "the sample has a size");
-                c.summary.total_bytes = None;
-            }
+            Event::BackupCommitted(b) => forget(&mut b.summary, true),
+            Event::CopyCommitted(c) => forget(&mut c.summary, false),
             other => panic!("{other:?}"),
         }
         assert_eq!(got, want, "{name}@v{version} upcasts to something else");
@@ -447,36 +445,28 @@ fn backup_and_copy_golden_lines_of_before_the_size_upcast_to_an_unknown_size() {
     assert_eq!(seen, 2, "both samples were checked");
 }
 
+/// `backup.committed` v2 and `copy.committed` v1 did not record the
+/// point's size: they upcast with `total_bytes` none, the rest as written.
+#[test]
+fn backup_and_copy_golden_lines_of_before_the_size_upcast_to_an_unknown_size() {
+    summary_lines_upcast(2, 1, |summary, _| {
+        assert!(summary.total_bytes.is_some(), "the sample has a size");
+        summary.total_bytes = None;
+        summary.warnings = None;
+    });
+}
+
 /// `backup.committed` v3 and `copy.committed` v2 did not count warnings:
 /// they upcast with `warnings` none (not "no warnings"), the rest as
 /// written.
 #[test]
 fn backup_and_copy_golden_lines_of_before_warnings_upcast_to_uncounted() {
-    let golden = golden();
-    let mut seen = 0;
-    for sample in sample_events() {
-        let (name, version) = match sample.event_type() {
-            "backup.committed" => ("backup.committed", 3),
-            "copy.committed" => ("copy.committed", 2),
-            _ => continue,
-        };
-        let line = golden
-            .get(&format!("{name}@v{version}"))
-            .unwrap_or_else(|| panic!("no v{version} line for {name}"));
-        let got = decode_event(name, version, &hex::decode(line).expect("hex"));
-        let mut want = sample.clone();
-        match &mut want {
-            Event::BackupCommitted(b) => {
-                assert_eq!(b.summary.warnings, Some(2), "the sample counts some");
-                b.summary.warnings = None;
-            }
-            Event::CopyCommitted(c) => c.summary.warnings = None,
-            other => panic!("{other:?}"),
+    summary_lines_upcast(3, 2, |summary, backup| {
+        if backup {
+            assert_eq!(summary.warnings, Some(2), "the sample counts some");
         }
-        assert_eq!(got, want, "{name}@v{version} upcasts to something else");
-        seen += 1;
-    }
-    assert_eq!(seen, 2, "both samples were checked");
+        summary.warnings = None;
+    });
 }
 
 #[test]

@@ -231,6 +231,9 @@ impl AlertFacts {
                 self.post_hook_failures
                     .insert(h.plan.clone(), (env.recorded_unix_ns, h.clone()));
             }
+            Event::PlanRemoved(r) => {
+                self.post_hook_failures.remove(&r.plan);
+            }
             Event::BackupCommitted(b) => {
                 if let Some(plan) = &b.plan {
                     let later = self
@@ -2321,6 +2324,18 @@ mod tests {
             hook_rules(&f).is_empty(),
             "a later backup whose hook did not fail"
         );
+        // A removed plan's failure closes with it.
+        f.apply(&env(7, S, hook_failed("j3", vouch_events::HookPhase::Post)));
+        assert_eq!(hook_rules(&f).len(), 1);
+        f.apply(&env(
+            8,
+            S,
+            vouch_events::PlanRemoved {
+                plan: PlanId::new("web"),
+            }
+            .into(),
+        ));
+        assert!(hook_rules(&f).is_empty(), "the plan is gone");
     }
 
     #[test]
