@@ -172,6 +172,34 @@ pub fn run_hook(
     }
 }
 
+/// A configured hook directory (`setting` names it in messages): it must
+/// be an absolute path to a directory; a warning is logged when others
+/// than its owner may write to it (anyone who can write there can run
+/// programs as this process), or when it cannot be read yet (hooks then
+/// fail until it can).
+pub fn check_dir(dir: &Path, setting: &str) -> Result<PathBuf, String> {
+    if !dir.is_absolute() {
+        return Err(format!(
+            "{setting} must be an absolute path, not {}",
+            dir.display()
+        ));
+    }
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => {
+            return Err(format!("{setting} {} is not a directory", dir.display()))
+        }
+        Ok(m) if m.permissions().mode() & 0o022 != 0 => tracing::warn!(
+            dir = %dir.display(),
+            "{setting} is writable by others than its owner: anyone who can write there can run programs as this process"
+        ),
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "{setting} cannot be read: plans' hooks will fail until it can")
+        }
+    }
+    Ok(dir.to_path_buf())
+}
+
 /// The hook's program: a regular, executable file of that name directly in
 /// `dir`.
 fn resolve(dir: Option<&Path>, name: &str) -> Result<PathBuf, String> {

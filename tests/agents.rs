@@ -1211,3 +1211,205 @@ fn an_attack_on_an_agents_host_is_found_in_its_backup() {
     assert_eq!(locked.len(), 1, "{locked:?}");
     assert_eq!(locked[0]["data"]["point"], good.as_str());
 }
+
+fn install_hook(dir: &Path, name: &str, script: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).expect("hook");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+fn create_hooked_plan(svc: &Service, id: &str, source: &str, hooks: Value) {
+    let (status, body) = post(
+        svc,
+        "/api/v1/plans",
+        &json!({"id": id, "source": source, "schedule": "0 0 1 1 *", "hooks": hooks}),
+    );
+    assert_eq!(status, 201, "{body}");
+}
+
+/// A plan's hooks run on its agent, from the agent's own `--hooks-dir`:
+/// the pre hook's dump lands in the point, the post hook is told the
+/// point, and their failures reach the server as `hook.failed` (a failed
+/// pre hook stops the backup with `pre_hook_failed`; a failed post hook
+/// leaves the point standing). An agent that does not name the `hooks`
+/// feature is never leased a hooked job: it fails, saying why.
+#[test]
+fn an_agent_runs_its_plans_hooks_and_reports_their_failures() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(dir.path(), "");
+    let data = dir.path().join("data");
+    let agent_dir = dir.path().join("agent");
+    enroll(&svc, &data, &agent_dir, "db-1");
+    let src = dir.path().join("host-files");
+    random_files(&src, 3, 10_000, 4);
+    let hooks = dir.path().join("agent-hooks");
+    std::fs::create_dir(&hooks).expect("hooks dir");
+    let seen = dir.path().join("seen");
+    install_hook(
+        &hooks,
+        "dump-db",
+        &format!(
+            "echo \"$VOUCH_HOOK_PHASE $VOUCH_PLAN $*\" >> {seen}\necho 'CREATE TABLE t;' > {src}/dump.sql",
+            seen = seen.display(),
+            src = src.display()
+        ),
+    );
+    install_hook(
+        &hooks,
+        "notify",
+        &format!(
+            "echo \"$VOUCH_HOOK_PHASE $VOUCH_BACKUP_STATUS $VOUCH_SNAPSHOT\" >> {}\necho 'the notifier is down' >&2\nexit 3",
+            seen.display()
+        ),
+    );
+    install_hook(&hooks, "refuse", "echo 'database locked' >&2\nexit 1");
+    let source = format!("agent:db-1:{}", src.display());
+    create_hooked_plan(
+        &svc,
+        "db",
+        &source,
+        json!({"pre": {"name": "dump-db", "args": ["--all"]}, "post": {"name": "notify"}}),
+    );
+    let job_id = run_plan(&svc, "db");
+    let hooks_arg = hooks.to_str().expect("utf-8");
+    let out = agent_cmd(
+        &svc,
+        &agent_dir,
+        &["--jobs", "1", "--poll-wait", "5s", "--hooks-dir", hooks_arg],
+    )
+    .output()
+    .expect("agent runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let point = eventually("the backup to commit", || committed_by(&svc, &job_id));
+    let ran = std::fs::read_to_string(&seen).expect("the hooks ran");
+    assert_eq!(ran, format!("pre db --all\npost ok {point}\n"));
+    let failed = events(&svc, "hook.failed");
+    assert_eq!(failed.len(), 1, "{failed:#?}");
+    let f = &failed[0]["data"];
+    assert_eq!(f["job"], job_id.as_str(), "{f}");
+    assert_eq!(f["phase"], "Post", "{f}");
+    assert_eq!(f["hook"], "notify", "{f}");
+    assert_eq!(f["exit_code"], 3, "{f}");
+    assert!(
+        f["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the notifier is down"),
+        "{f}"
+    );
+    // The pre hook's dump is in the point.
+    let listing = ok(on_server_repo(&data, "db-1", &["ls", &point]));
+    assert!(listing.contains("dump.sql"), "{listing}");
+    // The failed post hook is a warning alert.
+    eventually("a warning alert for the hook", || {
+        get(&svc, "/api/v1/alerts")
+            .as_array()?
+            .iter()
+            .find(|a| a["subject"] == "plan db: post-backup hook failed")
+            .cloned()
+    });
+
+    // A failing pre hook: no backup, the job fails saying which hook.
+    create_hooked_plan(
+        &svc,
+        "db-locked",
+        &source,
+        json!({"pre": {"name": "refuse"}}),
+    );
+    let job_id = run_plan(&svc, "db-locked");
+    let out = agent_cmd(
+        &svc,
+        &agent_dir,
+        &["--jobs", "1", "--poll-wait", "5s", "--hooks-dir", hooks_arg],
+    )
+    .output()
+    .expect("agent runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let failure = eventually("the job to fail", || {
+        events(&svc, "job.failed")
+            .into_iter()
+            .find(|e| e["data"]["job"] == job_id.as_str())
+    });
+    assert_eq!(
+        failure["data"]["error_kind"], "pre_hook_failed",
+        "{failure}"
+    );
+    assert!(
+        failure["data"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("database locked"),
+        "{failure}"
+    );
+    let pre = events(&svc, "hook.failed");
+    assert!(
+        pre.iter().any(|e| e["data"]["job"] == job_id.as_str()
+            && e["data"]["phase"] == "Pre"
+            && e["data"]["exit_code"] == 1),
+        "{pre:#?}"
+    );
+    assert!(
+        !events(&svc, "backup.committed")
+            .iter()
+            .any(|e| e["data"]["job"] == job_id.as_str()),
+        "a backup ran after its pre hook failed"
+    );
+
+    // An agent that does not name the `hooks` feature (one that predates
+    // it) is not leased the job: it fails rather than run without hooks.
+    let token = std::fs::read_to_string(agent_dir.join("credential")).expect("credential");
+    let job_id = run_plan(&svc, "db");
+    let (status, answer) = json_call(&svc, "GET", "/api/v1/agent/jobs?wait=5s", &token, None);
+    assert_eq!(status, 204, "{answer}");
+    let failure = eventually("the job to fail", || {
+        events(&svc, "job.failed")
+            .into_iter()
+            .find(|e| e["data"]["job"] == job_id.as_str())
+    });
+    assert_eq!(
+        failure["data"]["error_kind"], "options_unsupported",
+        "{failure}"
+    );
+    assert!(
+        failure["data"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too old"),
+        "{failure}"
+    );
+    // A result may name only the job's own hooks.
+    let job_id = run_plan(&svc, "db");
+    let (status, leased) = raw(
+        svc.addr,
+        "GET",
+        "/api/v1/agent/jobs?wait=5s",
+        &token,
+        &[("x-vouch-agent-features", "hooks")],
+        b"",
+    );
+    assert_eq!(status, 200, "{leased}");
+    let leased: Value = serde_json::from_str(&leased).expect("json");
+    assert_eq!(leased["job"], job_id.as_str());
+    assert_eq!(leased["hooks"]["pre"]["name"], "dump-db", "{leased}");
+    assert_eq!(leased["hooks"]["pre"]["args"], json!(["--all"]), "{leased}");
+    let fence = leased["lease"].as_u64().expect("fence");
+    let (status, answer) = json_call(
+        &svc,
+        "POST",
+        &format!("/api/v1/agent/leases/{fence}/result"),
+        &token,
+        Some(&json!({"error": "x", "hook_failures": [
+            {"phase": "pre", "hook": "rm-rf", "reason": "made up", "took_ms": 1}]})),
+    );
+    assert_eq!(status, 422, "{answer}");
+    assert!(answer["fields"]["hook_failures"].is_string(), "{answer}");
+}

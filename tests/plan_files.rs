@@ -180,8 +180,8 @@ fn a_plan_backs_up_several_paths_with_excludes_between_its_hooks() {
 }
 
 /// What the API refuses, by field: a time zone not in the database, a glob
-/// class, a relative `also` path, a hook named by a path. Hooks on an
-/// agent's plan (agents run none yet) are accepted, since the document
+/// class, a relative `also` path, a hook named by a path. Hooks on a
+/// guest's plan (a vzdump archive's) are accepted, since the document
 /// cannot tie one field to another, and its backups fail saying why.
 #[test]
 fn plan_options_the_api_refuses_name_their_field() {
@@ -216,11 +216,11 @@ fn plan_options_the_api_refuses_name_their_field() {
     let (status, body) = post(
         &svc,
         "/api/v1/plans",
-        &json!({"id": "agent-hooked", "source": "agent:web-1:/srv", "schedule": "0 3 * * *",
-                "hooks": {"pre": {"name": "dump-db"}}}),
+        &json!({"id": "guest-hooked", "source": format!("vzdump:{}", src.join("vzdump-qemu-100.vma").display()),
+                "schedule": "0 3 * * *", "hooks": {"pre": {"name": "dump-db"}}}),
     );
     assert_eq!(status, 201, "{body}");
-    let (status, body) = post(&svc, "/api/v1/plans/agent-hooked/run", &Value::Null);
+    let (status, body) = post(&svc, "/api/v1/plans/guest-hooked/run", &Value::Null);
     assert_eq!(status, 202, "{body}");
     let failed = eventually("the refused backup", || {
         events(&svc, "job.failed").into_iter().next()

@@ -35,6 +35,66 @@ use crate::http_client::{split_url, Answer, ClientOptions, HttpClient, Request};
 use crate::progress::Progress;
 use crate::repo::Repository;
 use crate::tls_pin::Pin;
+use crate::workers::hooks::Hooked;
+use vouch_actors::service::JobFailure;
+use vouch_events::{Event, JobId, PlanId};
+use vouch_web::LeasedJob;
+
+/// The longest `error` of a result the server takes, in characters.
+const RESULT_ERROR_MAX: usize = 2000;
+
+/// `text` as a result's field takes it: control characters (but newlines
+/// and tabs, where `keep_lines`) become spaces, and at most `max`
+/// characters, the end cut.
+fn wire_text(text: &str, max: usize, keep_lines: bool) -> String {
+    let mut out: String = text
+        .chars()
+        .map(|c| {
+            if c.is_control() && !(keep_lines && (c == '\n' || c == '\t')) {
+                ' '
+            } else {
+                c
+            }
+        })
+        .take(max)
+        .collect();
+    if out.trim().is_empty() {
+        out = "(no message)".into();
+    }
+    out
+}
+
+/// The `hook_failures` of a result, from the job's `hook.failed` events.
+fn hook_failures_json(events: &[Event]) -> serde_json::Value {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::HookFailed(h) => Some(json!({
+                "phase": h.phase.as_str(),
+                "hook": h.hook,
+                "exit_code": h.exit_code,
+                "timed_out": h.timed_out,
+                "reason": wire_text(&h.reason, vouch_web::HOOK_REASON_MAX, true),
+                "took_ms": h.took_ms,
+            })),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The body of a failed job's result.
+fn failure_body(f: &JobFailure) -> serde_json::Value {
+    let mut body = json!({
+        "error_kind": wire_text(&f.kind, 64, false),
+        "error": wire_text(&f.message, RESULT_ERROR_MAX, false),
+        "retryable": f.retryable,
+    });
+    let hooks = hook_failures_json(&f.events);
+    if hooks.as_array().is_some_and(|a| !a.is_empty()) {
+        body["hook_failures"] = hooks;
+    }
+    body
+}
 
 /// Errors of the agent.
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +148,9 @@ pub struct AgentOptions {
     pub max_jobs: Option<u64>,
     /// Transport settings (timeouts, retries).
     pub client: ClientOptions,
+    /// The directory of the programs plans may run as hooks (none: a
+    /// plan with hooks fails its backups saying so).
+    pub hooks_dir: Option<PathBuf>,
 }
 
 impl Default for AgentOptions {
@@ -96,6 +159,7 @@ impl Default for AgentOptions {
             poll_wait: Duration::from_secs(30),
             max_jobs: None,
             client: ClientOptions::default(),
+            hooks_dir: None,
         }
     }
 }
@@ -247,59 +311,6 @@ pub struct Agent {
     backend: Option<Arc<HttpBackend>>,
 }
 
-/// A job as the server leased it.
-#[derive(Debug, Clone, Deserialize)]
-struct LeasedJob {
-    job: String,
-    plan: String,
-    kind: String,
-    path: String,
-    repository: String,
-    tag: String,
-    lease: u64,
-    lease_seconds: u64,
-    #[serde(default)]
-    point: Option<String>,
-    #[serde(default)]
-    destination: Option<String>,
-    /// The plan's further paths and exclusions (none: `path` alone).
-    #[serde(default)]
-    files: Option<LeasedFiles>,
-}
-
-/// `files` of a leased backup, as the server's API spells it.
-#[derive(Debug, Clone, Default, Deserialize)]
-struct LeasedFiles {
-    #[serde(default)]
-    also: Option<Vec<String>>,
-    #[serde(default)]
-    exclude: Option<Vec<String>>,
-    #[serde(default)]
-    exclude_files: Option<Vec<String>>,
-    #[serde(default)]
-    exclude_caches: Option<bool>,
-    #[serde(default)]
-    one_file_system: Option<bool>,
-    #[serde(default)]
-    exclude_if_present: Option<Vec<String>>,
-    #[serde(default)]
-    exclude_larger_than: Option<u64>,
-}
-
-impl LeasedFiles {
-    fn selection(&self) -> vouch_events::FileSelection {
-        vouch_events::FileSelection {
-            also: self.also.clone().unwrap_or_default(),
-            exclude: self.exclude.clone().unwrap_or_default(),
-            exclude_files: self.exclude_files.clone().unwrap_or_default(),
-            exclude_caches: self.exclude_caches.unwrap_or(false),
-            one_file_system: self.one_file_system.unwrap_or(false),
-            exclude_if_present: self.exclude_if_present.clone().unwrap_or_default(),
-            exclude_larger_than: self.exclude_larger_than,
-        }
-    }
-}
-
 impl Agent {
     /// The agent registered in `dir`.
     pub fn open(dir: &Path, options: AgentOptions) -> Result<Agent, AgentError> {
@@ -385,7 +396,10 @@ impl Agent {
                             .map_or(0, |d| d.as_millis())
                             .to_string(),
                     )
-                    .header(vouch_web::AGENT_VERSION_HEADER, env!("CARGO_PKG_VERSION")),
+                    .header(vouch_web::AGENT_VERSION_HEADER, env!("CARGO_PKG_VERSION"))
+                    // What it can run beyond the first protocol: a job
+                    // that needs what is not named is not leased to it.
+                    .header(vouch_web::AGENT_FEATURES_HEADER, vouch_web::FEATURE_HOOKS),
             )
             .map_err(AgentError::Server)?;
         self.check_credential(&a)?;
@@ -440,19 +454,13 @@ impl Agent {
         let stop = Arc::new(AtomicBool::new(false));
         let lost = Arc::new(AtomicBool::new(false));
         let renewer = self.start_renewing(&job, stop.clone(), lost.clone());
-        let started = Instant::now();
         let traffic_before = self.client.traffic().totals();
         let outcome = if job.kind == "restore" {
             self.restore(&job)
                 .map(|(files, bytes)| json!({"restored_files": files, "restored_bytes": bytes}))
+                .map_err(|e| crate::workers::failure_of(&e, false))
         } else {
-            self.back_up(&job, lost.clone()).map(|(snapshot, stored)| {
-                json!({
-                    "snapshot": snapshot,
-                    "stored_bytes": stored,
-                    "duration_ms": started.elapsed().as_millis() as u64,
-                })
-            })
+            self.back_up(&job, lost.clone())
         };
         stop.store(true, Ordering::SeqCst);
         let _ = renewer.join();
@@ -468,10 +476,7 @@ impl Agent {
         );
         let body = match &outcome {
             Ok(body) => body.clone(),
-            Err(e) => {
-                let f = crate::workers::failure_of(e, false);
-                json!({"error_kind": f.kind, "error": f.message, "retryable": f.retryable})
-            }
+            Err(f) => failure_body(f),
         };
         if lost.load(Ordering::SeqCst) {
             tracing::warn!(
@@ -492,8 +497,8 @@ impl Agent {
                 tracing::info!(kind = %job.kind, result = %body, "job done; reported");
                 Ok(())
             }
-            (204, Err(e)) => {
-                tracing::warn!(kind = %job.kind, error = %e, "job failed; reported");
+            (204, Err(f)) => {
+                tracing::warn!(kind = %job.kind, error_kind = %f.kind, error = %f.message, "job failed; reported");
                 Ok(())
             }
             (409, _) => {
@@ -507,13 +512,64 @@ impl Agent {
         }
     }
 
-    fn back_up(&mut self, job: &LeasedJob, lost: Arc<AtomicBool>) -> Result<(String, u64), Error> {
+    /// Runs a leased backup between its hooks: the body of its result, or
+    /// its failure (with the `hook.failed` of its hooks, if any failed).
+    fn back_up(
+        &mut self,
+        job: &LeasedJob,
+        lost: Arc<AtomicBool>,
+    ) -> Result<serde_json::Value, JobFailure> {
+        let started = Instant::now();
         if job.kind != "backup" {
-            return Err(Error::InvalidArgument(format!(
-                "this agent does not know jobs of kind {:?}; update it",
-                job.kind
-            )));
+            return Err(JobFailure::new(
+                "unknown_job",
+                format!(
+                    "this agent does not know jobs of kind {:?}; update it",
+                    job.kind
+                ),
+                false,
+            ));
         }
+        let (selection, hooks) = vouch_web::leased_options(job).map_err(|why| {
+            JobFailure::new(
+                "invalid_job",
+                format!("the leased job's options do not validate on this agent ({why}): update the agent"),
+                false,
+            )
+        })?;
+        let (job_id, plan_id) = (JobId::new(&job.job), PlanId::new(&job.plan));
+        let hooks_dir = self.options.hooks_dir.clone();
+        let hooked = Hooked::new(
+            hooks_dir.as_deref(),
+            &hooks,
+            &job_id,
+            &plan_id,
+            lost.clone(),
+        );
+        hooked.pre()?;
+        let (snapshot, stored) = match self.back_up_files(job, &selection, lost) {
+            Ok(done) => done,
+            Err(e) => return Err(hooked.post_failed(crate::workers::failure_of(&e, false))),
+        };
+        let mut body = json!({
+            "snapshot": snapshot,
+            "stored_bytes": stored,
+            "duration_ms": started.elapsed().as_millis() as u64,
+        });
+        let post: Vec<Event> = hooked.post_ok(&snapshot).into_iter().collect();
+        if !post.is_empty() {
+            body["hook_failures"] = hook_failures_json(&post);
+        }
+        Ok(body)
+    }
+
+    /// The backup itself: the snapshot committed, and bytes stored.
+    fn back_up_files(
+        &mut self,
+        job: &LeasedJob,
+        selection: &vouch_events::FileSelection,
+        lost: Arc<AtomicBool>,
+    ) -> Result<(String, u64), Error> {
         let (repo, backend) = self
             .repository(&job.repository)
             .map_err(|e| Error::InvalidArgument(e.to_string()))?;
@@ -532,14 +588,9 @@ impl Agent {
         if let Some(f) = &frozen {
             tracing::info!(path = %source.display(), "reading from {}", f.describe());
         }
-        let selection = job
-            .files
-            .as_ref()
-            .map(LeasedFiles::selection)
-            .unwrap_or_default();
         // The further paths are read live: only the source's own path is
         // frozen.
-        let selected = crate::workers::hooks::file_options(&job.path, &selection);
+        let selected = crate::workers::hooks::file_options(&job.path, selection);
         let opts = BackupOptions {
             read_from: frozen
                 .iter()
@@ -631,5 +682,55 @@ impl Agent {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the server's result checks refuse never leaves the agent: a
+    /// pre hook's stderr (newlines, escapes, any length) inside `error`.
+    #[test]
+    fn a_failure_body_passes_the_servers_text_rules() {
+        let reason = format!(
+            "exited with status 1: \u{1b}[31mlocked\u{1b}[0m\r\n{}",
+            "x".repeat(5000)
+        );
+        let mut f = JobFailure::new(
+            "pre_hook_failed",
+            format!("the hook failed: {reason}"),
+            true,
+        );
+        f.events.push(
+            vouch_events::HookFailed {
+                job: JobId::new("j"),
+                plan: PlanId::new("p"),
+                phase: vouch_events::HookPhase::Pre,
+                hook: "dump-db".into(),
+                exit_code: Some(1),
+                timed_out: false,
+                reason,
+                took_ms: 5,
+            }
+            .into(),
+        );
+        let body = failure_body(&f);
+        let error = body["error"].as_str().unwrap();
+        assert_eq!(error.chars().count(), RESULT_ERROR_MAX);
+        assert!(!error.chars().any(char::is_control), "{error:?}");
+        let hook = &body["hook_failures"][0];
+        assert_eq!(hook["phase"], "pre");
+        assert_eq!(hook["exit_code"], 1);
+        let reason = hook["reason"].as_str().unwrap();
+        assert_eq!(reason.chars().count(), vouch_web::HOOK_REASON_MAX);
+        assert!(reason.contains("locked [0m \n"), "{reason:?}");
+        assert!(!reason.contains('\u{1b}') && !reason.contains('\r'));
+        // Nothing to say is still something the server takes.
+        assert_eq!(wire_text("\u{7}", 10, false), "(no message)");
+        // A success names no hook failures.
+        assert!(failure_body(&JobFailure::new("k", "m", false))
+            .get("hook_failures")
+            .is_none());
     }
 }

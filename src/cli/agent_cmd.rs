@@ -37,6 +37,12 @@ pub struct AgentArgs {
     /// How long one poll waits for a job.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub poll_wait: Duration,
+    /// The directory of the programs this host runs as plans' hooks (an
+    /// absolute path; only its administrator should be able to write to
+    /// it). A plan names a file here, never a command line; without it,
+    /// a plan with hooks fails its backups saying so.
+    #[arg(long, env = "VOUCH_AGENT_HOOKS_DIR")]
+    pub hooks_dir: Option<PathBuf>,
     /// Exit after this many jobs (default: run until interrupted).
     #[arg(long)]
     pub jobs: Option<u64>,
@@ -69,11 +75,18 @@ pub fn run(a: AgentArgs) -> anyhow::Result<i32> {
             a.data_dir.display()
         );
     }
+    let hooks_dir = a
+        .hooks_dir
+        .as_deref()
+        .map(|d| crate::hooks::check_dir(d, "--hooks-dir"))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     let mut agent = Agent::open(
         &a.data_dir,
         AgentOptions {
             poll_wait: a.poll_wait,
             max_jobs: a.jobs,
+            hooks_dir,
             ..AgentOptions::default()
         },
     )?;

@@ -628,28 +628,14 @@ fn read_secret(path: &Path) -> anyhow::Result<Vec<u8>> {
     Ok(s)
 }
 
-/// `[hooks] dir`, checked: absolute, and warned about when others may
-/// write to it.
+/// `[hooks] dir`, checked ([`crate::hooks::check_dir`]).
 fn hooks_dir(section: &HooksSection) -> anyhow::Result<Option<PathBuf>> {
-    use std::os::unix::fs::PermissionsExt;
-    let Some(dir) = &section.dir else {
-        return Ok(None);
-    };
-    if !dir.is_absolute() {
-        bail!("hooks.dir must be an absolute path, not {}", dir.display());
-    }
-    match std::fs::metadata(dir) {
-        Ok(m) if !m.is_dir() => bail!("hooks.dir {} is not a directory", dir.display()),
-        Ok(m) if m.permissions().mode() & 0o022 != 0 => tracing::warn!(
-            dir = %dir.display(),
-            "hooks.dir is writable by others than its owner: anyone who can write there can run programs as this service"
-        ),
-        Ok(_) => {}
-        Err(e) => {
-            tracing::warn!(dir = %dir.display(), error = %e, "hooks.dir cannot be read: plans' hooks will fail until it can")
-        }
-    }
-    Ok(Some(dir.clone()))
+    section
+        .dir
+        .as_deref()
+        .map(|d| crate::hooks::check_dir(d, "hooks.dir"))
+        .transpose()
+        .map_err(anyhow::Error::msg)
 }
 
 /// The administrator's rules over plan sources: below the configured roots

@@ -67,6 +67,7 @@ pub(crate) async fn restore_on_agent(
             destination: spec.destination.clone(),
         }),
         files: Default::default(),
+        hooks: Default::default(),
     };
     wait_for_agent(board, msg, job).await
 }
@@ -79,6 +80,7 @@ pub(crate) async fn run_on_agent(
     agent: &str,
     path: &str,
     files: vouch_events::FileSelection,
+    hooks: vouch_events::BackupHooks,
 ) -> Result<JobOutput, JobFailure> {
     let repository = own_repository(&msg, agent, "change the plan's repository")?;
     let job = AgentJob {
@@ -90,6 +92,7 @@ pub(crate) async fn run_on_agent(
         repository,
         restore: None,
         files,
+        hooks,
     };
     wait_for_agent(board, msg, job).await
 }

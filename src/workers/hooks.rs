@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use vouch_actors::service::{CancelToken, JobFailure};
+use vouch_actors::service::JobFailure;
 use vouch_events::{BackupHooks, Event, FileSelection, HookFailed, HookPhase, JobId, PlanId};
 
 use crate::backup::BackupOptions;
@@ -15,21 +15,18 @@ use crate::hooks::{run_hook, HookContext};
 /// The `error_kind` of a backup stopped by its failed pre hook.
 pub const PRE_HOOK_FAILED: &str = "pre_hook_failed";
 
-/// The `error_kind` of a backup whose plan asks for what its source's
-/// kind does not do (hooks on an agent or a guest, files of a guest).
-pub const OPTIONS_UNSUPPORTED: &str = "options_unsupported";
+pub use vouch_actors::service::OPTIONS_UNSUPPORTED;
 
 /// Refuses a plan whose source's kind does not do what it asks: its
 /// backups fail saying why rather than skip a hook or an exclusion.
 pub fn supported(definition: &vouch_events::PlanDefinition) -> Result<(), JobFailure> {
     let source = definition.source.as_str();
     let guest = source.starts_with("pve:") || source.starts_with("vzdump:");
-    let agent = source.starts_with("agent:");
     let hooked = definition.hooks.pre.is_some() || definition.hooks.post.is_some();
     let why = if guest && !definition.files.is_default() {
         "a guest's backup selects no files: remove the plan's `files`"
-    } else if (guest || agent) && hooked {
-        "hooks run around the server's own file-system backups only (agents and guests run none yet): remove the plan's `hooks`, or run the work elsewhere"
+    } else if guest && hooked {
+        "hooks run around file-system backups (the server's own, or an agent's), not a guest's: remove the plan's `hooks`, or run the work in the guest"
     } else {
         return Ok(());
     };
@@ -64,21 +61,27 @@ pub struct Hooked<'a> {
 }
 
 impl<'a> Hooked<'a> {
-    /// The hooks of `plan` for `job`, from `dir`.
+    /// The hooks of `plan` for `job`, from `dir`; a running hook is
+    /// stopped when `cancel` is set.
     pub fn new(
         dir: Option<&'a Path>,
         hooks: &'a BackupHooks,
         job: &'a JobId,
         plan: &'a PlanId,
-        cancel: &CancelToken,
+        cancel: Arc<AtomicBool>,
     ) -> Self {
         Hooked {
             dir,
             hooks,
             job,
             plan,
-            cancel: cancel.flag(),
+            cancel,
         }
+    }
+
+    /// Whether the plan has a hook at all.
+    pub fn any(&self) -> bool {
+        self.hooks.pre.is_some() || self.hooks.post.is_some()
     }
 
     fn run(

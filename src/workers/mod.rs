@@ -185,6 +185,7 @@ impl Handler<RunJob> for EngineWorker {
                 }
                 let (plan, agent, path) = (plan.clone(), agent.to_owned(), path.to_owned());
                 let files = definition.files.clone();
+                let hooks = definition.hooks.clone();
                 let board = self.agents.clone();
                 let weigh = agent_jobs::AgentWeigh {
                     repos: self.repos.clone(),
@@ -196,9 +197,10 @@ impl Handler<RunJob> for EngineWorker {
                 return Box::pin(async move {
                     match board {
                         Some(board) => {
-                            let out =
-                                agent_jobs::run_on_agent(board, msg, plan, &agent, &path, files)
-                                    .await?;
+                            let out = agent_jobs::run_on_agent(
+                                board, msg, plan, &agent, &path, files, hooks,
+                            )
+                            .await?;
                             Ok(weigh.weigh(out).await)
                         }
                         None => Err(JobFailure::new(
@@ -368,8 +370,13 @@ fn run(repos: &RepoSet, clock: &dyn Clock, msg: RunJob) -> Result<JobOutput, Job
                 cancel: Some(cancel.flag()),
                 ..hooks::file_options(&definition.source, &definition.files)
             };
-            let hooked =
-                hooks::Hooked::new(repos.hooks_dir(), &definition.hooks, &job, &plan, &cancel);
+            let hooked = hooks::Hooked::new(
+                repos.hooks_dir(),
+                &definition.hooks,
+                &job,
+                &plan,
+                cancel.flag(),
+            );
             hooked.pre()?;
             let outcome = match backup(&repo, &opts, progress.clone()) {
                 Ok(o) => o,

@@ -51,7 +51,10 @@ pub const HTTP_SHUTDOWN_TIMEOUT_SECS: u64 = 5;
 use vouch_actors::service::{AgentBoard, ServiceHandle};
 use vouch_events::sources::SourcePolicy;
 
-pub use api::agent::{AGENT_CLOCK_HEADER, AGENT_VERSION_HEADER, LEASE_TTL, MAX_WAIT, SEEN_EVERY};
+pub use api::agent::{
+    LeasedJob, AGENT_CLOCK_HEADER, AGENT_FEATURES_HEADER, AGENT_VERSION_HEADER, FEATURE_HOOKS,
+    HOOK_REASON_MAX, LEASE_TTL, MAX_WAIT, SEEN_EVERY,
+};
 pub use api::misc::VERSION;
 pub use auth::{
     require_token, FailedAuth, LiveTokens, Principal, Role, TokenEntry, TokenError, TokenHash,
@@ -69,6 +72,7 @@ pub use metrics::{
     RECOVERY_POINTS, SECURITY_CHECK, UNMATCHED_ROUTE, VERIFICATION_COVERAGE, WEBHOOK_DELIVERIES,
 };
 pub use openapi::openapi_json_text;
+pub use plan_files::leased_options;
 pub use repo_store::{
     FileStat, NewAgentRepository, PutOutcome, PutRules, RepoFile, RepoStore, RepoStoreError,
     SnapshotFacts,

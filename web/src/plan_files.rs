@@ -373,11 +373,11 @@ pub(crate) fn files(input: FilesInput, errors: &mut BTreeMap<String, String>) ->
     f
 }
 
-/// Hooks from their input; errors by field. Hooks run around the server's
-/// own file-system backups only: a plan of an agent or a guest with hooks
-/// is accepted (the document cannot tie one field to another) and its
-/// backups fail saying why (`options_unsupported`), never skipping a hook
-/// silently.
+/// Hooks from their input; errors by field. Hooks run around file-system
+/// backups, on the host that reads the files (the server, or an agent from
+/// its own hook directory): a guest's plan with hooks is accepted (the
+/// document cannot tie one field to another) and its backups fail saying
+/// why (`options_unsupported`), never skipping a hook silently.
 pub(crate) fn hooks(input: HooksInput, errors: &mut BTreeMap<String, String>) -> BackupHooks {
     let mut one = |phase: &str, h: HookInput| {
         let field = format!("hooks.{phase}");
@@ -423,6 +423,26 @@ pub(crate) fn hooks(input: HooksInput, errors: &mut BTreeMap<String, String>) ->
     BackupHooks {
         pre: input.pre.map(|h| one("pre", h)),
         post: input.post.map(|h| one("post", h)),
+    }
+}
+
+/// What a leased backup selects and runs, as the agent reads it: the
+/// API's own checks, so an agent never runs what a plan could not say.
+/// An error names each field that does not validate.
+pub fn leased_options(
+    job: &crate::api::agent::LeasedJob,
+) -> Result<(FileSelection, BackupHooks), String> {
+    let mut errors = BTreeMap::new();
+    let selection = files(job.files.clone().unwrap_or_default(), &mut errors);
+    let hooks = hooks(job.hooks.clone().unwrap_or_default(), &mut errors);
+    if errors.is_empty() {
+        Ok((selection, hooks))
+    } else {
+        Err(errors
+            .iter()
+            .map(|(field, why)| format!("{field}: {why}"))
+            .collect::<Vec<_>>()
+            .join("; "))
     }
 }
 

@@ -26,6 +26,11 @@ use super::command::{JobFailure, JobOutput};
 /// The `error_kind` of a backup whose agent's lease ran out.
 pub const LEASE_EXPIRED: &str = "lease_expired";
 
+/// The `error_kind` of a backup whose plan asks for what its source's
+/// kind does not do (hooks or files of a guest), or its agent cannot (an
+/// agent too old to run hooks).
+pub const OPTIONS_UNSUPPORTED: &str = "options_unsupported";
+
 /// What an agent is asked to do: back up one path of its host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AgentJob {
@@ -47,6 +52,9 @@ pub struct AgentJob {
     pub restore: Option<AgentRestore>,
     /// A backup's further paths and exclusions (the plan's `files`).
     pub files: vouch_events::FileSelection,
+    /// A backup's hooks, run from the agent's own hook directory (the
+    /// plan's `hooks`).
+    pub hooks: vouch_events::BackupHooks,
 }
 
 /// What a restore job asks of an agent.
@@ -109,6 +117,13 @@ impl Claim {
     /// The job claimed.
     pub fn job(&self) -> &AgentJob {
         &self.offer.job
+    }
+
+    /// Ends the claimed job with `failure` without leasing it (the agent
+    /// that claimed it cannot run it).
+    pub fn refuse(self, failure: JobFailure) {
+        // A worker that stopped waiting has nothing to be told.
+        let _ = self.offer.done.send(Err(failure));
     }
 }
 
@@ -415,6 +430,7 @@ mod tests {
             tag: "vouch-plan:p".into(),
             restore: None,
             files: Default::default(),
+            hooks: Default::default(),
         }
     }
 

@@ -35,7 +35,7 @@ mod webhook;
 
 pub use agents::{
     AgentBoard, AgentJob, AgentRestore, Claim, Committed, JobResult, LeaseError, LeaseSummary,
-    LeaseView, LEASE_EXPIRED,
+    LeaseView, LEASE_EXPIRED, OPTIONS_UNSUPPORTED,
 };
 pub use alerting::{
     delivery_name, fact_incidents, health_incidents, incidents, incidents_with,

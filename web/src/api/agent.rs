@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
 use utoipa::IntoParams;
-use vouch_actors::service::{AgentBoard, JobFailure, JobOutput, LeaseError};
+use vouch_actors::service::{AgentBoard, JobFailure, JobOutput, LeaseError, OPTIONS_UNSUPPORTED};
 use vouch_events::sources::agent_repository;
 use vouch_events::{
     AgentId, AgentRegistered, AgentSeen, BackupCommitted, BackupSummary, LeaseGranted,
@@ -79,6 +79,12 @@ fn require_agent(who: &Principal) -> Result<(), WebError> {
 pub const AGENT_CLOCK_HEADER: &str = "x-vouch-agent-clock";
 /// The header in which an agent tells its software version.
 pub const AGENT_VERSION_HEADER: &str = "x-vouch-agent-version";
+/// The header in which an agent names what it can do beyond the first
+/// protocol, comma-separated (today: `hooks`). A leased job that needs
+/// what the agent does not name fails rather than run without it.
+pub const AGENT_FEATURES_HEADER: &str = "x-vouch-agent-features";
+/// The feature of an agent that runs plans' hooks.
+pub const FEATURE_HOOKS: &str = "hooks";
 
 /// What an agent told of itself in its request's headers: how far its
 /// clock is from the server's (milliseconds) and its version. A malformed
@@ -322,7 +328,7 @@ pub(crate) struct JobsQuery {
 }
 
 /// A job leased to the calling agent.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LeasedJob {
     /// The job.
     pub job: String,
@@ -354,6 +360,21 @@ pub struct LeasedJob {
     /// `path` alone, with nothing left out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files: Option<crate::plan_files::FilesInput>,
+    /// `backup`: the programs to run from the agent's own hook directory
+    /// before and after the backup (the plan's `hooks`). Only leased to an
+    /// agent that names the `hooks` feature; for any other, the job fails
+    /// with `options_unsupported`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<crate::plan_files::HooksInput>,
+}
+
+/// Whether the polling request names `feature` in its features header.
+fn has_feature(req: &HttpRequest, feature: &str) -> bool {
+    req.headers()
+        .get_all(AGENT_FEATURES_HEADER)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|f| f.trim().eq_ignore_ascii_case(feature))
 }
 
 /// The calling agent's next job, waiting up to `wait` for one: 200 with
@@ -384,6 +405,19 @@ pub(crate) async fn next_job(
         seen(&ctx, &who).await;
         return Ok(HttpResponse::NoContent().finish());
     };
+    let hooked = claim.job().hooks.pre.is_some() || claim.job().hooks.post.is_some();
+    if hooked && !has_feature(&req, FEATURE_HOOKS) {
+        tracing::warn!(agent = %who.name, job = %claim.job().job, "the agent runs no hooks; its hooked job fails");
+        claim.refuse(JobFailure::new(
+            OPTIONS_UNSUPPORTED,
+            format!(
+                "agent {} is too old to run the plan's hooks (it does not name the `{FEATURE_HOOKS}` feature): upgrade it, or remove the plan's `hooks`",
+                who.name
+            ),
+            false,
+        ));
+        return Ok(HttpResponse::NoContent().finish());
+    }
     let ttl = ctx.lease_ttl;
     let job = claim.job().clone();
     let expires = service
@@ -425,6 +459,8 @@ pub(crate) async fn next_job(
         repository: job.repository.to_string(),
         files: (job.restore.is_none() && !job.files.is_default())
             .then(|| crate::plan_files::files_input(&job.files)),
+        hooks: (job.restore.is_none() && hooked)
+            .then(|| crate::plan_files::hooks_input(&job.hooks)),
         tag: job.tag,
         lease: fence,
         lease_seconds: ttl.as_secs(),
@@ -521,6 +557,101 @@ pub struct ResultInput {
     #[serde(default, deserialize_with = "crate::validate::whole_u64")]
     #[schema(minimum = 0, maximum = 9007199254740991_u64)]
     pub restored_bytes: u64,
+    /// A backup: the plan's hooks that failed on the agent (recorded as
+    /// `hook.failed`). With `error`: a failed `pre` hook stopped the
+    /// backup; with `snapshot`: the `post` hook failed after the commit and
+    /// the point stands.
+    #[serde(default)]
+    #[schema(max_items = 2)]
+    pub hook_failures: Vec<HookFailureInput>,
+}
+
+/// When a hook ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HookPhaseInput {
+    /// Before the backup.
+    Pre,
+    /// After the backup.
+    Post,
+}
+
+/// One hook that failed on an agent.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HookFailureInput {
+    /// Before or after the backup.
+    pub phase: HookPhaseInput,
+    /// The hook's name: the one the leased job gave for this phase.
+    #[schema(min_length = 1, max_length = 64)]
+    pub hook: String,
+    /// Its exit status, when it exited (none: killed, or never started).
+    #[serde(default)]
+    #[schema(minimum = -2147483648, maximum = 2147483647)]
+    pub exit_code: Option<i32>,
+    /// Killed at its timeout.
+    #[serde(default)]
+    pub timed_out: bool,
+    /// What happened, with the end of its standard error.
+    #[schema(min_length = 1, max_length = 4096)]
+    pub reason: String,
+    /// How long it ran, in milliseconds.
+    #[serde(default, deserialize_with = "crate::validate::whole_u64")]
+    #[schema(minimum = 0, maximum = 9007199254740991_u64)]
+    pub took_ms: u64,
+}
+
+/// The longest `reason` of a reported hook failure, in characters.
+pub const HOOK_REASON_MAX: usize = 4096;
+
+/// The `hook.failed` events of an agent's reported hook failures, each
+/// checked against the hooks its leased job named.
+fn hook_failures(
+    job: &vouch_actors::service::AgentJob,
+    reported: &[HookFailureInput],
+) -> Result<Vec<vouch_events::Event>, WebError> {
+    let invalid = |why: String| WebError::Invalid {
+        message: "the result does not validate".into(),
+        fields: [("hook_failures".to_owned(), why)].into(),
+    };
+    reported
+        .iter()
+        .map(|f| {
+            let (phase, named) = match f.phase {
+                HookPhaseInput::Pre => (vouch_events::HookPhase::Pre, &job.hooks.pre),
+                HookPhaseInput::Post => (vouch_events::HookPhase::Post, &job.hooks.post),
+            };
+            if named.as_ref().is_none_or(|h| h.name != f.hook) {
+                return Err(invalid(format!(
+                    "the job has no {} hook named {:?}",
+                    phase.as_str(),
+                    f.hook
+                )));
+            }
+            // Standard error may hold newlines and tabs; other control
+            // characters are refused.
+            let clean = |c: char| !c.is_control() || c == '\n' || c == '\t';
+            if f.reason.is_empty()
+                || f.reason.chars().count() > HOOK_REASON_MAX
+                || !f.reason.chars().all(clean)
+            {
+                return Err(invalid(format!(
+                    "a reason of 1 to {HOOK_REASON_MAX} characters, no control characters but newlines and tabs"
+                )));
+            }
+            Ok(vouch_events::HookFailed {
+                job: job.job.clone(),
+                plan: job.plan.clone(),
+                phase,
+                hook: f.hook.clone(),
+                exit_code: f.exit_code,
+                timed_out: f.timed_out,
+                reason: f.reason.clone(),
+                took_ms: f.took_ms,
+            }
+            .into())
+        })
+        .collect()
 }
 
 /// Ends the calling agent's lease with its job's result: a snapshot
@@ -551,6 +682,7 @@ pub(crate) async fn result(
         Ok(l) => l.job,
         Err(e) => return Err(refuse(&ctx, &who, "lease.result", &target, lease_refusal(e)).await),
     };
+    let hooks_failed = hook_failures(&leased, &input.hook_failures)?;
     let outcome = match (&input.snapshot, &input.error, &leased.restore) {
         (None, None, Some(r)) => {
             let point: SnapshotId = r.point.parse().map_err(|_| {
@@ -586,26 +718,27 @@ pub(crate) async fn result(
                     return Err(refuse(&ctx, &who, "lease.result", &target, lease_refusal(e)).await)
                 }
             };
-            Ok(JobOutput {
-                events: vec![BackupCommitted {
-                    job: Some(job.job.clone()),
-                    plan: Some(job.plan.clone()),
-                    repository: job.repository.clone(),
-                    snapshot: point,
-                    snapshot_time_unix_ns: c.time_unix_ns,
-                    summary: BackupSummary {
-                        files: c.files,
-                        bytes: c.bytes,
-                        added_bytes: c.added_bytes,
-                        stored_bytes: input.stored_bytes,
-                        duration_ms: input.duration_ms,
-                        total_bytes: c.total_bytes,
-                        warnings: c.warnings,
-                    },
-                    changes: None,
-                }
-                .into()],
-            })
+            let mut events = vec![BackupCommitted {
+                job: Some(job.job.clone()),
+                plan: Some(job.plan.clone()),
+                repository: job.repository.clone(),
+                snapshot: point,
+                snapshot_time_unix_ns: c.time_unix_ns,
+                summary: BackupSummary {
+                    files: c.files,
+                    bytes: c.bytes,
+                    added_bytes: c.added_bytes,
+                    stored_bytes: input.stored_bytes,
+                    duration_ms: input.duration_ms,
+                    total_bytes: c.total_bytes,
+                    warnings: c.warnings,
+                },
+                changes: None,
+            }
+            .into()];
+            // After the commit: the point stands whatever the post hook did.
+            events.extend(hooks_failed);
+            Ok(JobOutput { events })
         }
         (None, Some(error), _) => {
             let kind = input.error_kind.clone().unwrap_or_else(|| "agent".into());
@@ -620,7 +753,9 @@ pub(crate) async fn result(
                     .into(),
                 });
             }
-            Err(JobFailure::new(kind, error.clone(), input.retryable))
+            let mut failure = JobFailure::new(kind, error.clone(), input.retryable);
+            failure.events.extend(hooks_failed);
+            Err(failure)
         }
         _ => {
             return Err(WebError::Invalid {
