@@ -219,7 +219,7 @@ fn choose(plan: &Mutex<FaultPlan>, counters: &Counters, method: &str) -> Option<
         return None;
     }
     let n = counters.eligible.fetch_add(1, Ordering::SeqCst) + 1;
-    (n % plan.every == 0)
+    n.is_multiple_of(plan.every)
         .then(|| plan.rotation[((n / plan.every - 1) as usize) % plan.rotation.len()])
 }
 

@@ -165,7 +165,9 @@ pub const MIN_PACK_SIZE: u64 = 1 << 20;
 pub const MAX_CHUNK_SIZE: u32 = 16 << 20;
 
 fn validate_chunker(c: &crate::format::ChunkerParams) -> Result<()> {
-    let even = c.min_size % 2 == 0 && c.avg_size % 2 == 0 && c.max_size % 2 == 0;
+    let even = c.min_size.is_multiple_of(2)
+        && c.avg_size.is_multiple_of(2)
+        && c.max_size.is_multiple_of(2);
     // fastcdc's v2020 masks need min <= avg <= max within its own bounds
     // (64 B .. 16 MiB for avg/max at our settings), and avg a power of two's
     // neighbourhood is not required; these are the bounds `init` has always

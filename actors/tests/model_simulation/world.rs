@@ -1135,7 +1135,7 @@ impl Model {
         let now = self.now;
         // Replay = live: a fold of the whole log every 8th step (and at
         // every restart); the per-step checks below read the live one.
-        if self.step % 8 == 0 || self.step == self.steps {
+        if self.step.is_multiple_of(8) || self.step == self.steps {
             let replay = Projections::fold(self.log.iter());
             if replay != self.proj {
                 let d = differences(&replay, &self.proj);

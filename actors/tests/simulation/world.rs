@@ -939,7 +939,7 @@ impl World {
             }
         }
         // ... and, now and then, in the middle of it.
-        if self.step % 8 == 0 && upto.len() > 2 {
+        if self.step.is_multiple_of(8) && upto.len() > 2 {
             let k = 1 + self.rng.below(upto.len() - 1);
             let mut with = Projections::fold(upto[..k].iter());
             let at_ns = upto[k - 1].recorded_unix_ns;
