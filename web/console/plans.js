@@ -20,7 +20,7 @@ async function renderList(main, route, ctx) {
       const s = p.protection && p.protection.status;
       return `<tr data-plan="${esc(p.id)}">
 <th scope="row"><a href="#/plans/${enc}">${esc(p.id)}</a></th>
-<td class="path">${esc(p.source)}</td><td><code>${esc(p.schedule)}</code></td><td>${esc(p.rpo)}</td>
+<td class="path">${esc(p.source)}</td><td><code>${esc(p.schedule)}</code> <small class="muted">${esc(p.time_zone || 'UTC')}</small></td><td>${esc(p.rpo)}</td>
 <td>${protectionBadge(s)}${(p.anomalous_points || []).length ? ` <a href="#/points/${esc(p.anomalous_points[0])}" class="badge anomaly" data-plan-anomaly title="The ransomware heuristic flagged a point of this plan">anomaly</a>` : ''}</td>
 <td>${p.paused ? '<span class="badge paused">paused</span>' : 'active'}</td>
 <td>${p.last_run ? jobBadge(p.last_run.state) + ' ' + timeEl(p.last_run.at) : '<span class="muted">never</span>'}</td>
@@ -31,7 +31,7 @@ async function renderList(main, route, ctx) {
   main.innerHTML = `
 <div class="title-row"><h1>Plans <span class="count">${plans.length}</span></h1>
 ${ctx.canOperate ? '<a class="button" href="#/plans/new" id="new-plan">New plan</a>' : ''}</div>
-${plans.length ? `<div class="table-wrap"><table><thead><tr><th scope="col">Plan</th><th scope="col">Source</th><th scope="col">Schedule (UTC)</th><th scope="col">RPO</th><th scope="col">Protection</th><th scope="col">State</th><th scope="col">Last run</th><th scope="col"><span class="sr">Actions</span></th></tr></thead><tbody>${rows}</tbody></table></div>` : '<p class="empty">No plans yet.</p>'}`;
+${plans.length ? `<div class="table-wrap"><table><thead><tr><th scope="col">Plan</th><th scope="col">Source</th><th scope="col">Schedule</th><th scope="col">RPO</th><th scope="col">Protection</th><th scope="col">State</th><th scope="col">Last run</th><th scope="col"><span class="sr">Actions</span></th></tr></thead><tbody>${rows}</tbody></table></div>` : '<p class="empty">No plans yet.</p>'}`;
   return actions(main, ctx, () => ctx.navigate(location.hash));
 }
 
@@ -72,7 +72,8 @@ const FIELDS = [
   // [name, label, kind, help]
   ['id', 'Plan name', 'text', 'Lower-case letters, digits, ".", "_" and "-"; it cannot change later.'],
   ['source', 'Source path', 'text', 'An absolute path on the server\u2019s host, or vzdump:/path for Proxmox VE guests from a dump storage.'],
-  ['schedule', 'Schedule', 'text', 'Cron, 5 fields, UTC: minute hour day-of-month month day-of-week (e.g. "0 2 * * *").'],
+  ['schedule', 'Schedule', 'text', 'Cron, 5 fields, in the plan\u2019s time zone: minute hour day-of-month month day-of-week (e.g. "0 2 * * *").'],
+  ['time_zone', 'Time zone', 'text', 'An IANA name such as "Europe/Berlin": the schedule and retention\u2019s days and weeks follow it (daylight saving included). Empty: UTC.'],
   ['rpo', 'Recovery point objective (RPO)', 'text', 'The oldest a recoverable point may be before the plan is at risk, e.g. "1day 2h".'],
   ['repository', 'Repository', 'text', ''],
   ['paused', 'Paused (no scheduled runs)', 'checkbox', ''],
@@ -83,6 +84,10 @@ function field(name, label, kind, help, extra = '') {
   const fid = 'f-' + name.replace(/\./g, '-');
   const h = help ? `<p class="help" id="${fid}-help">${esc(help)}</p>` : '';
   const desc = `aria-describedby="${help ? fid + '-help ' : ''}${fid}-error"`;
+  if (kind === 'lines') {
+    // A list, one entry per line.
+    return `<div class="field" data-field="${name}"><label for="${fid}">${esc(label)}</label><textarea id="${fid}" name="${name}" rows="3" spellcheck="false" ${desc} ${extra}></textarea>${h}<p class="field-error" id="${fid}-error"></p></div>`;
+  }
   if (kind === 'checkbox') {
     return `<div class="field check" data-field="${name}"><input type="checkbox" id="${fid}" name="${name}" ${desc} ${extra}><label for="${fid}">${esc(label)}</label>${h}<p class="field-error" id="${fid}-error"></p></div>`;
   }
@@ -90,7 +95,12 @@ function field(name, label, kind, help, extra = '') {
 }
 
 function formHtml(isNew, canEdit) {
-  const base = FIELDS.map(([n, l, k, h]) => field(n, l, k, h, n === 'id' && !isNew ? 'readonly' : n === 'id' || n === 'source' ? 'required' : '')).join('');
+  const base = FIELDS.map(([n, l, k, h]) => field(n, l, k, h, n === 'id' && !isNew ? 'readonly' : n === 'id' || n === 'source' ? 'required' : n === 'time_zone' ? 'list="time-zones" autocomplete="off"' : '')).join('');
+  const zones = typeof Intl.supportedValuesOf === 'function' ? Intl.supportedValuesOf('timeZone') : [];
+  const hook = (phase, what) => `
+${field(`hooks.${phase}.name`, `${what}: program`, 'text', 'A file name in the hook directory of the host that backs up (the server\u2019s [hooks] dir, an agent\u2019s --hooks-dir); empty: none.')}
+${field(`hooks.${phase}.args`, 'Its arguments', 'lines', 'One per line.')}
+${field(`hooks.${phase}.timeout`, 'Its timeout', 'text', 'A duration such as "10m" (the default).')}`;
   const ret = RETENTION.map((n) => field('retention.' + n, n[0].toUpperCase() + n.slice(1), 'number', '', 'min="0" step="1" inputmode="numeric" placeholder="—"')).join('');
   return `
 <form id="plan-form" novalidate>
@@ -98,6 +108,22 @@ function formHtml(isNew, canEdit) {
 <fieldset ${canEdit ? '' : 'disabled'}>
 <legend class="sr">Plan</legend>
 ${base}
+<datalist id="time-zones">${zones.map((z) => `<option value="${esc(z)}">`).join('')}</datalist>
+<fieldset class="group" data-field="files"><legend>Files <small class="muted">(file-system sources)</small></legend>
+${field('files.also', 'Also back up these paths into the same point', 'lines', 'Absolute paths on the same host, one per line.')}
+${field('files.exclude', 'Leave out', 'lines', 'Patterns, one per line: "*.tmp", "/var/cache", "**/node_modules".')}
+${field('files.exclude_files', 'Leave out what these files list', 'lines', 'Absolute paths of files of patterns, one per line.')}
+${field('files.exclude_if_present', 'Leave out directories holding a file named', 'lines', 'One name per line, e.g. ".nobackup" (the marker itself is kept).')}
+${field('files.exclude_larger_than', 'Leave out files larger than', 'text', 'A size such as "500M" or "2GiB" (binary multiples); empty: no limit.')}
+${field('files.exclude_caches', 'Leave out cache directories (CACHEDIR.TAG)', 'checkbox', '')}
+${field('files.one_file_system', 'Stay on each path\u2019s file system', 'checkbox', '')}
+<p class="field-error" id="f-files-error"></p>
+</fieldset>
+<fieldset class="group" data-field="hooks"><legend>Hooks <small class="muted">(around each file-system backup)</small></legend>
+${hook('pre', 'Before the backup')}
+${hook('post', 'After the backup')}
+<p class="field-error" id="f-hooks-error"></p>
+</fieldset>
 <fieldset class="group" data-field="retention"><legend>Retention: points to keep <small class="muted">(empty = no rule of that kind)</small></legend>
 <div class="grid">${ret}</div>
 ${field('retention.within', 'Keep everything within', 'text', 'A duration such as "2days", or empty.')}
@@ -137,10 +163,37 @@ ${canEdit ? `<div class="buttons"><button type="submit" id="plan-save">${isNew ?
 </form>`;
 }
 
+/**
+ * Bytes from a size as `vouch backup --exclude-larger-than` reads it: "500",
+ * "64K", "10MiB", "1.5G" (binary multiples whatever the spelling); NaN when
+ * it is not one.
+ */
+export function parseSize(text) {
+  const m = /^(\d+(?:\.\d+)?)\s*(|b|[kmgt](?:i?b)?)$/i.exec(text.trim());
+  if (!m) return NaN;
+  const unit = m[2].toLowerCase();
+  const shift = unit === '' || unit === 'b' ? 0 : 'kmgt'.indexOf(unit[0]) + 1;
+  return Math.floor(Number(m[1]) * 1024 ** shift);
+}
+
+/** A byte count as the size field shows it: the largest exact binary unit. */
+function sizeText(n) {
+  if (n == null) return '';
+  const units = ['', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (i < units.length - 1 && n >= 1024 && n % 1024 === 0) {
+    n /= 1024;
+    i += 1;
+  }
+  return `${n}${units[i]}`;
+}
+
 function fill(form, plan) {
-  for (const el of form.querySelectorAll('input[name]')) {
+  for (const el of form.querySelectorAll('input[name],textarea[name]')) {
     const v = el.name.split('.').reduce((o, k) => (o == null ? undefined : o[k]), plan);
     if (el.type === 'checkbox') el.checked = !!v;
+    else if (el.name === 'files.exclude_larger_than') el.value = sizeText(v);
+    else if (Array.isArray(v)) el.value = v.join('\n');
     else el.value = v === null || v === undefined ? '' : v;
   }
 }
@@ -164,10 +217,12 @@ function copiesFact(c) {
 function collect(form, base) {
   const out = JSON.parse(JSON.stringify(base || {}));
   for (const k of DERIVED) delete out[k];
-  for (const el of form.querySelectorAll('input[name]')) {
+  for (const el of form.querySelectorAll('input[name],textarea[name]')) {
     const path = el.name.split('.');
     let v;
     if (el.type === 'checkbox') v = el.checked;
+    else if (el.tagName === 'TEXTAREA') v = el.value.split('\n').map((l) => l.trim()).filter((l) => l !== '');
+    else if (el.name === 'files.exclude_larger_than') v = el.value.trim() === '' ? null : parseSize(el.value);
     else if (el.type === 'number') v = el.value.trim() === '' ? null : Number(el.value);
     else v = el.value.trim() === '' ? (path.length > 1 ? null : '') : el.value.trim();
     let o = out;
@@ -178,6 +233,12 @@ function collect(form, base) {
   if (!out.replica || !out.replica.repository) out.replica = null;
   // No marker: no boot.
   if (out.restore_test && (!out.restore_test.boot || !out.restore_test.boot.marker)) out.restore_test.boot = null;
+  // No time zone: UTC.
+  if (!out.time_zone) out.time_zone = null;
+  // A hook without a program is no hook.
+  for (const phase of ['pre', 'post']) {
+    if (out.hooks && (!out.hooks[phase] || !out.hooks[phase].name)) out.hooks[phase] = null;
+  }
   // Neither a mode nor removal: vzdump's defaults.
   if (out.proxmox && !out.proxmox.mode && !out.proxmox.remove_dump) out.proxmox = null;
   return out;
@@ -191,12 +252,17 @@ function showErrors(form, fields, message) {
   const items = [];
   for (const [key, msg] of Object.entries(fields || {})) {
     const name = key.replace(/\[(\w+)\]/g, '.$1').replace(/\//g, '.').replace(/^\./, '');
-    let target = form.querySelector(`[data-field="${CSS.escape(name)}"]`);
-    if (!target) target = form.querySelector(`[data-field="${CSS.escape(name.split('.')[0])}"]`);
+    // The closest field that claims it: `files.exclude.2` is shown by
+    // `files.exclude`, `hooks.pre` by the hooks' group.
+    const parts = name.split('.');
+    let target = null;
+    for (let n = parts.length; n > 0 && !target; n--) {
+      target = form.querySelector(`[data-field="${CSS.escape(parts.slice(0, n).join('.'))}"]`);
+    }
     if (target) {
       const p = target.querySelector(':scope > .field-error');
-      p.textContent = msg;
-      const input = target.querySelector('input');
+      p.textContent = p.textContent ? `${p.textContent} ${msg}` : msg;
+      const input = target.querySelector('input,textarea');
       if (input && target.classList.contains('field')) input.setAttribute('aria-invalid', 'true');
       const fid = input && target.classList.contains('field') ? input.id : p.id;
       items.push(`<li><a href="#" data-focus="${esc(fid)}">${esc(name)}: ${esc(msg)}</a></li>`);
@@ -251,6 +317,9 @@ ${formHtml(isNew, ctx.canOperate)}`;
     const local = {};
     if (isNew && !body.id) local.id = 'A plan needs a name.';
     if (!body.source) local.source = 'A plan needs a source path.';
+    if (body.files && Number.isNaN(body.files.exclude_larger_than)) {
+      local['files.exclude_larger_than'] = 'Not a size: write it like 500M, 2GiB or 1048576.';
+    }
     if (body.replica && body.replica.repository === (body.repository || 'default')) {
       local['replica.repository'] = 'This is the plan\u2019s own repository: a second copy must be in another one.';
     }
@@ -260,7 +329,11 @@ ${formHtml(isNew, ctx.canOperate)}`;
     try {
       const saved = isNew ? await api.post('/plans', body) : await api.put(`/plans/${enc}`, body);
       flash(isNew ? `Plan ${saved.id} created.` : `Plan ${saved.id} saved.`);
-      location.hash = '#/plans/' + encodeURIComponent(saved.id);
+      // Shown again as saved (on its own page already: drawn anew, so
+      // errors of an earlier attempt go).
+      const to = '#/plans/' + encodeURIComponent(saved.id);
+      if (location.hash === to) ctx.navigate(to);
+      else location.hash = to;
     } catch (e) {
       if (e instanceof api.ApiError) showErrors(form, e.fields, errText(e));
       else showErrors(form, {}, errText(e));
