@@ -78,7 +78,7 @@ in_root sh -ec "cd /build/vouch && CARGO_HOME=/root/.cargo CARGO_INCREMENTAL=0 \
   AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc-ar \
   cargo build --release --locked --offline --quiet --target $target --bin vouch"
 bin=/build/vouch/target/$target/release/vouch
-echo "built in $(($(date +%s) - build_start)) s: $(in_root file -b "$bin" 2>/dev/null || true)"
+echo "built in $(($(date +%s) - build_start)) s: $(file -b "$root$bin" 2>/dev/null || true)"
 echo "binary: $(stat -c %s "$root$bin") bytes"
 
 echo "-- under qemu-aarch64: version, backup, verify --read-data, restore"
