@@ -17,13 +17,26 @@ use crate::id::{BlobId, PackId, SnapshotId};
 use crate::progress::Progress;
 use crate::repo::{pack, MasterIndex, Repository};
 
+/// Whether `pack` is in part `n` of `t` ([`VerifyOptions::part`]).
+pub fn in_part(pack: &PackId, n: u64, t: u64) -> bool {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&pack.0[..8]);
+    t > 0 && u64::from_le_bytes(first) % t == n.wrapping_sub(1)
+}
+
 /// What to check.
 #[derive(Clone, Debug, Default)]
 pub struct VerifyOptions {
     /// Read back data.
     pub read_data: bool,
-    /// Read back only this fraction of packs (0 < f <= 1), chosen at random.
+    /// Read back only this fraction of packs (0 < f <= 1), chosen at random
+    /// (with `part`: the fraction `part` reads, for reports only).
     pub subset: Option<f64>,
+    /// Read back only part `n` of `t` (1 <= n <= t): the packs whose id,
+    /// its first 8 bytes read as a little-endian number, is `n - 1` modulo
+    /// `t`. The parts are disjoint and together cover every pack, so
+    /// `1/t` .. `t/t` on successive runs read everything once.
+    pub part: Option<(u64, u64)>,
     /// Reader threads (0 = automatic).
     pub threads: usize,
 }
@@ -163,7 +176,7 @@ pub fn verify(
             .map(|p| p.id)
             .filter(|id| !bad_packs.contains(id))
             .collect();
-        if let Some(f) = opts.subset {
+        if let (Some(f), None) = (opts.subset, opts.part) {
             let salt: [u8; 8] = crate::crypto::random_array();
             packs.retain(|id| {
                 let h = blake3::keyed_hash(
@@ -177,6 +190,9 @@ pub fn verify(
                 let x = u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or([0; 8]));
                 (x as f64 / u64::MAX as f64) < f
             });
+        }
+        if let Some((n, t)) = opts.part {
+            packs.retain(|id| in_part(id, n, t));
         }
         let never = || false;
         let reads = read_packs(repo, &index, packs, opts.threads, progress, &never);

@@ -17,23 +17,49 @@ pub struct VerifyArgs {
     /// Read back all data.
     #[arg(long)]
     pub read_data: bool,
-    /// Read back a random subset of packs, e.g. `10%`.
-    #[arg(long, value_name = "N%")]
+    /// Read back a subset of packs: `10%` (chosen at random), or `n/t`,
+    /// part n of t (fixed parts that together cover every pack once, for
+    /// rotating runs: 1/7 on Mondays, 2/7 on Tuesdays...).
+    #[arg(long, value_name = "N%|n/t")]
     pub read_data_subset: Option<String>,
     /// Do not send the findings to the service that owns the repository.
     #[arg(long)]
     pub no_report: bool,
 }
 
+/// `n/t` of `--read-data-subset`: `Some((n, t))`, `None` when the text is
+/// no fraction (a percentage then), an error for a fraction out of range.
+fn parse_part(s: &str) -> Result<Option<(u64, u64)>> {
+    let Some((n, t)) = s.split_once('/') else {
+        return Ok(None);
+    };
+    let bad = || {
+        Error::InvalidArgument(format!(
+            "--read-data-subset {s:?}: n/t needs whole numbers with 1 <= n <= t (e.g. 3/7)"
+        ))
+    };
+    let n: u64 = n.trim().parse().map_err(|_| bad())?;
+    let t: u64 = t.trim().parse().map_err(|_| bad())?;
+    if n == 0 || t == 0 || n > t {
+        return Err(bad());
+    }
+    Ok(Some((n, t)))
+}
+
 /// Checks the repository; exit code 13 on damage.
 pub fn verify(ctx: &Ctx, a: VerifyArgs) -> Result<i32> {
     let repo = ctx.open()?;
+    let part = match a.read_data_subset.as_deref().map(parse_part).transpose()? {
+        Some(Some(p)) => Some(p),
+        _ => None,
+    };
     let subset = match &a.read_data_subset {
         None => None,
+        Some(_) if part.is_some() => None,
         Some(s) => {
             let n: f64 = s.trim_end_matches('%').parse().map_err(|_| {
                 Error::InvalidArgument(format!(
-                    "--read-data-subset takes a percentage like 10%, not {s:?}"
+                    "--read-data-subset takes a percentage like 10% or a part like 3/7, not {s:?}"
                 ))
             })?;
             if !(n > 0.0 && n <= 100.0) {
@@ -45,8 +71,9 @@ pub fn verify(ctx: &Ctx, a: VerifyArgs) -> Result<i32> {
         }
     };
     let opts = crate::verify::VerifyOptions {
-        read_data: a.read_data || subset.is_some(),
-        subset,
+        read_data: a.read_data || subset.is_some() || part.is_some(),
+        subset: subset.or(part.map(|(_, t)| 1.0 / t as f64)),
+        part,
         threads: 0,
     };
     let progress = Arc::new(Progress::default());

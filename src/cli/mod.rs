@@ -50,6 +50,20 @@ pub struct Cli {
     /// AWS_SECRET_ACCESS_KEY or ~/.aws/credentials, region in AWS_REGION).
     #[arg(short = 'r', long = "repo", env = "VOUCH_REPOSITORY", global = true)]
     pub repo: Option<PathBuf>,
+    /// A file whose first line is the repository location (as restic's
+    /// `--repository-file`); not together with `--repo` or VOUCH_REPOSITORY.
+    #[arg(
+        long,
+        env = "VOUCH_REPOSITORY_FILE",
+        global = true,
+        value_name = "FILE",
+        conflicts_with = "repo"
+    )]
+    pub repository_file: Option<PathBuf>,
+    /// A file whose first line is the repository's passphrase (as
+    /// VOUCH_PASSWORD_FILE; this flag wins over the variables).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
     /// Machine-readable JSON output on stdout.
     #[arg(long, global = true)]
     pub json: bool,
@@ -88,7 +102,9 @@ pub enum Command {
     Ls(inspect::LsArgs),
     /// Show what changed between two snapshots.
     Diff(inspect::DiffArgs),
-    /// Check the repository's structure and, with --read-data, its data.
+    /// Check the repository's structure and, with --read-data, its data
+    /// (`check` is the same, as restic calls it).
+    #[command(visible_alias = "check")]
     Verify(maintain::VerifyArgs),
     /// Remove snapshots by keep rules or by id (data stays until prune).
     Forget(maintain::ForgetArgs),
@@ -329,15 +345,41 @@ impl SnapshotPath {
     }
 }
 
+/// The repository location in the first line of `file`.
+fn repository_from_file(file: &std::path::Path) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        Error::InvalidArgument(format!(
+            "cannot read the repository file {}: {e}",
+            file.display()
+        ))
+    })?;
+    let line = text.lines().next().unwrap_or_default().trim();
+    if line.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "the repository file {} is empty: its first line must be the repository's location",
+            file.display()
+        )));
+    }
+    Ok(PathBuf::from(line))
+}
+
 /// Runs a parsed command line; returns the exit code.
 pub fn run(cli: Cli) -> Result<i32> {
+    if let Some(file) = &cli.password_file {
+        password::use_file(file);
+    }
+    let repo = match (&cli.repo, &cli.repository_file) {
+        (Some(r), _) => Some(r.clone()),
+        (None, Some(file)) => Some(repository_from_file(file)?),
+        (None, None) => None,
+    };
     let ctx = Ctx {
         out: Output {
             json: cli.json,
             quiet: cli.quiet,
             verbose: cli.verbose,
         },
-        repo_path: cli.repo,
+        repo_path: repo,
         lock_wait: cli.retry_lock.unwrap_or_default(),
         no_cache: cli.no_cache,
     };

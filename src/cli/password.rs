@@ -11,14 +11,32 @@ use crate::error::{Error, Result};
 /// A passphrase, wiped from memory when dropped.
 pub type Secret = Zeroizing<Vec<u8>>;
 
+/// The file `--password-file` named, which wins over the variables for the
+/// repository's own passphrase.
+static PASSWORD_FILE: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Reads the repository's passphrase from `file` (`--password-file`).
+pub fn use_file(file: &std::path::Path) {
+    let _ = PASSWORD_FILE.set(file.to_path_buf());
+}
+
+fn from_file(what: &str, path: &std::path::Path) -> Result<Secret> {
+    let text = std::fs::read(path)
+        .map_err(|e| Error::NoPassword(format!("cannot read {what} {}: {e}", path.display())))?;
+    Ok(first_line(Zeroizing::new(text)))
+}
+
 fn from_env(prefix: &str) -> Result<Option<Secret>> {
+    if prefix == "VOUCH_PASSWORD" {
+        if let Some(path) = PASSWORD_FILE.get() {
+            return from_file("--password-file", path).map(Some);
+        }
+    }
     if let Ok(p) = std::env::var(prefix) {
         return Ok(Some(Zeroizing::new(p.into_bytes())));
     }
     if let Ok(path) = std::env::var(format!("{prefix}_FILE")) {
-        let text = std::fs::read(&path)
-            .map_err(|e| Error::NoPassword(format!("cannot read {prefix}_FILE {path}: {e}")))?;
-        return Ok(Some(first_line(Zeroizing::new(text))));
+        return from_file(&format!("{prefix}_FILE"), path.as_ref()).map(Some);
     }
     if let Ok(cmd) = std::env::var(format!("{prefix}_COMMAND")) {
         let out = Command::new("sh")

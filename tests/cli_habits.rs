@@ -1,0 +1,185 @@
+//! The command line admins bring from restic (issue 19), end to end with
+//! the real binary: `check`, `--read-data-subset n/t`, `--password-file`,
+//! `--repository-file` / VOUCH_REPOSITORY_FILE.
+
+mod common;
+
+use common::{random_files, Env, PASSWORD};
+use serde_json::Value;
+
+fn verify_json(env: &Env, args: &[&str]) -> Value {
+    let out = env.ok(args);
+    let line = out
+        .lines()
+        .find(|l| l.contains("\"type\":\"verify\""))
+        .unwrap_or_else(|| panic!("no verify line in {out}"));
+    serde_json::from_str(line).expect("json")
+}
+
+/// `check` is `verify`; `--read-data-subset n/t` reads disjoint parts that
+/// together cover every pack exactly once; bad parts are refused.
+#[test]
+fn check_reads_rotating_parts_that_cover_every_pack_once() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    random_files(&src, 40, 300_000, 19);
+    env.backup(&[&src]);
+    let all = verify_json(&env, &["check", "--read-data", "--json"]);
+    let packs = all["report"]["packs_read"].as_u64().expect("packs_read");
+    assert!(packs >= 8, "the test needs several packs: {all}");
+    let parts = 3u64;
+    let mut read = 0;
+    let mut nonempty = 0;
+    for n in 1..=parts {
+        let part = verify_json(
+            &env,
+            &[
+                "check",
+                "--read-data-subset",
+                &format!("{n}/{parts}"),
+                "--json",
+            ],
+        );
+        assert_eq!(part["damaged"], false, "{part}");
+        let got = part["report"]["packs_read"].as_u64().expect("packs_read");
+        read += got;
+        nonempty += u64::from(got > 0);
+        // The same part twice reads the same packs.
+        let again = verify_json(
+            &env,
+            &[
+                "verify",
+                "--read-data-subset",
+                &format!("{n}/{parts}"),
+                "--json",
+            ],
+        );
+        assert_eq!(again["report"]["packs_read"], part["report"]["packs_read"]);
+    }
+    assert_eq!(read, packs, "the parts cover every pack once");
+    assert!(nonempty >= 2, "packs spread over the parts");
+    for bad in ["0/3", "4/3", "1/0", "a/3", "1/3/4"] {
+        let err = env.expect_stderr(&["check", "--read-data-subset", bad], 2);
+        assert!(err.contains("--read-data-subset"), "{bad}: {err}");
+    }
+}
+
+/// `--password-file` and `--repository-file` (and their variables) work
+/// like restic's; the flag wins over the passphrase variables; an empty or
+/// missing file is a clear error, not a prompt.
+#[test]
+fn password_and_repository_files() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    random_files(&src, 2, 1000, 3);
+    env.backup(&[&src]);
+    let pw = env.path("pw");
+    std::fs::write(&pw, format!("{PASSWORD}\nignored second line\n")).unwrap();
+    let repo_file = env.path("repo-location");
+    std::fs::write(&repo_file, format!("{}\n", env.repo.display())).unwrap();
+    let run = |args: &[&str], envs: &[(&str, &str)]| {
+        let mut c = env.cmd();
+        c.env_remove("VOUCH_REPOSITORY")
+            .env_remove("VOUCH_PASSWORD");
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        c.args(args).output().expect("vouch runs")
+    };
+    let pw_s = pw.to_str().unwrap();
+    let rf = repo_file.to_str().unwrap();
+    // Flags.
+    let out = run(
+        &[
+            "--repository-file",
+            rf,
+            "--password-file",
+            pw_s,
+            "snapshots",
+        ],
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Variables.
+    let out = run(
+        &["snapshots"],
+        &[("VOUCH_REPOSITORY_FILE", rf), ("VOUCH_PASSWORD_FILE", pw_s)],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The flag wins over a wrong passphrase in the environment.
+    let out = run(
+        &[
+            "--repository-file",
+            rf,
+            "--password-file",
+            pw_s,
+            "snapshots",
+        ],
+        &[("VOUCH_PASSWORD", "wrong")],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A missing passphrase file, an empty repository file: said plainly.
+    let out = run(
+        &[
+            "--repository-file",
+            rf,
+            "--password-file",
+            "/nonexistent/pw",
+            "snapshots",
+        ],
+        &[],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--password-file") && err.contains("/nonexistent/pw"),
+        "{err}"
+    );
+    let empty = env.path("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    let out = run(
+        &[
+            "--repository-file",
+            empty.to_str().unwrap(),
+            "--password-file",
+            pw_s,
+            "snapshots",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is empty"));
+    // Both a location and a location file: refused, not guessed.
+    let out = run(
+        &[
+            "--repo",
+            env.repo.to_str().unwrap(),
+            "--repository-file",
+            rf,
+            "--password-file",
+            pw_s,
+            "snapshots",
+        ],
+        &[],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
