@@ -24,7 +24,12 @@ fn changed(a: &Node, b: &Node) -> Option<char> {
     if a.content != b.content || a.target != b.target || a.size != b.size {
         return Some('M');
     }
-    if a.mode != b.mode || a.uid != b.uid || a.gid != b.gid || a.mtime() != b.mtime() {
+    if a.mode != b.mode
+        || a.uid != b.uid
+        || a.gid != b.gid
+        || a.mtime() != b.mtime()
+        || a.xattrs != b.xattrs
+    {
         return Some('U');
     }
     None
@@ -119,7 +124,8 @@ fn diff_trees(
                 let (x, y) = (&ta.nodes[i], &tb.nodes[j]);
                 let path = format!("{prefix}/{}", x.display_name());
                 if x.kind == NodeKind::Dir && y.kind == NodeKind::Dir {
-                    if x.mode != y.mode || x.uid != y.uid || x.gid != y.gid {
+                    if x.mode != y.mode || x.uid != y.uid || x.gid != y.gid || x.xattrs != y.xattrs
+                    {
                         out.push(Change {
                             kind: 'U',
                             path: path.clone(),

@@ -36,5 +36,6 @@ pub mod tree;
 pub mod util;
 pub mod verify;
 pub mod workers;
+pub mod xattrs;
 
 pub use error::{exit_code, Error, IoContext, Result};

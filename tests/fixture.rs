@@ -214,3 +214,148 @@ fn fixture_point_lock_record_v1_is_read_and_honoured() {
     );
     run_ok(vouch(&repo).args(["verify"]));
 }
+
+/// The extended attributes under `root`, by relative path: `name=hex(value)`
+/// sorted; `security.` ones only when `with_security` (they need root to
+/// set).
+fn xattrs_of(root: &Path, with_security: bool) -> BTreeMap<String, Vec<String>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let meta = fs::symlink_metadata(&p).unwrap();
+        if meta.is_dir() {
+            for e in fs::read_dir(&p).unwrap() {
+                stack.push(e.unwrap().path());
+            }
+        }
+        let mut attrs: Vec<String> = xattr::list(&p)
+            .unwrap()
+            .filter(|n| with_security || !n.to_string_lossy().starts_with("security."))
+            .map(|n| {
+                let v = xattr::get(&p, &n).unwrap().unwrap_or_default();
+                format!("{}={}", n.to_string_lossy(), hex::encode(v))
+            })
+            .collect();
+        attrs.sort();
+        if !attrs.is_empty() {
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            out.insert(rel, attrs);
+        }
+    }
+    out
+}
+
+/// The snapshot-version-2 fixture repository (extended attributes: `user.`
+/// values, an access and a default ACL, a file capability) must open,
+/// verify and restore bit-exactly, attributes included, with every later
+/// version of vouch. Never regenerate it.
+#[test]
+fn fixture_repo_v2_restores_its_extended_attributes() {
+    let work = tempfile::tempdir().unwrap();
+    let repo = work.path().join("repo");
+    copy_dir(&fixtures().join("repo-v2"), &repo);
+    let expected: BTreeMap<String, String> = serde_json::from_str(
+        &fs::read_to_string(fixtures().join("repo-v2.expected.json")).unwrap(),
+    )
+    .unwrap();
+    let expected_xattrs: BTreeMap<String, Vec<String>> = serde_json::from_str(
+        &fs::read_to_string(fixtures().join("repo-v2.expected-xattrs.json")).unwrap(),
+    )
+    .unwrap();
+    run_ok(vouch(&repo).args(["verify", "--read-data"]));
+    let target = work.path().join("restored");
+    run_ok(
+        vouch(&repo)
+            .args([
+                "restore",
+                "latest:/fixture-source-v2",
+                "--host",
+                "fixture-host",
+                "--target",
+            ])
+            .arg(&target)
+            .arg("--verify"),
+    );
+    assert_eq!(describe(&target), expected);
+    let root = common::is_root();
+    let want: BTreeMap<String, Vec<String>> = expected_xattrs
+        .into_iter()
+        .map(|(k, v)| {
+            let v: Vec<String> = v
+                .into_iter()
+                .filter(|a| root || !a.starts_with("security."))
+                .collect();
+            (k, v)
+        })
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    assert!(want
+        .values()
+        .flatten()
+        .any(|a| a.starts_with("system.posix_acl_default=")));
+    assert_eq!(xattrs_of(&target, root), want);
+}
+
+/// Writes `tests/fixtures/repo-v2` once (as root, with `setfacl` and
+/// `setcap`), like [`generate_fixture_repo_v1`].
+#[test]
+#[ignore]
+fn generate_fixture_repo_v2() {
+    let out = fixtures().join("repo-v2");
+    assert!(
+        !out.exists(),
+        "the v2 fixture exists and must never be regenerated"
+    );
+    assert!(common::is_root(), "generate as root (file capabilities)");
+    let src = Path::new("/fixture-source-v2");
+    let _ = fs::remove_dir_all(src);
+    fs::create_dir_all(src.join("shared")).unwrap();
+    fs::write(src.join("notes.txt"), b"attributes, format v2\n").unwrap();
+    fs::write(src.join("shared/doc.txt"), b"a document with an ACL\n").unwrap();
+    fs::write(src.join("ping"), b"a file with a capability\n").unwrap();
+    symlink("notes.txt", src.join("link")).unwrap();
+    xattr::set(src.join("notes.txt"), "user.comment", b"kept").unwrap();
+    xattr::set(src.join("notes.txt"), "user.binary", &[0, 1, 2, 255]).unwrap();
+    xattr::set(src.join("shared"), "user.dir", b"a directory's").unwrap();
+    let sh = |cmd: &str| {
+        let ok = Command::new("sh")
+            .arg("-ec")
+            .arg(cmd)
+            .current_dir(src)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "{cmd}");
+    };
+    sh("setfacl -m u:1234:rw,g:2345:r shared/doc.txt");
+    sh("setfacl -m u:1234:rwx shared && setfacl -d -m u:1234:rx shared");
+    sh("setcap cap_net_raw+ep ping");
+    sh("touch -h -d @1764000000 notes.txt shared/doc.txt ping link shared .");
+    run_ok(vouch(&out).args([
+        "init",
+        "--insecure-kdf",
+        "--kdf-memory-kib",
+        "1024",
+        "--kdf-iterations",
+        "1",
+    ]));
+    run_ok(vouch(&out).args([
+        "backup",
+        "--tag",
+        "fixture",
+        "--host",
+        "fixture-host",
+        "/fixture-source-v2",
+    ]));
+    fs::write(
+        fixtures().join("repo-v2.expected.json"),
+        serde_json::to_string_pretty(&describe(src)).unwrap(),
+    )
+    .unwrap();
+    fs::write(
+        fixtures().join("repo-v2.expected-xattrs.json"),
+        serde_json::to_string_pretty(&xattrs_of(src, true)).unwrap(),
+    )
+    .unwrap();
+    fs::remove_dir_all(src).unwrap();
+}

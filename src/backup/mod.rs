@@ -81,6 +81,9 @@ pub struct BackupOptions {
     pub exclude_paths: Vec<PathBuf>,
     /// Do not cross file-system boundaries.
     pub one_file_system: bool,
+    /// Leave extended attributes out (ACLs, file capabilities, SELinux
+    /// labels among them); kept by default.
+    pub no_xattrs: bool,
     /// Tags.
     pub tags: Vec<String>,
     /// Host name to record (default: this host).
@@ -349,6 +352,7 @@ pub fn backup(
         index: index.clone(),
         excludes,
         one_file_system: opts.one_file_system,
+        read_xattrs: !opts.no_xattrs,
         pseudo_fs: std::collections::HashMap::new(),
         items: item_tx,
         batch: Vec::new(),

@@ -153,6 +153,8 @@ pub struct Walker {
     pub excludes: Excludes,
     /// Stay on each source's file system.
     pub one_file_system: bool,
+    /// Read each entry's extended attributes.
+    pub read_xattrs: bool,
     /// Per device crossed into: the pseudo file system it is, if any (its
     /// contents are skipped, see `pseudo_fs.rs`).
     pub pseudo_fs: HashMap<u64, Option<&'static str>>,
@@ -307,6 +309,32 @@ impl Walker {
             subtree: None,
             mtime_exact,
             ctime_exact,
+            xattrs: Vec::new(),
+        }
+    }
+
+    /// Fills `node.xattrs`: the parent's when the entry's status did not
+    /// change since (every change of an attribute changes the ctime, and
+    /// the racily-clean rule of [`racy_cutoff_ns`] applies as to
+    /// contents), else read from `path`.
+    fn attach_xattrs(&mut self, path: &Path, node: &mut Node, pnode: Option<&Node>) {
+        if !self.read_xattrs {
+            return;
+        }
+        let unchanged = pnode.filter(|p| {
+            node.ctime_ns < self.reuse_before_ns
+                && p.kind == node.kind
+                && p.inode == node.inode
+                && p.ctime() == node.ctime()
+        });
+        if let Some(p) = unchanged {
+            node.xattrs = p.xattrs.clone();
+            return;
+        }
+        let (attrs, warnings) = crate::xattrs::read(path);
+        node.xattrs = attrs;
+        for w in warnings {
+            self.warn(w);
         }
     }
 
@@ -375,7 +403,8 @@ impl Walker {
                 self.walk_entry(&path, name.as_bytes(), &meta, pnode, meta.dev())?;
             } else {
                 Progress::add(&self.progress.entries, 1);
-                let node = self.node(name.as_bytes(), &meta);
+                let mut node = self.node(name.as_bytes(), &meta);
+                self.attach_xattrs(&path, &mut node, pnode);
                 self.send(WalkItem::DirStart)?;
                 let sub = self.parent_subtree(pnode);
                 self.walk_virtual(&path, child, sub.as_ref())?;
@@ -406,6 +435,7 @@ impl Walker {
         crate::failpoint::hit("walker", path.as_os_str().as_bytes());
         Progress::add(&self.progress.entries, 1);
         let mut node = self.node(name, meta);
+        self.attach_xattrs(path, &mut node, pnode);
         match node.kind {
             NodeKind::Dir => {
                 self.send(WalkItem::DirStart)?;

@@ -37,6 +37,10 @@ pub struct BackupArgs {
     /// Do not cross file-system boundaries.
     #[arg(long, short = 'x')]
     pub one_file_system: bool,
+    /// Leave out extended attributes (kept by default: ACLs, file
+    /// capabilities and SELinux labels are extended attributes too).
+    #[arg(long)]
+    pub no_xattrs: bool,
     /// Tag the snapshot (repeatable).
     #[arg(long = "tag")]
     pub tag: Vec<String>,
@@ -136,6 +140,7 @@ pub fn run(ctx: &Ctx, a: BackupArgs) -> Result<i32> {
         exclude_larger_than: a.exclude_larger_than,
         exclude_paths: repo_dir.into_iter().collect(),
         one_file_system: a.one_file_system,
+        no_xattrs: a.no_xattrs,
         tags: a.tag,
         host: a.host,
         parent: a.parent,

@@ -6,7 +6,8 @@
 use crate::crypto::{MasterKey, SALT_LEN};
 use crate::error::{Error, Result};
 use crate::format::{
-    SealedKind, FORMAT_VERSION, MAX_SUPPORTED_VERSION, SEALED_MAGIC, SEALED_PREFIX_LEN,
+    SealedKind, FORMAT_VERSION, MAX_SEALED_VERSION, SEALED_MAGIC, SEALED_PREFIX_LEN,
+    SNAPSHOT_VERSION,
 };
 
 /// zstd level for metadata files (small, read often).
@@ -36,7 +37,11 @@ fn decompress_bounded(compressed: &[u8], limit: usize) -> std::io::Result<Option
 
 /// Encrypts a metadata file.
 pub fn seal(key: &MasterKey, kind: SealedKind, plaintext: &[u8]) -> Vec<u8> {
-    let prefix = prefix(kind, FORMAT_VERSION as u8);
+    let version = match kind {
+        SealedKind::Snapshot => SNAPSHOT_VERSION,
+        _ => FORMAT_VERSION,
+    };
+    let prefix = prefix(kind, version as u8);
     let salt: [u8; SALT_LEN] = crate::crypto::random_array();
     let compressed =
         zstd::bulk::compress(plaintext, METADATA_ZSTD_LEVEL).unwrap_or_else(|_| plaintext.to_vec());
@@ -63,10 +68,10 @@ pub fn open(key: &MasterKey, kind: SealedKind, bytes: &[u8], what: &str) -> Resu
         ));
     }
     let version = u32::from(bytes[6]);
-    if version > MAX_SUPPORTED_VERSION {
+    if version > MAX_SEALED_VERSION {
         return Err(Error::UnsupportedFormat {
             found: version,
-            supported: MAX_SUPPORTED_VERSION,
+            supported: MAX_SEALED_VERSION,
         });
     }
     let (prefix, rest) = bytes.split_at(SEALED_PREFIX_LEN);

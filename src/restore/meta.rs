@@ -3,7 +3,9 @@
 //! parent directory's with the entry's name (symlinks, fifos, devices).
 //! The owner is set before the mode, so setuid and setgid bits never sit on
 //! a file that still has the restoring user's owner (and `chown` would clear
-//! them anyway).
+//! them anyway). Extended attributes come after both: `chown` clears
+//! `security.capability`, and `chmod` would rewrite an access ACL's mask.
+//! An attribute the target refuses is a warning, not a failure.
 
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -75,9 +77,15 @@ pub fn create_special(
     Ok(None)
 }
 
-/// Applies owner (as root), mode and mtime to an open file or directory.
-pub fn apply_fd(fd: &impl AsRawFd, node: &Node, path: &Path) -> Result<()> {
-    let fd = fd.as_raw_fd();
+/// Applies owner (as root), mode, extended attributes and mtime to an open
+/// file or directory; attributes the target refuses go to `warnings`.
+pub fn apply_fd(
+    file: &impl AsRawFd,
+    node: &Node,
+    path: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    let fd = file.as_raw_fd();
     // SAFETY (all three): a valid open descriptor.
     if is_root() && unsafe { libc::fchown(fd, node.uid, node.gid) } != 0 {
         return Err(os_err("setting the owner of", path));
@@ -85,6 +93,7 @@ pub fn apply_fd(fd: &impl AsRawFd, node: &Node, path: &Path) -> Result<()> {
     if unsafe { libc::fchmod(fd, mode(node)) } != 0 {
         return Err(os_err("setting the mode of", path));
     }
+    crate::xattrs::write_fd(file, &node.xattrs, path, warnings);
     let t = times(node);
     if unsafe { libc::futimens(fd, t.as_ptr()) } != 0 {
         return Err(os_err("setting the times of", path));
@@ -92,11 +101,18 @@ pub fn apply_fd(fd: &impl AsRawFd, node: &Node, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Applies owner (as root), mode (not for symlinks) and mtime to `name` in
-/// `dir` without following a symlink. Used for the entries that cannot be
-/// opened (symlinks, fifos, devices); the restore created them a moment ago
-/// in a directory that only the restoring user can write to.
-pub fn apply_at(dir: &OwnedFd, name: &CStr, node: &Node, path: &Path) -> Result<()> {
+/// Applies owner (as root), mode (not for symlinks), extended attributes
+/// and mtime to `name` in `dir` without following a symlink. Used for the
+/// entries that cannot be opened (symlinks, fifos, devices); the restore
+/// created them a moment ago in a directory that only the restoring user
+/// can write to. Attributes the target refuses go to `warnings`.
+pub fn apply_at(
+    dir: &OwnedFd,
+    name: &CStr,
+    node: &Node,
+    path: &Path,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
     let fd = dir.as_raw_fd();
     // SAFETY (all): valid descriptor, NUL-terminated name, two timespecs.
     if is_root()
@@ -130,6 +146,7 @@ pub fn apply_at(dir: &OwnedFd, name: &CStr, node: &Node, path: &Path) -> Result<
             return Err(os_err("setting the mode of", path));
         }
     }
+    crate::xattrs::write_at(dir, name, &node.xattrs, path, warnings);
     let t = times(node);
     if unsafe { libc::utimensat(fd, name.as_ptr(), t.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) } != 0 {
         return Err(os_err("setting the times of", path));

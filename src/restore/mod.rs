@@ -518,11 +518,17 @@ pub fn restore(
             continue;
         }
         summary.others += 1;
-        meta::apply_at(&parent, &item.name, &item.node, &item.path)?;
+        meta::apply_at(
+            &parent,
+            &item.name,
+            &item.node,
+            &item.path,
+            &mut summary.warnings,
+        )?;
     }
     for &i in &file_items {
         let f = out.open(i, i, libc::O_RDONLY)?;
-        meta::apply_fd(&f, &items[i].node, &items[i].path)?;
+        meta::apply_fd(&f, &items[i].node, &items[i].path, &mut summary.warnings)?;
         summary.files += 1;
         Progress::add(&progress.files_done, 1);
     }
@@ -545,7 +551,7 @@ pub fn restore(
         .collect();
     dir_items.sort_by_key(|i| std::cmp::Reverse(i.depth()));
     for d in dir_items {
-        meta::apply_fd(&*dirs.get(&d.rel)?, &d.node, &d.path)?;
+        meta::apply_fd(&*dirs.get(&d.rel)?, &d.node, &d.path, &mut summary.warnings)?;
     }
 
     if opts.verify {
@@ -580,7 +586,7 @@ pub fn restore(
     dirfd::unlink_at(dirs.root(), &marker, 0, &opts.target.join(MARKER))?;
     // The target's own metadata last: removing the marker changed its mtime.
     if let Some(node) = &target_node {
-        meta::apply_fd(dirs.root(), node, &opts.target)?;
+        meta::apply_fd(dirs.root(), node, &opts.target, &mut summary.warnings)?;
     }
     summary.duration_ms = started.elapsed().as_millis() as u64;
     Ok(summary)
