@@ -31,6 +31,7 @@ pub mod prune;
 pub mod repair;
 pub mod repo;
 pub mod restore;
+pub mod stats;
 pub mod tls_pin;
 pub mod tree;
 pub mod util;

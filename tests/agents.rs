@@ -1228,6 +1228,36 @@ fn create_hooked_plan(svc: &Service, id: &str, source: &str, hooks: Value) {
     assert_eq!(status, 201, "{body}");
 }
 
+/// Waits for the `job.failed` of `job_id`; asserts its kind and that its
+/// message says `says`.
+fn job_failed(svc: &Service, job_id: &str, kind: &str, says: &str) {
+    let failure = eventually("the job to fail", || {
+        events(svc, "job.failed")
+            .into_iter()
+            .find(|e| e["data"]["job"] == job_id)
+    });
+    assert_eq!(failure["data"]["error_kind"], kind, "{failure}");
+    let message = failure["data"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(says), "{failure}");
+}
+
+/// Runs the agent in `agent_dir` for one job with the hooks of `hooks`.
+fn run_agent_once_with_hooks(svc: &Service, agent_dir: &Path, hooks: &Path) {
+    let hooks = hooks.to_str().expect("utf-8");
+    let out = agent_cmd(
+        svc,
+        agent_dir,
+        &["--jobs", "1", "--poll-wait", "5s", "--hooks-dir", hooks],
+    )
+    .output()
+    .expect("agent runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A plan's hooks run on its agent, from the agent's own `--hooks-dir`:
 /// the pre hook's dump lands in the point, the post hook is told the
 /// point, and their failures reach the server as `hook.failed` (a failed
@@ -1272,19 +1302,7 @@ fn an_agent_runs_its_plans_hooks_and_reports_their_failures() {
         json!({"pre": {"name": "dump-db", "args": ["--all"]}, "post": {"name": "notify"}}),
     );
     let job_id = run_plan(&svc, "db");
-    let hooks_arg = hooks.to_str().expect("utf-8");
-    let out = agent_cmd(
-        &svc,
-        &agent_dir,
-        &["--jobs", "1", "--poll-wait", "5s", "--hooks-dir", hooks_arg],
-    )
-    .output()
-    .expect("agent runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_agent_once_with_hooks(&svc, &agent_dir, &hooks);
     let point = eventually("the backup to commit", || committed_by(&svc, &job_id));
     let ran = std::fs::read_to_string(&seen).expect("the hooks ran");
     assert_eq!(ran, format!("pre db --all\npost ok {point}\n"));
@@ -1322,34 +1340,8 @@ fn an_agent_runs_its_plans_hooks_and_reports_their_failures() {
         json!({"pre": {"name": "refuse"}}),
     );
     let job_id = run_plan(&svc, "db-locked");
-    let out = agent_cmd(
-        &svc,
-        &agent_dir,
-        &["--jobs", "1", "--poll-wait", "5s", "--hooks-dir", hooks_arg],
-    )
-    .output()
-    .expect("agent runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let failure = eventually("the job to fail", || {
-        events(&svc, "job.failed")
-            .into_iter()
-            .find(|e| e["data"]["job"] == job_id.as_str())
-    });
-    assert_eq!(
-        failure["data"]["error_kind"], "pre_hook_failed",
-        "{failure}"
-    );
-    assert!(
-        failure["data"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("database locked"),
-        "{failure}"
-    );
+    run_agent_once_with_hooks(&svc, &agent_dir, &hooks);
+    job_failed(&svc, &job_id, "pre_hook_failed", "database locked");
     let pre = events(&svc, "hook.failed");
     assert!(
         pre.iter().any(|e| e["data"]["job"] == job_id.as_str()
@@ -1370,22 +1362,7 @@ fn an_agent_runs_its_plans_hooks_and_reports_their_failures() {
     let job_id = run_plan(&svc, "db");
     let (status, answer) = json_call(&svc, "GET", "/api/v1/agent/jobs?wait=5s", &token, None);
     assert_eq!(status, 204, "{answer}");
-    let failure = eventually("the job to fail", || {
-        events(&svc, "job.failed")
-            .into_iter()
-            .find(|e| e["data"]["job"] == job_id.as_str())
-    });
-    assert_eq!(
-        failure["data"]["error_kind"], "options_unsupported",
-        "{failure}"
-    );
-    assert!(
-        failure["data"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("too old"),
-        "{failure}"
-    );
+    job_failed(&svc, &job_id, "options_unsupported", "too old");
     // A result may name only the job's own hooks.
     let job_id = run_plan(&svc, "db");
     let (status, leased) = raw(

@@ -88,10 +88,18 @@ fn password_and_repository_files() {
         }
         c.args(args).output().expect("vouch runs")
     };
+    let ok = |args: &[&str], envs: &[(&str, &str)]| {
+        let out = run(args, envs);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
     let pw_s = pw.to_str().unwrap();
     let rf = repo_file.to_str().unwrap();
     // Flags.
-    let out = run(
+    ok(
         &[
             "--repository-file",
             rf,
@@ -101,23 +109,13 @@ fn password_and_repository_files() {
         ],
         &[],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     // Variables.
-    let out = run(
+    ok(
         &["snapshots"],
         &[("VOUCH_REPOSITORY_FILE", rf), ("VOUCH_PASSWORD_FILE", pw_s)],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     // The flag wins over a wrong passphrase in the environment.
-    let out = run(
+    ok(
         &[
             "--repository-file",
             rf,
@@ -126,11 +124,6 @@ fn password_and_repository_files() {
             "snapshots",
         ],
         &[("VOUCH_PASSWORD", "wrong")],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     // A missing passphrase file, an empty repository file: said plainly.
     let out = run(
@@ -182,4 +175,53 @@ fn password_and_repository_files() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+fn stats_json(env: &Env, args: &[&str]) -> Value {
+    let mut all = vec!["stats", "--json"];
+    all.extend_from_slice(args);
+    let out = env.ok(&all);
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// `vouch stats`: restore size counts every snapshot, unique data each
+/// blob once; two backups of the same random files deduplicate exactly
+/// 2:1 and do not compress; a named snapshot counts alone.
+#[test]
+fn stats_counts_restore_size_unique_data_and_ratios() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    random_files(&src, 5, 100_000, 8);
+    env.backup(&[&src]);
+    env.backup(&[&src]);
+    let all = stats_json(&env, &[]);
+    let s = &all["snapshots"];
+    assert_eq!(s["snapshots"], 2, "{all}");
+    assert_eq!(s["files"], 10, "{all}");
+    assert_eq!(s["restore_size"], 1_000_000, "{all}");
+    assert_eq!(s["data_bytes"], 500_000, "{all}");
+    assert_eq!(s["dedup_ratio"], 2.0, "{all}");
+    let compression = s["compression_ratio"].as_f64().unwrap();
+    assert!((0.9..1.01).contains(&compression), "random data: {all}");
+    let r = &all["repository"];
+    assert!(
+        r["pack_bytes"].as_u64() >= s["stored_bytes"].as_u64(),
+        "{all}"
+    );
+    assert_eq!(r["unreferenced_bytes"], 0, "{all}");
+    let one = stats_json(&env, &["latest"]);
+    assert_eq!(one["snapshots"]["restore_size"], 500_000, "{one}");
+    assert_eq!(one["snapshots"]["dedup_ratio"], 1.0, "{one}");
+    assert!(one["repository"].is_null(), "{one}");
+    // Human output names the figures.
+    let text = env.ok(&["stats"]);
+    for label in [
+        "restore size:",
+        "unique data:",
+        "deduplication:    2.00x",
+        "repository:",
+    ] {
+        assert!(text.contains(label), "{label}: {text}");
+    }
 }

@@ -1,4 +1,4 @@
-//! `snapshots`, `ls`, `diff`.
+//! `snapshots`, `ls`, `diff`, `stats`.
 
 use clap::Args;
 use serde_json::json;
@@ -183,6 +183,92 @@ pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
             count('M') + count('T'),
             count('U')
         ));
+    }
+    Ok(exit_code::OK)
+}
+
+/// `vouch stats`.
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch stats                   every snapshot, and the repository's packs
+  vouch stats latest --json     the newest snapshot of this host, as JSON
+  vouch stats --host db-1       every snapshot of one host
+
+Restore size counts each file in every snapshot that holds it; unique data
+counts each distinct blob once; deduplication is their ratio, compression
+the ratio of unique data to what it takes in packs.")]
+pub struct StatsArgs {
+    /// Snapshots (ids, prefixes or `latest`); none: every snapshot, of
+    /// `--host` and with `--tag` when given.
+    pub snapshots: Vec<String>,
+    /// Only snapshots with this tag (when none are named).
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// Which snapshot `latest` is; without named snapshots, `--host` keeps
+    /// only that host's.
+    #[command(flatten)]
+    pub latest: LatestArgs,
+}
+
+/// Prints what the snapshots hold and cost.
+pub fn stats(ctx: &Ctx, a: StatsArgs) -> Result<i32> {
+    let repo = ctx.open_cached()?;
+    let host = a.latest.latest_host.as_ref();
+    let chosen = if a.snapshots.is_empty() {
+        repo.list_snapshots()?
+            .into_iter()
+            .filter(|(_, m)| host.is_none_or(|h| &m.host == h))
+            .filter(|(_, m)| a.tag.as_ref().is_none_or(|t| m.tags.contains(t)))
+            .collect()
+    } else {
+        let latest = a.latest.filter();
+        let mut v = Vec::new();
+        for s in &a.snapshots {
+            let found = repo.find_snapshot_of(s, &latest)?;
+            if !v.iter().any(|(id, _)| *id == found.0) {
+                v.push(found);
+            }
+        }
+        v
+    };
+    let index = repo.load_index()?;
+    let s = crate::stats::stats(&repo, &index, &chosen)?;
+    let whole = (a.snapshots.is_empty() && host.is_none() && a.tag.is_none())
+        .then(|| crate::stats::repository_totals(&index, &s));
+    if ctx.out.json {
+        ctx.out
+            .json_line(&json!({"type": "stats", "snapshots": s, "repository": whole}));
+        return Ok(exit_code::OK);
+    }
+    println!("snapshots:        {}", s.snapshots);
+    println!(
+        "restore size:     {} in {} files, {} directories, {} others",
+        human_bytes(s.restore_size),
+        s.files,
+        s.dirs,
+        s.others
+    );
+    println!(
+        "unique data:      {} in {} blobs (trees: {} in {} blobs)",
+        human_bytes(s.data_bytes),
+        s.data_blobs,
+        human_bytes(s.tree_bytes),
+        s.tree_blobs
+    );
+    println!(
+        "stored:           {} (compression {:.2}x)",
+        human_bytes(s.stored_bytes),
+        s.compression_ratio
+    );
+    println!("deduplication:    {:.2}x", s.dedup_ratio);
+    if let Some(w) = whole {
+        println!(
+            "repository:       {} packs, {} ({} in {} blobs no snapshot needs: `vouch prune` frees it)",
+            w.packs,
+            human_bytes(w.pack_bytes),
+            human_bytes(w.unreferenced_bytes),
+            w.blobs
+        );
     }
     Ok(exit_code::OK)
 }

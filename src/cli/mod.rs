@@ -102,6 +102,9 @@ pub enum Command {
     Ls(inspect::LsArgs),
     /// Show what changed between two snapshots.
     Diff(inspect::DiffArgs),
+    /// How big snapshots are when restored, their distinct data, and what
+    /// deduplication and compression save.
+    Stats(inspect::StatsArgs),
     /// Check the repository's structure and, with --read-data, its data
     /// (`check` is the same, as restic calls it).
     #[command(visible_alias = "check")]
@@ -390,6 +393,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Snapshots(a) => inspect::snapshots(&ctx, a),
         Command::Ls(a) => inspect::ls(&ctx, a),
         Command::Diff(a) => inspect::diff(&ctx, a),
+        Command::Stats(a) => inspect::stats(&ctx, a),
         Command::Verify(a) => maintain::verify(&ctx, a),
         Command::Forget(a) => maintain::forget(&ctx, a),
         Command::Lock(a) => maintain::lock(&ctx, a),
