@@ -83,6 +83,23 @@ pub(crate) fn whole_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error
     Ok(whole(d, 0, (1 << 53) - 1)?.unwrap_or(0))
 }
 
+/// A whole number (an integral float too, as JSON Schema allows) in the
+/// range of `i32`, or null.
+pub(crate) fn whole_i32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
+    use serde::de::Error;
+    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let v = n.as_i64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() <= f64::from(i32::MAX) + 1.0)
+            .map(|f| f as i64)
+    });
+    v.and_then(|v| i32::try_from(v).ok())
+        .map(Some)
+        .ok_or_else(|| D::Error::custom(format!("{n} is not a whole number in the range of i32")))
+}
+
 /// The largest count of a retention rule.
 const MAX_COUNT: u64 = u32::MAX as u64;
 /// The largest `sample_files`.
@@ -924,6 +941,27 @@ pub(crate) fn definition(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// JSON Schema's integers include integral floats (schemathesis sends
+    /// `-27879068.0` for an exit code); fractions and values beyond `i32`
+    /// are refused.
+    #[test]
+    fn whole_i32_takes_integral_floats_in_range() {
+        #[derive(Deserialize)]
+        struct T {
+            #[serde(default, deserialize_with = "whole_i32")]
+            v: Option<i32>,
+        }
+        let v = |text: &str| serde_json::from_str::<T>(text).map(|t| t.v);
+        assert_eq!(v(r#"{"v": -27879068.0}"#).unwrap(), Some(-27_879_068));
+        assert_eq!(v(r#"{"v": 3}"#).unwrap(), Some(3));
+        assert_eq!(v(r#"{"v": -2147483648}"#).unwrap(), Some(i32::MIN));
+        assert_eq!(v(r#"{"v": null}"#).unwrap(), None);
+        assert_eq!(v("{}").unwrap(), None);
+        assert!(v(r#"{"v": 2147483648}"#).is_err());
+        assert!(v(r#"{"v": 1.5}"#).is_err());
+        assert!(v(r#"{"v": "3"}"#).is_err());
+    }
 
     #[test]
     fn depth_labels_round_trip_and_bounds_hold() {

@@ -583,17 +583,26 @@ pub struct HookFailureInput {
     /// Before or after the backup.
     pub phase: HookPhaseInput,
     /// The hook's name: the one the leased job gave for this phase.
-    #[schema(min_length = 1, max_length = 64)]
+    #[schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$"
+    )]
     pub hook: String,
     /// Its exit status, when it exited (none: killed, or never started).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::validate::whole_i32")]
     #[schema(minimum = -2147483648, maximum = 2147483647)]
     pub exit_code: Option<i32>,
     /// Killed at its timeout.
     #[serde(default)]
     pub timed_out: bool,
-    /// What happened, with the end of its standard error.
-    #[schema(min_length = 1, max_length = 4096)]
+    /// What happened, with the end of its standard error (newlines and
+    /// tabs allowed, no other control characters).
+    #[schema(
+        min_length = 1,
+        max_length = 4096,
+        pattern = "^[^\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f]+$"
+    )]
     pub reason: String,
     /// How long it ran, in milliseconds.
     #[serde(default, deserialize_with = "crate::validate::whole_u64")]
