@@ -225,3 +225,56 @@ fn stats_counts_restore_size_unique_data_and_ratios() {
         assert!(text.contains(label), "{label}: {text}");
     }
 }
+
+fn json_of(env: &Env, args: &[&str]) -> Value {
+    let out = env.ok(args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+}
+
+/// `vouch cat`: the config, a snapshot, an index file, a tree, a blob's
+/// raw bytes and a key file; a missing or extra id is a usage error.
+#[test]
+fn cat_prints_the_repositorys_structures() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let content = b"the blob's plaintext\n".repeat(20);
+    std::fs::write(src.join("one.txt"), &content).unwrap();
+    std::fs::write(src.join("two.txt"), b"two").unwrap();
+    let snap = env.backup(&[&src]);
+    assert_eq!(json_of(&env, &["cat", "config"])["version"], 1);
+    let s = json_of(&env, &["cat", "snapshot", &snap[..8]]);
+    assert_eq!(s["id"], snap.as_str());
+    assert!(s["manifest"]["tree"].is_string(), "{s}");
+    let t = json_of(&env, &["cat", "tree", &format!("{snap}:{}", src.display())]);
+    let nodes = t["tree"]["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), 2, "{t}");
+    let blob = nodes[0]["content"][0]["blob"].as_str().expect("a blob id");
+    let out = env.cmd().args(["cat", "blob", blob]).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(out.stdout, content, "the blob's plaintext, raw");
+    let index = std::fs::read_dir(env.repo.join("index"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name();
+    let i = json_of(&env, &["cat", "index", index.to_str().unwrap()]);
+    assert!(
+        i.to_string().contains(blob),
+        "the index lists the blob: {i}"
+    );
+    let key = std::fs::read_dir(env.repo.join("keys"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name();
+    let key = key.to_str().unwrap();
+    let k = json_of(&env, &["cat", "key", &key[..8]]);
+    assert_eq!(k["id"], key);
+    env.expect_stderr(&["cat", "snapshot"], 2);
+    env.expect_stderr(&["cat", "config", "extra"], 2);
+    env.expect_stderr(&["cat", "blob", "not-hex"], 2);
+}

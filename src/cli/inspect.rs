@@ -272,3 +272,127 @@ pub fn stats(ctx: &Ctx, a: StatsArgs) -> Result<i32> {
     }
     Ok(exit_code::OK)
 }
+
+/// What `vouch cat` prints.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CatKind {
+    /// The repository's config (no argument).
+    Config,
+    /// A snapshot's manifest (an id, a prefix or `latest`).
+    Snapshot,
+    /// An index file (its 64-digit id).
+    Index,
+    /// The tree of a snapshot's directory (`SNAP` or `SNAP:PATH`).
+    Tree,
+    /// A blob's plaintext, raw, to stdout (its 64-digit id).
+    Blob,
+    /// A key file: its KDF parameters and wrapped key, never the key.
+    Key,
+}
+
+/// `vouch cat`.
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch cat config
+  vouch cat snapshot latest
+  vouch cat tree latest:/etc         the tree of /etc in the newest snapshot
+  vouch cat blob 5f2c…  > blob.bin   a blob's plaintext, raw
+
+For debugging: everything but `blob` is JSON as the repository stores it
+(binary names and values as arrays of bytes). The master key is never
+printed (`vouch key export` makes a paper copy).")]
+pub struct CatArgs {
+    /// What to print.
+    #[arg(value_enum)]
+    pub kind: CatKind,
+    /// Which one (none for `config`).
+    pub id: Option<String>,
+    /// Which snapshot `latest` is.
+    #[command(flatten)]
+    pub latest: LatestArgs,
+}
+
+/// Prints one of the repository's structures, for debugging.
+pub fn cat(ctx: &Ctx, a: CatArgs) -> Result<i32> {
+    use crate::error::Error;
+    let repo = ctx.open_cached()?;
+    let id = |what: &str| {
+        a.id.clone()
+            .ok_or_else(|| Error::InvalidArgument(format!("`vouch cat {what}` needs an id")))
+    };
+    let hex = |what: &str| -> Result<[u8; 32]> {
+        let text = id(what)?;
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(&text, &mut out).map_err(|_| {
+            Error::InvalidArgument(format!("{text:?} is not a {what} id (64 hex digits)"))
+        })?;
+        Ok(out)
+    };
+    let print = |v: serde_json::Value| -> Result<i32> {
+        let text = serde_json::to_string_pretty(&v)
+            .map_err(|e| Error::InvalidArgument(format!("cannot print: {e}")))?;
+        println!("{text}");
+        Ok(exit_code::OK)
+    };
+    fn to_json<T: serde::Serialize>(v: &T) -> serde_json::Value {
+        serde_json::to_value(v)
+            .unwrap_or_else(|e| serde_json::json!({"unprintable": e.to_string()}))
+    }
+    match a.kind {
+        CatKind::Config => {
+            if a.id.is_some() {
+                return Err(Error::InvalidArgument(
+                    "`vouch cat config` takes no id".into(),
+                ));
+            }
+            print(to_json(repo.config()))
+        }
+        CatKind::Snapshot => {
+            let (sid, m) = repo.find_snapshot_of(&id("snapshot")?, &a.latest.filter())?;
+            print(json!({"id": sid.to_hex(), "manifest": to_json(&m)}))
+        }
+        CatKind::Index => {
+            let iid = crate::id::IndexId(hex("index")?);
+            print(to_json(&repo.load_index_file(&iid)?))
+        }
+        CatKind::Tree => {
+            let spec = id("tree")?;
+            let (snap, path) = match spec.split_once(':') {
+                Some((s, p)) => (s.to_owned(), p.trim_end_matches('/').to_owned()),
+                None => (spec, String::new()),
+            };
+            let (_, m) = repo.find_snapshot_of(&snap, &a.latest.filter())?;
+            let index = repo.load_index()?;
+            let tree_id = if path.is_empty() || path == "/" {
+                m.tree
+            } else {
+                let node = crate::tree::find_node(&repo, &index, &m.tree, &path)?
+                    .ok_or_else(|| Error::NotFound(format!("no path {path:?} in {snap}")))?;
+                node.subtree
+                    .ok_or_else(|| Error::InvalidArgument(format!("{path:?} is not a directory")))?
+            };
+            let tree = crate::tree::load(&repo, &index, &tree_id)?;
+            print(json!({"id": tree_id.to_hex(), "tree": to_json(&tree)}))
+        }
+        CatKind::Blob => {
+            let bid = crate::id::BlobId(hex("blob")?);
+            let index = repo.load_index()?;
+            let bytes = repo.read_blob(&index, &bid)?;
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            out.write_all(&bytes)
+                .and_then(|()| out.flush())
+                .map_err(|e| Error::io("writing to stdout", e))?;
+            Ok(exit_code::OK)
+        }
+        CatKind::Key => {
+            let kid = repo.find_key(&id("key")?)?;
+            let bytes = repo
+                .backend()
+                .read(crate::backend::FileKind::Key, &kid.to_hex())?;
+            let v: serde_json::Value = serde_json::from_slice(&bytes)
+                .map_err(|e| Error::InvalidArgument(format!("key {kid} does not parse: {e}")))?;
+            print(json!({"id": kid.to_hex(), "key": v}))
+        }
+    }
+}

@@ -105,6 +105,9 @@ pub enum Command {
     /// How big snapshots are when restored, their distinct data, and what
     /// deduplication and compression save.
     Stats(inspect::StatsArgs),
+    /// Print the repository's config, a snapshot, an index file, a tree, a
+    /// blob or a key file (JSON, for debugging).
+    Cat(inspect::CatArgs),
     /// Check the repository's structure and, with --read-data, its data
     /// (`check` is the same, as restic calls it).
     #[command(visible_alias = "check")]
@@ -394,6 +397,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Ls(a) => inspect::ls(&ctx, a),
         Command::Diff(a) => inspect::diff(&ctx, a),
         Command::Stats(a) => inspect::stats(&ctx, a),
+        Command::Cat(a) => inspect::cat(&ctx, a),
         Command::Verify(a) => maintain::verify(&ctx, a),
         Command::Forget(a) => maintain::forget(&ctx, a),
         Command::Lock(a) => maintain::lock(&ctx, a),
