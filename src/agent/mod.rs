@@ -40,9 +40,6 @@ use vouch_actors::service::JobFailure;
 use vouch_events::{Event, JobId, PlanId};
 use vouch_web::LeasedJob;
 
-/// The longest `error` of a result the server takes, in characters.
-const RESULT_ERROR_MAX: usize = 2000;
-
 /// `text` as a result's field takes it: control characters (but newlines
 /// and tabs, where `keep_lines`) become spaces, and at most `max`
 /// characters, the end cut.
@@ -85,8 +82,8 @@ fn hook_failures_json(events: &[Event]) -> serde_json::Value {
 /// The body of a failed job's result.
 fn failure_body(f: &JobFailure) -> serde_json::Value {
     let mut body = json!({
-        "error_kind": wire_text(&f.kind, 64, false),
-        "error": wire_text(&f.message, RESULT_ERROR_MAX, false),
+        "error_kind": wire_text(&f.kind, vouch_web::RESULT_ERROR_KIND_MAX, false),
+        "error": wire_text(&f.message, vouch_web::RESULT_ERROR_MAX, false),
         "retryable": f.retryable,
     });
     let hooks = hook_failures_json(&f.events);
@@ -717,7 +714,7 @@ mod tests {
         );
         let body = failure_body(&f);
         let error = body["error"].as_str().unwrap();
-        assert_eq!(error.chars().count(), RESULT_ERROR_MAX);
+        assert_eq!(error.chars().count(), vouch_web::RESULT_ERROR_MAX);
         assert!(!error.chars().any(char::is_control), "{error:?}");
         let hook = &body["hook_failures"][0];
         assert_eq!(hook["phase"], "pre");

@@ -79,11 +79,6 @@ impl<'a> Hooked<'a> {
         }
     }
 
-    /// Whether the plan has a hook at all.
-    pub fn any(&self) -> bool {
-        self.hooks.pre.is_some() || self.hooks.post.is_some()
-    }
-
     fn run(
         &self,
         phase: HookPhase,

@@ -53,7 +53,7 @@ use vouch_events::sources::SourcePolicy;
 
 pub use api::agent::{
     LeasedJob, AGENT_CLOCK_HEADER, AGENT_FEATURES_HEADER, AGENT_VERSION_HEADER, FEATURE_HOOKS,
-    HOOK_REASON_MAX, LEASE_TTL, MAX_WAIT, SEEN_EVERY,
+    HOOK_REASON_MAX, LEASE_TTL, MAX_WAIT, RESULT_ERROR_KIND_MAX, RESULT_ERROR_MAX, SEEN_EVERY,
 };
 pub use api::misc::VERSION;
 pub use auth::{

@@ -610,6 +610,12 @@ pub struct HookFailureInput {
     pub took_ms: u64,
 }
 
+/// The longest `error` of a result, in characters (its schema says the
+/// same).
+pub const RESULT_ERROR_MAX: usize = 2000;
+/// The longest `error_kind` of a result, in characters.
+pub const RESULT_ERROR_KIND_MAX: usize = 64;
+
 /// The longest `reason` of a reported hook failure, in characters.
 pub const HOOK_REASON_MAX: usize = 4096;
 
@@ -751,13 +757,12 @@ pub(crate) async fn result(
         }
         (None, Some(error), _) => {
             let kind = input.error_kind.clone().unwrap_or_else(|| "agent".into());
-            if !text_ok(&kind, 64) || !text_ok(error, 2000) {
+            if !text_ok(&kind, RESULT_ERROR_KIND_MAX) || !text_ok(error, RESULT_ERROR_MAX) {
                 return Err(WebError::Invalid {
                     message: "the result does not validate".into(),
                     fields: [(
                         "error".to_owned(),
-                        "error_kind 1-64 and error 1-2000 characters, no control characters"
-                            .to_owned(),
+                        format!("error_kind 1-{RESULT_ERROR_KIND_MAX} and error 1-{RESULT_ERROR_MAX} characters, no control characters"),
                     )]
                     .into(),
                 });
