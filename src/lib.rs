@@ -19,6 +19,7 @@ pub mod crypto;
 pub mod diff;
 mod error;
 mod failpoint;
+pub mod find;
 pub mod forget;
 pub mod format;
 pub mod hooks;

@@ -278,3 +278,187 @@ fn cat_prints_the_repositorys_structures() {
     env.expect_stderr(&["cat", "config", "extra"], 2);
     env.expect_stderr(&["cat", "blob", "not-hex"], 2);
 }
+
+/// The JSON lines of a command's stdout.
+fn json_lines(out: &str) -> Vec<Value> {
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// The paths `find --json` found, per snapshot id.
+fn found_paths(env: &Env, args: &[&str]) -> Vec<(String, Vec<String>)> {
+    let mut all = vec!["find", "--json"];
+    all.extend_from_slice(args);
+    let lines = json_lines(&env.ok(&all));
+    let (summary, matches) = lines.split_last().expect("a summary line");
+    assert_eq!(summary["message_type"], "summary", "{summary}");
+    let out: Vec<(String, Vec<String>)> = matches
+        .iter()
+        .map(|m| {
+            assert_eq!(m["message_type"], "matches", "{m}");
+            let paths = m["matches"]
+                .as_array()
+                .expect("matches")
+                .iter()
+                .map(|n| n["path"].as_str().expect("path").to_string())
+                .collect::<Vec<_>>();
+            assert_eq!(m["hits"], paths.len(), "{m}");
+            (m["snapshot"].as_str().expect("id").to_string(), paths)
+        })
+        .collect();
+    let hits: usize = out.iter().map(|(_, p)| p.len()).sum();
+    assert_eq!(summary["hits"], hits, "{summary}");
+    out
+}
+
+/// `find` by name (ignoring case or not), by whole path, by blob and by
+/// pack, across snapshots and in one; an unknown pack is "not found".
+#[test]
+fn find_names_paths_blobs_and_packs() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("b/deep")).unwrap();
+    std::fs::write(src.join("x.conf"), b"x = 1\n").unwrap();
+    std::fs::write(src.join("NOTES.txt"), b"top").unwrap();
+    std::fs::write(src.join("b/deep/notes.txt"), b"deep").unwrap();
+    let first = env.backup(&[&src]);
+    std::fs::create_dir_all(src.join("c")).unwrap();
+    std::fs::write(src.join("c/new.conf"), b"new = 2\n").unwrap();
+    let second = env.backup(&[&src]);
+    let s = src.display().to_string();
+
+    let conf = found_paths(&env, &["*.conf"]);
+    assert_eq!(
+        conf,
+        vec![
+            (first.clone(), vec![format!("{s}/x.conf")]),
+            (
+                second.clone(),
+                vec![format!("{s}/c/new.conf"), format!("{s}/x.conf")]
+            ),
+        ]
+    );
+    // Case matters unless -i; one snapshot with -s.
+    let exact = found_paths(&env, &["notes.txt", "-s", &first[..8]]);
+    assert_eq!(
+        exact,
+        vec![(first.clone(), vec![format!("{s}/b/deep/notes.txt")])]
+    );
+    let any_case = found_paths(&env, &["-i", "notes.txt", "-s", "latest"]);
+    assert_eq!(
+        any_case,
+        vec![(
+            second.clone(),
+            vec![format!("{s}/NOTES.txt"), format!("{s}/b/deep/notes.txt")]
+        )]
+    );
+    // A pattern with / matches whole paths; ** spans directories.
+    let deep = found_paths(&env, &["-s", &second, &format!("{s}/**/deep/*")]);
+    assert_eq!(
+        deep,
+        vec![(second.clone(), vec![format!("{s}/b/deep/notes.txt")])]
+    );
+    // Nothing found is no error, and says so.
+    let none = env.ok(&["find", "*.nothing"]);
+    assert!(
+        none.contains("0 found in 0 of 2 snapshots searched"),
+        "{none}"
+    );
+
+    // --blob: the file that holds the blob, in every snapshot with it.
+    let t = json_of(&env, &["cat", "tree", &format!("{second}:{s}")]);
+    let node = t["tree"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == serde_json::json!(b"x.conf".to_vec()))
+        .unwrap_or_else(|| panic!("x.conf in {t}"))
+        .clone();
+    let blob = node["content"][0]["blob"]
+        .as_str()
+        .expect("blob")
+        .to_string();
+    let by_blob = found_paths(&env, &["--blob", &blob[..12]]);
+    assert_eq!(
+        by_blob,
+        vec![
+            (first.clone(), vec![format!("{s}/x.conf")]),
+            (second.clone(), vec![format!("{s}/x.conf")]),
+        ]
+    );
+    // --pack: every file and directory with a blob in it. The first
+    // backup's pack holds x.conf and the unchanged directories b and b/deep,
+    // not what the second backup added.
+    let packs: Vec<String> = walk_files(&env.repo.join("data"));
+    let pack_of_all = packs
+        .iter()
+        .find(|p| {
+            let f = found_paths(&env, &["--pack", p, "-s", &second]);
+            f.first()
+                .is_some_and(|(_, paths)| paths.contains(&format!("{s}/x.conf")))
+        })
+        .expect("a pack holds x.conf");
+    let by_pack = found_paths(&env, &["--pack", pack_of_all, "-s", &second]);
+    let paths = &by_pack[0].1;
+    for p in ["b", "b/deep", "b/deep/notes.txt", "x.conf"] {
+        assert!(paths.contains(&format!("{s}/{p}")), "{p}: {by_pack:?}");
+    }
+    assert!(!paths.contains(&format!("{s}/c/new.conf")), "{by_pack:?}");
+    let err = env.expect_stderr(&["find", "--pack", "0123456789abcdef"], 19);
+    assert!(
+        err.contains("no pack 0123456789abcdef in the index"),
+        "{err}"
+    );
+    env.expect_stderr(&["find", "--blob", "xyz"], 2);
+
+    // -l prints as ls -l: permissions, names, size, path.
+    let mut perms = std::fs::metadata(src.join("x.conf")).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o4750);
+    std::fs::set_permissions(src.join("x.conf"), perms).unwrap();
+    std::os::unix::fs::symlink("x.conf", src.join("link")).unwrap();
+    std::fs::write(src.join("big"), vec![7u8; 1536]).unwrap();
+    env.backup(&[&src]);
+    let long = env.ok(&["find", "-l", "-s", "latest", "x.conf", "link"]);
+    let line = long
+        .lines()
+        .find(|l| l.ends_with("/x.conf"))
+        .expect("x.conf");
+    assert!(line.starts_with("-rwsr-x--- "), "{line}");
+    let link = long.lines().find(|l| l.contains("/link")).expect("link");
+    assert!(
+        link.starts_with("lrwxrwxrwx ") && link.ends_with("/link -> x.conf"),
+        "{link}"
+    );
+    let ls = env.ok(&["ls", "-l", "--human-readable", "latest", &s]);
+    let big = ls.lines().find(|l| l.ends_with("/big")).expect("big");
+    assert!(big.contains(" 1.5K "), "{big}");
+    let names = ls.lines().find(|l| l.ends_with("/x.conf")).unwrap();
+    let user = String::from_utf8(
+        std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        names.contains(&format!(" {} ", user.trim())),
+        "user name shown: {names}"
+    );
+}
+
+/// Every file under `dir`, by name.
+fn walk_files(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            out.extend(walk_files(&e.path()));
+        } else {
+            out.push(e.file_name().to_string_lossy().into_owned());
+        }
+    }
+    out
+}

@@ -3,7 +3,7 @@
 use clap::Args;
 use serde_json::json;
 
-use super::{Ctx, LatestArgs, SnapshotPath};
+use super::{listing, Ctx, LatestArgs, SnapshotPath};
 use crate::error::{exit_code, Result};
 use crate::format::NodeKind;
 use crate::util::{human_bytes, short_time};
@@ -85,9 +85,13 @@ pub struct LsArgs {
     pub what: SnapshotPath,
     /// Directory inside the snapshot.
     pub path: Option<String>,
-    /// Show details.
+    /// Show details as `ls -l` does: type and permissions, links, user,
+    /// group, size, time (UTC), and a symlink's target.
     #[arg(long, short = 'l')]
     pub long: bool,
+    /// With `-l`, sizes as `ls -lh` shows them (1.5K, 20M).
+    #[arg(long = "human-readable")]
+    pub human: bool,
 }
 
 /// Lists the files of a snapshot.
@@ -96,7 +100,7 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
     let (spec, sub) = a.what.split();
     let (_, m) = repo.find_snapshot_of(&spec, &a.what.latest.filter())?;
     let index = repo.load_index()?;
-    let path = a.path.or(sub).unwrap_or_default();
+    let path = a.path.clone().or(sub).unwrap_or_default();
     let base = path.trim_end_matches('/').to_string();
     let root = if base.is_empty() || base == "/" {
         Some(m.tree)
@@ -104,7 +108,7 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
         let node = crate::tree::find_node(&repo, &index, &m.tree, &base)?
             .ok_or_else(|| crate::Error::NotFound(format!("no path {base:?}")))?;
         if node.kind != NodeKind::Dir {
-            print_node(ctx, a.long, &base, &node);
+            print_node(ctx, &a, &base, &node);
             return Ok(exit_code::OK);
         }
         node.subtree
@@ -118,7 +122,7 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
         crate::tree::walk(&repo, &index, &root, &mut |rel, node| {
             print_node(
                 ctx,
-                a.long,
+                &a,
                 &format!("{prefix}/{}", String::from_utf8_lossy(rel)),
                 node,
             );
@@ -128,22 +132,11 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
     Ok(exit_code::OK)
 }
 
-fn print_node(ctx: &Ctx, long: bool, path: &str, node: &crate::format::Node) {
+fn print_node(ctx: &Ctx, a: &LsArgs, path: &str, node: &crate::format::Node) {
     if ctx.out.json {
-        ctx.out.json_line(&json!({
-            "path": path, "type": format!("{:?}", node.kind).to_lowercase(), "size": node.size,
-            "mode": node.mode, "uid": node.uid, "gid": node.gid, "mtime": crate::util::rfc3339(node.mtime_ns),
-        }));
-    } else if long {
-        println!(
-            "{:>7o} {:>6} {:>6} {:>12} {} {}",
-            node.mode & 0o7777,
-            node.uid,
-            node.gid,
-            node.size,
-            short_time(node.mtime_ns),
-            path
-        );
+        ctx.out.json_line(&listing::node_json(node, path));
+    } else if a.long {
+        println!("{}", listing::long_line(node, path, a.human));
     } else {
         println!("{path}");
     }

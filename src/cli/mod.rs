@@ -9,8 +9,10 @@ mod copy_cmd;
 pub mod defaults;
 mod dr_cmd;
 pub mod events_cmd;
+mod find_cmd;
 mod generate_cmd;
 mod inspect;
+mod listing;
 mod maintain;
 mod output;
 mod password;
@@ -100,6 +102,9 @@ pub enum Command {
     Snapshots(inspect::SnapshotsArgs),
     /// List the files of a snapshot.
     Ls(inspect::LsArgs),
+    /// Find files by name, or the files that hold a blob or a pack, in
+    /// every snapshot (or those named).
+    Find(find_cmd::FindArgs),
     /// Show what changed between two snapshots.
     Diff(inspect::DiffArgs),
     /// How big snapshots are when restored, their distinct data, and what
@@ -396,6 +401,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Snapshots(a) => inspect::snapshots(&ctx, a),
         Command::Ls(a) => inspect::ls(&ctx, a),
         Command::Diff(a) => inspect::diff(&ctx, a),
+        Command::Find(a) => find_cmd::run(&ctx, a),
         Command::Stats(a) => inspect::stats(&ctx, a),
         Command::Cat(a) => inspect::cat(&ctx, a),
         Command::Verify(a) => maintain::verify(&ctx, a),
