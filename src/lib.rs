@@ -17,6 +17,7 @@ pub mod cli;
 pub mod copy;
 pub mod crypto;
 pub mod diff;
+pub mod dump;
 mod error;
 mod failpoint;
 pub mod find;

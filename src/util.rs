@@ -192,6 +192,16 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
     Ok(bytes as u64)
 }
 
+/// Major number of a Linux device number (glibc's `gnu_dev_major`).
+pub fn dev_major(dev: u64) -> u64 {
+    ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0x0000_0fff)
+}
+
+/// Minor number of a Linux device number (glibc's `gnu_dev_minor`).
+pub fn dev_minor(dev: u64) -> u64 {
+    ((dev >> 12) & 0xffff_ff00) | (dev & 0x0000_00ff)
+}
+
 /// Human-readable byte count (binary units).
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -211,6 +221,16 @@ pub fn human_bytes(n: u64) -> String {
 #[cfg(test)]
 mod size_tests {
     use super::parse_size;
+
+    #[test]
+    fn device_numbers_split_as_glibc_does() {
+        use super::{dev_major, dev_minor};
+        // /dev/sda1 is 8,1; /dev/null 1,3; a large one (major 259, minor 70000).
+        assert_eq!((dev_major(0x801), dev_minor(0x801)), (8, 1));
+        assert_eq!((dev_major(0x103), dev_minor(0x103)), (1, 3));
+        let big = libc::makedev(259, 70000);
+        assert_eq!((dev_major(big), dev_minor(big)), (259, 70000));
+    }
 
     #[test]
     fn sizes_as_people_write_them() {

@@ -462,3 +462,182 @@ fn walk_files(dir: &std::path::Path) -> Vec<String> {
     }
     out
 }
+
+/// `describe` without times (archives keep whole seconds).
+fn without_times(tree: &std::path::Path) -> std::collections::BTreeMap<String, String> {
+    common::describe(tree)
+        .into_iter()
+        .map(|(k, v)| {
+            let v: Vec<&str> = v.split(' ').filter(|t| !t.starts_with("mtime=")).collect();
+            (k, v.join(" "))
+        })
+        .collect()
+}
+
+/// Runs python3 with a script; returns stdout.
+fn python(script: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "python: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// `dump`: a file (with a hole) byte for byte to stdout; a directory as a
+/// tar that GNU tar extracts to the same tree (hard links, symlinks, modes,
+/// a fifo) with its extended attributes as PAX records; as a zip that
+/// Python's zipfile reads; `--target` whole or not at all; what an archive
+/// cannot hold is a warning and exit 3.
+#[test]
+fn dump_writes_files_and_directories_as_tar_and_zip() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    let db = src.join("db");
+    std::fs::create_dir_all(db.join("sub")).unwrap();
+    let data = common::random_bytes(700_000, 7);
+    std::fs::write(db.join("data.bin"), &data).unwrap();
+    // A sparse file: 1 MiB hole, then data.
+    let sparse = std::fs::File::create(db.join("sparse")).unwrap();
+    sparse.set_len(1 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&sparse, b"tail", 1 << 20).unwrap();
+    drop(sparse);
+    std::fs::hard_link(db.join("data.bin"), db.join("sub/again.bin")).unwrap();
+    std::os::unix::fs::symlink("../data.bin", db.join("sub/link")).unwrap();
+    std::fs::write(db.join("sub/small.txt"), b"small\n").unwrap();
+    let mut perms = std::fs::metadata(db.join("sub/small.txt"))
+        .unwrap()
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o640);
+    std::fs::set_permissions(db.join("sub/small.txt"), perms).unwrap();
+    let fifo = std::process::Command::new("mkfifo")
+        .arg(db.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(fifo.success());
+    let xattr_ok = std::process::Command::new("setfattr")
+        .args(["-n", "user.origin", "-v", "dumped"])
+        .arg(db.join("sub/small.txt"))
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        xattr_ok || std::env::var_os("CI").is_none(),
+        "CI has setfattr and a file system with user attributes"
+    );
+    let snap = env.backup(&[&src]);
+    let s = src.display().to_string();
+
+    // A file, to stdout, byte for byte (both spellings of the path).
+    let out = env
+        .cmd()
+        .args(["dump", &format!("{snap}:{s}/db/data.bin")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, data);
+    let out = env
+        .cmd()
+        .args(["dump", "latest", &format!("{s}/db/sparse")])
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout.len(), (1 << 20) + 4);
+    assert!(out.stdout[..1 << 20].iter().all(|b| *b == 0));
+    assert_eq!(&out.stdout[1 << 20..], b"tail");
+
+    // A directory as tar, extracted by GNU tar: the same tree under db/.
+    let tar_file = env.path("db.tar");
+    let msg = env.ok(&[
+        "dump",
+        &format!("latest:{s}/db"),
+        "--target",
+        tar_file.to_str().unwrap(),
+    ]);
+    assert!(msg.contains("dumped"), "{msg}");
+    let x = env.path("x");
+    std::fs::create_dir_all(&x).unwrap();
+    let untar = std::process::Command::new("tar")
+        .args(["--xattrs", "--xattrs-include=user.*", "-xf"])
+        .arg(&tar_file)
+        .arg("-C")
+        .arg(&x)
+        .status()
+        .unwrap();
+    assert!(untar.success());
+    assert_eq!(without_times(&x.join("db")), without_times(&db));
+    let tar_mtime = std::fs::metadata(x.join("db/sub/small.txt")).unwrap();
+    let src_mtime = std::fs::metadata(db.join("sub/small.txt")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(tar_mtime.mtime(), src_mtime.mtime());
+    if xattr_ok {
+        let pax = python(
+            "import sys,tarfile\nm=tarfile.open(sys.argv[1]).getmember('db/sub/small.txt')\nprint(m.pax_headers.get('SCHILY.xattr.user.origin'))",
+            &[tar_file.to_str().unwrap()],
+        );
+        assert_eq!(pax.trim(), "dumped");
+    }
+
+    // As zip, read by Python's zipfile: content, permissions, the symlink;
+    // the fifo is not in it (a warning, exit 3).
+    let zip_file = env.path("db.zip");
+    let out = env.run(&[
+        "dump",
+        &format!("latest:{s}/db"),
+        "--archive",
+        "zip",
+        "-t",
+        zip_file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("db/pipe: a fifo"), "{err}");
+    let listing = python(
+        "import sys,zipfile,hashlib,stat\nz=zipfile.ZipFile(sys.argv[1])\nfor i in sorted(z.infolist(), key=lambda i: i.filename):\n  mode=i.external_attr>>16\n  d=z.read(i) if not i.is_dir() else b''\n  print(i.filename, oct(stat.S_IMODE(mode)), 'link' if stat.S_ISLNK(mode) else '', hashlib.md5(d).hexdigest()[:12] if not stat.S_ISLNK(mode) else d.decode())",
+        &[zip_file.to_str().unwrap()],
+    );
+    let sha = |b: &[u8]| {
+        use md5::Digest;
+        hex::encode(md5::Md5::digest(b))[..12].to_string()
+    };
+    assert!(
+        listing.contains(&format!("db/data.bin 0o644  {}", sha(&data))),
+        "{listing}"
+    );
+    assert!(
+        listing.contains(&format!("db/sub/small.txt 0o640  {}", sha(b"small\n"))),
+        "{listing}"
+    );
+    assert!(
+        listing.contains("db/sub/link 0o777 link ../data.bin"),
+        "{listing}"
+    );
+    assert!(listing.contains("db/sub/ 0o755"), "{listing}");
+    assert!(!listing.contains("pipe"), "{listing}");
+
+    // A target in a missing directory: an error, nothing left behind.
+    let bad = env.path("missing/out.tar");
+    env.expect_stderr(
+        &[
+            "dump",
+            &format!("latest:{s}/db"),
+            "-t",
+            bad.to_str().unwrap(),
+        ],
+        1,
+    );
+    assert!(!bad.exists());
+    // No path, a path twice, a path that is not there.
+    env.expect_stderr(&["dump", "latest"], 2);
+    env.expect_stderr(&["dump", &format!("latest:{s}"), &s], 2);
+    env.expect_stderr(&["dump", &format!("latest:{s}/nothing")], 19);
+}

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use crate::format::{Node, NodeKind};
-use crate::util::short_time;
+use crate::util::{dev_major, dev_minor, short_time};
 
 /// The type letter and symbolic permissions, as `ls -l` shows them
 /// (`drwxr-xr-x`, `-rwsr-xr-x`, `drwxrwxrwt`).
@@ -76,7 +76,7 @@ fn owner(name: Option<&String>, id: u32) -> String {
 pub fn long_line(node: &Node, path: &str, human: bool) -> String {
     let size = match node.kind {
         NodeKind::CharDevice | NodeKind::BlockDevice => {
-            let (major, minor) = (nix_major(node.rdev), nix_minor(node.rdev));
+            let (major, minor) = (dev_major(node.rdev), dev_minor(node.rdev));
             format!("{major}, {minor}")
         }
         _ if human => human_size(node.size),
@@ -97,16 +97,6 @@ pub fn long_line(node: &Node, path: &str, human: bool) -> String {
         line.push_str(&String::from_utf8_lossy(t));
     }
     line
-}
-
-/// Major number of a Linux device number (glibc's `gnu_dev_major`).
-fn nix_major(dev: u64) -> u64 {
-    ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0x0000_0fff)
-}
-
-/// Minor number of a Linux device number (glibc's `gnu_dev_minor`).
-fn nix_minor(dev: u64) -> u64 {
-    ((dev >> 12) & 0xffff_ff00) | (dev & 0x0000_00ff)
 }
 
 /// The JSON object of an entry (`message_type` `node`), as documented in
@@ -165,12 +155,5 @@ mod tests {
         assert_eq!(human_size(10 * 1024), "10K");
         assert_eq!(human_size(10 * 1024 + 1), "11K");
         assert_eq!(human_size(5 * 1024 * 1024 * 1024), "5.0G");
-    }
-
-    #[test]
-    fn device_numbers_split_as_glibc_does() {
-        // /dev/sda1 is 8,1; /dev/null 1,3.
-        assert_eq!((nix_major(0x801), nix_minor(0x801)), (8, 1));
-        assert_eq!((nix_major(0x103), nix_minor(0x103)), (1, 3));
     }
 }

@@ -8,6 +8,7 @@ mod bench_cmd;
 mod copy_cmd;
 pub mod defaults;
 mod dr_cmd;
+mod dump_cmd;
 pub mod events_cmd;
 mod find_cmd;
 mod generate_cmd;
@@ -105,6 +106,9 @@ pub enum Command {
     /// Find files by name, or the files that hold a blob or a pack, in
     /// every snapshot (or those named).
     Find(find_cmd::FindArgs),
+    /// Write a file of a snapshot to stdout, or a directory as a tar or zip
+    /// archive.
+    Dump(dump_cmd::DumpArgs),
     /// Show what changed between two snapshots.
     Diff(inspect::DiffArgs),
     /// How big snapshots are when restored, their distinct data, and what
@@ -402,6 +406,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Ls(a) => inspect::ls(&ctx, a),
         Command::Diff(a) => inspect::diff(&ctx, a),
         Command::Find(a) => find_cmd::run(&ctx, a),
+        Command::Dump(a) => dump_cmd::run(&ctx, a),
         Command::Stats(a) => inspect::stats(&ctx, a),
         Command::Cat(a) => inspect::cat(&ctx, a),
         Command::Verify(a) => maintain::verify(&ctx, a),

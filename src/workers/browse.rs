@@ -1,19 +1,12 @@
 //! Reading recovery points for the API: list a directory of a point, read
-//! one file of it (blob by blob), a directory as a tar archive, and the
-//! repositories' statistics.
-//!
-//! Memory is bounded by the data, never by the size of a file: a file is
-//! read one blob at a time and holes come out as runs of zeros of at most
-//! [`HOLE_RUN`] bytes per read. The master index of each repository is
-//! cached and reloaded only when the listing of its index files changes.
+//! one file of it (blob by blob), a directory as a tar archive (both by
+//! [`crate::dump`]), and the repositories' statistics. The master index of
+//! each repository is cached and reloaded only when the listing of its
+//! index files changes.
 
-use std::cell::Cell;
 use std::collections::HashMap;
-use std::ffi::OsStr;
-use std::io::{self, Read, Write};
-use std::os::unix::ffi::OsStrExt;
+use std::io::Write;
 use std::path::Path;
-use std::rc::Rc;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use vouch_events::RepositoryId;
@@ -23,16 +16,15 @@ use vouch_web::{
 
 use crate::backend::FileKind;
 use crate::error::{Error, Result};
-use crate::format::{Extent, Node, NodeKind};
-use crate::id::{BlobId, SnapshotId};
+use crate::format::NodeKind;
+use crate::id::SnapshotId;
 use crate::repo::MasterIndex;
 use crate::repo::Repository;
 use crate::tree::find_node;
 
-use super::RepoSet;
+use crate::dump::{write_archive, ArchiveFormat, ContentReader};
 
-/// The most zeros one read of a hole produces.
-pub const HOLE_RUN: usize = 1024 * 1024;
+use super::RepoSet;
 
 /// A master index and the listing of index files it was loaded from.
 struct CachedIndex {
@@ -46,180 +38,6 @@ pub struct EngineBrowser {
     repos: Arc<RepoSet>,
     indexes: Arc<Mutex<HashMap<RepositoryId, CachedIndex>>>,
     mirror: Option<Arc<crate::workers::log_mirror::MirrorStatus>>,
-}
-
-/// The content of a file, read lazily: one blob in memory at a time, holes
-/// as bounded runs of zeros. A blob that cannot be read, or whose length is
-/// not its extent's, is an error (never zeros in its place).
-pub struct ContentReader {
-    repo: Arc<Repository>,
-    index: Arc<MasterIndex>,
-    extents: std::vec::IntoIter<Extent>,
-    blob: Vec<u8>,
-    pos: usize,
-    hole: u64,
-}
-
-impl ContentReader {
-    /// A reader of `node` (a file); its extents must add up to its size.
-    pub fn new(repo: Arc<Repository>, index: Arc<MasterIndex>, node: &Node) -> Result<Self> {
-        let total = node
-            .content
-            .iter()
-            .try_fold(0u64, |sum, e| sum.checked_add(e.length));
-        if total != Some(node.size) {
-            return Err(Error::Damaged(format!(
-                "the extents of {:?} do not add up to its size {}",
-                String::from_utf8_lossy(&node.name),
-                node.size
-            )));
-        }
-        Ok(ContentReader {
-            repo,
-            index,
-            extents: node.content.clone().into_iter(),
-            blob: Vec::new(),
-            pos: 0,
-            hole: 0,
-        })
-    }
-
-    fn load(&mut self, id: &BlobId, length: u64) -> io::Result<()> {
-        let data = self
-            .repo
-            .read_blob(&self.index, id)
-            .map_err(|e| io::Error::other(format!("blob {id}: {e} ({})", e.hint())))?;
-        if data.len() as u64 != length {
-            return Err(io::Error::other(format!(
-                "blob {id} has {} bytes, its extent {length}",
-                data.len()
-            )));
-        }
-        self.blob = data;
-        self.pos = 0;
-        Ok(())
-    }
-}
-
-impl Read for ContentReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        loop {
-            if self.pos < self.blob.len() {
-                let n = buf.len().min(self.blob.len() - self.pos);
-                buf[..n].copy_from_slice(&self.blob[self.pos..self.pos + n]);
-                self.pos += n;
-                return Ok(n);
-            }
-            if self.hole > 0 {
-                let n = buf
-                    .len()
-                    .min(HOLE_RUN)
-                    .min(usize::try_from(self.hole).unwrap_or(usize::MAX));
-                buf[..n].fill(0);
-                self.hole -= n as u64;
-                return Ok(n);
-            }
-            // The last blob is dropped before the next is read.
-            self.blob = Vec::new();
-            self.pos = 0;
-            match self.extents.next() {
-                None => return Ok(0),
-                Some(Extent {
-                    blob: Some(id),
-                    length,
-                }) => self.load(&id, length)?,
-                Some(Extent { blob: None, length }) => self.hole = length,
-            }
-        }
-    }
-}
-
-/// The sink of an archive: refuses every write once the archive failed, so
-/// the tar builder's end-of-archive blocks (written when it is dropped)
-/// never make a broken archive look complete.
-struct Guarded<'a> {
-    out: &'a mut dyn Write,
-    stopped: Rc<Cell<bool>>,
-}
-
-impl Write for Guarded<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if self.stopped.get() {
-            return Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "the archive failed",
-            ));
-        }
-        self.out.write(buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        if self.stopped.get() {
-            return Ok(());
-        }
-        self.out.flush()
-    }
-}
-
-/// Writes the entries of tree `id` under `prefix` (depth first, a
-/// directory before its entries).
-fn write_tree(
-    repo: &Arc<Repository>,
-    index: &Arc<MasterIndex>,
-    id: &BlobId,
-    prefix: &Path,
-    tar: &mut tar::Builder<Guarded<'_>>,
-) -> Result<()> {
-    let tree = crate::tree::load(repo, index, id)?;
-    let io_err = |e: io::Error| Error::Io {
-        context: "writing a tar archive".into(),
-        source: e,
-    };
-    for node in &tree.nodes {
-        let path = prefix.join(OsStr::from_bytes(&node.name));
-        let mut h = tar::Header::new_gnu();
-        h.set_mode(node.mode & 0o7777);
-        h.set_uid(u64::from(node.uid));
-        h.set_gid(u64::from(node.gid));
-        h.set_mtime(u64::try_from(node.mtime_ns.div_euclid(1_000_000_000)).unwrap_or(0));
-        if let Some(u) = &node.user {
-            let _ = h.set_username(u);
-        }
-        if let Some(g) = &node.group {
-            let _ = h.set_groupname(g);
-        }
-        match node.kind {
-            NodeKind::Dir => {
-                h.set_entry_type(tar::EntryType::Directory);
-                h.set_size(0);
-                tar.append_data(&mut h, &path, io::empty())
-                    .map_err(io_err)?;
-                if let Some(sub) = &node.subtree {
-                    write_tree(repo, index, sub, &path, tar)?;
-                }
-            }
-            NodeKind::File => {
-                h.set_entry_type(tar::EntryType::Regular);
-                h.set_size(node.size);
-                let reader = ContentReader::new(repo.clone(), index.clone(), node)?;
-                tar.append_data(&mut h, &path, reader).map_err(io_err)?;
-            }
-            NodeKind::Symlink => {
-                h.set_entry_type(tar::EntryType::Symlink);
-                h.set_size(0);
-                let target = node.target.as_deref().unwrap_or_default();
-                tar.append_link(&mut h, &path, OsStr::from_bytes(target))
-                    .map_err(io_err)?;
-            }
-            _ => {
-                tracing::debug!(path = %path.display(), "archive: skipping a special file");
-            }
-        }
-    }
-    Ok(())
 }
 
 fn kind_of(k: NodeKind) -> EntryKind {
@@ -410,23 +228,15 @@ impl EngineBrowser {
             }
         };
         Ok(move |out: &mut dyn Write| {
-            let stopped = Rc::new(Cell::new(false));
-            let mut tar = tar::Builder::new(Guarded {
+            write_archive(
+                &repo,
+                &index,
+                &tree_id,
+                Path::new(""),
+                ArchiveFormat::Tar,
                 out,
-                stopped: stopped.clone(),
-            });
-            let written =
-                write_tree(&repo, &index, &tree_id, Path::new(""), &mut tar).and_then(|()| {
-                    tar.finish().map_err(|e| Error::Io {
-                        context: "writing a tar archive".into(),
-                        source: e,
-                    })
-                });
-            if written.is_err() {
-                stopped.set(true);
-            }
-            drop(tar);
-            written
+            )
+            .map(drop)
         })
     }
 
