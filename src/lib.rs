@@ -26,6 +26,7 @@ pub mod format;
 pub mod hooks;
 pub mod http_client;
 pub mod id;
+pub mod mount;
 pub mod progress;
 pub mod proof;
 pub mod providers;

@@ -37,6 +37,13 @@ fn main() {
         (0, true) | (1, _) => "info",
         _ => "debug",
     };
+    // fuser (`vouch mount`) warns of every request it has no handler for
+    // and of an unmount done already (the mount unmounts lazily first).
+    let filter = if cli.verbose < 2 {
+        format!("{filter},fuser=error")
+    } else {
+        filter.to_string()
+    };
     let env_filter = tracing_subscriber::EnvFilter::try_from_env("VOUCH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
     if json_logs {

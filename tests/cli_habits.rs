@@ -641,3 +641,191 @@ fn dump_writes_files_and_directories_as_tar_and_zip() {
     env.expect_stderr(&["dump", &format!("latest:{s}"), &s], 2);
     env.expect_stderr(&["dump", &format!("latest:{s}/nothing")], 19);
 }
+
+/// A running `vouch mount`, stopped (and its mount removed) on drop.
+struct Mounted {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+}
+
+impl Mounted {
+    fn is_mounted(dir: &std::path::Path) -> bool {
+        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        std::fs::read_to_string("/proc/self/mounts")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.split(' ').nth(1) == dir.to_str())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if Self::is_mounted(&self.dir) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.dir)
+                .status();
+        }
+    }
+}
+
+/// `mount`: every snapshot by id, time, host and tag; content, a hole,
+/// symlinks, modes and extended attributes as backed up; read-only; a new
+/// snapshot appears; SIGINT unmounts and exits 0.
+#[test]
+fn mount_shows_every_snapshot_read_only() {
+    if !std::path::Path::new("/dev/fuse").exists() || !common::is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root with /dev/fuse"
+        );
+        eprintln!("skipped: needs /dev/fuse and root");
+        return;
+    }
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    let data = common::random_bytes(5_000_000, 3);
+    std::fs::write(src.join("d/big"), &data).unwrap();
+    let sparse = std::fs::File::create(src.join("sparse")).unwrap();
+    sparse.set_len(3 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&sparse, b"end", 3 << 20).unwrap();
+    drop(sparse);
+    std::fs::write(src.join("d/small"), b"small\n").unwrap();
+    let mut perms = std::fs::metadata(src.join("d/small"))
+        .unwrap()
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o640);
+    std::fs::set_permissions(src.join("d/small"), perms).unwrap();
+    std::os::unix::fs::symlink("big", src.join("d/link")).unwrap();
+    let with_xattr = xattr::set(src.join("d/small"), "user.origin", b"mounted").is_ok();
+    let first = env.ok(&[
+        "backup",
+        "--json",
+        "--tag",
+        "daily",
+        "--host",
+        "db-1",
+        src.to_str().unwrap(),
+    ]);
+    let first = common::summary_of(&first)["snapshot"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let dir = env.path("mnt");
+    std::fs::create_dir_all(&dir).unwrap();
+    let child = env
+        .cmd()
+        .args(["mount", "--refresh", "1s"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut m = Mounted {
+        child,
+        dir: dir.clone(),
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !dir.join("ids").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the mount did not appear"
+        );
+        if let Ok(Some(status)) = m.child.try_wait() {
+            panic!("vouch mount exited: {status}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let names = |p: &std::path::Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&dir), ["hosts", "ids", "snapshots", "tags"]);
+    assert_eq!(names(&dir.join("ids")), [first[..8].to_string()]);
+    assert_eq!(names(&dir.join("hosts")), ["db-1"]);
+    assert_eq!(names(&dir.join("tags")), ["daily"]);
+    let root = dir.join("hosts/db-1/latest");
+    assert_eq!(
+        std::fs::read_link(&root).unwrap(),
+        std::path::PathBuf::from(format!("../../ids/{}", &first[..8]))
+    );
+    let inside =
+        |snap: &std::path::Path, rel: &str| snap.join(src.strip_prefix("/").unwrap()).join(rel);
+    // Content, byte for byte; the hole as zeros.
+    assert_eq!(std::fs::read(inside(&root, "d/big")).unwrap(), data);
+    let s = std::fs::read(inside(&root, "sparse")).unwrap();
+    assert_eq!(s.len(), (3 << 20) + 3);
+    assert!(s[..3 << 20].iter().all(|b| *b == 0));
+    assert_eq!(&s[3 << 20..], b"end");
+    // Metadata as backed up.
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(inside(&root, "d/small")).unwrap();
+    let orig = std::fs::symlink_metadata(src.join("d/small")).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o640);
+    assert_eq!(
+        (meta.uid(), meta.gid(), meta.size()),
+        (orig.uid(), orig.gid(), 6)
+    );
+    assert_eq!(
+        (meta.mtime(), meta.mtime_nsec()),
+        (orig.mtime(), orig.mtime_nsec())
+    );
+    assert_eq!(
+        std::fs::read_link(inside(&root, "d/link")).unwrap(),
+        std::path::PathBuf::from("big")
+    );
+    if with_xattr {
+        assert_eq!(
+            xattr::get(inside(&root, "d/small"), "user.origin").unwrap(),
+            Some(b"mounted".to_vec())
+        );
+    }
+    // Read-only.
+    let w = std::fs::OpenOptions::new()
+        .write(true)
+        .open(inside(&root, "d/small"))
+        .unwrap_err();
+    assert_eq!(w.raw_os_error(), Some(libc::EROFS), "{w}");
+    assert!(std::fs::write(dir.join("ids/new"), b"x").is_err());
+
+    // A new snapshot shows up after the refresh interval.
+    std::fs::write(src.join("d/later"), b"later").unwrap();
+    let second = env.backup(&[&src]);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(names(&dir.join("ids")).len(), 2);
+    let latest = dir.join("snapshots/latest");
+    assert_eq!(
+        std::fs::read_link(&latest).unwrap(),
+        std::path::PathBuf::from(format!("../ids/{}", &second[..8]))
+    );
+    assert_eq!(std::fs::read(inside(&latest, "d/later")).unwrap(), b"later");
+
+    // SIGINT: unmounted, exit 0.
+    // SAFETY: signalling our own child by its pid.
+    unsafe { libc::kill(m.child.id() as i32, libc::SIGINT) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = m.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "vouch mount did not stop"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(status.code(), Some(0));
+    assert!(!Mounted::is_mounted(&dir));
+    let mut err = String::new();
+    std::io::Read::read_to_string(m.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(!err.contains("WARN") && !err.contains("ERROR"), "{err}");
+}

@@ -15,6 +15,7 @@ mod generate_cmd;
 mod inspect;
 mod listing;
 mod maintain;
+mod mount_cmd;
 mod output;
 mod password;
 mod repo_cmds;
@@ -109,6 +110,9 @@ pub enum Command {
     /// Write a file of a snapshot to stdout, or a directory as a tar or zip
     /// archive.
     Dump(dump_cmd::DumpArgs),
+    /// Browse every snapshot as a read-only file system (FUSE) until
+    /// unmounted.
+    Mount(mount_cmd::MountArgs),
     /// Show what changed between two snapshots.
     Diff(inspect::DiffArgs),
     /// How big snapshots are when restored, their distinct data, and what
@@ -407,6 +411,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Diff(a) => inspect::diff(&ctx, a),
         Command::Find(a) => find_cmd::run(&ctx, a),
         Command::Dump(a) => dump_cmd::run(&ctx, a),
+        Command::Mount(a) => mount_cmd::run(&ctx, a),
         Command::Stats(a) => inspect::stats(&ctx, a),
         Command::Cat(a) => inspect::cat(&ctx, a),
         Command::Verify(a) => maintain::verify(&ctx, a),
