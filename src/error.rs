@@ -101,6 +101,10 @@ pub enum Error {
     /// A backup source path does not exist.
     #[error("source {0} does not exist")]
     SourceMissing(PathBuf),
+    /// The command whose output was being backed up failed
+    /// (`--stdin-from-command`); nothing was committed.
+    #[error("{0}")]
+    SourceCommandFailed(String),
     /// Restore target not empty.
     #[error("restore target {0} is not empty")]
     TargetNotEmpty(PathBuf),
@@ -167,7 +171,10 @@ impl Error {
             Error::NotFound(_) => NOT_FOUND,
             Error::InvalidArgument(_) => USAGE,
             Error::Interrupted => INTERRUPTED,
-            Error::NotEmpty(_) | Error::Io { .. } | Error::Internal(_) => FAILURE,
+            Error::NotEmpty(_)
+            | Error::Io { .. }
+            | Error::Internal(_)
+            | Error::SourceCommandFailed(_) => FAILURE,
         }
     }
 
@@ -187,6 +194,7 @@ impl Error {
             Error::PointLocked(_) => "a locked snapshot stays until its lock ends; `vouch snapshots` shows the locks, and nothing can shorten one",
             Error::DiskFull(_) => "free space (or raise the quota) and run the same command again; nothing already stored is lost",
             Error::SourceMissing(_) => "check the path; back up only paths that exist",
+            Error::SourceCommandFailed(_) => "the command's own messages above say why it failed; fix that and run the backup again",
             Error::TargetNotEmpty(_) => "restore into an empty directory, or pass --overwrite to replace what is there",
             Error::NotFound(_) => "`vouch snapshots` lists the snapshots; `vouch ls` lists paths",
             Error::InvalidArgument(_) => "see `vouch help` for the accepted values",

@@ -829,3 +829,146 @@ fn mount_shows_every_snapshot_read_only() {
     std::io::Read::read_to_string(m.child.stderr.as_mut().unwrap(), &mut err).unwrap();
     assert!(!err.contains("WARN") && !err.contains("ERROR"), "{err}");
 }
+
+/// Files under the repository's data directory (packs).
+fn pack_count(env: &Env) -> usize {
+    walk_files(&env.repo.join("data")).len()
+}
+
+/// backup `--stdin`, `--stdin-from-command` (a failing command commits
+/// nothing), `--dry-run` (writes nothing), `--files-from` and
+/// `--files-from-raw`, `--iexclude`, `--read-concurrency`.
+#[test]
+fn backup_streams_lists_dry_runs_and_case_free_excludes() {
+    use std::io::Write;
+    let env = Env::new();
+    env.init();
+    // --stdin: the stream is /db.sql, mode 0600, byte for byte.
+    let dump = common::random_bytes(3_000_000, 11);
+    let mut child = env
+        .cmd()
+        .args([
+            "backup",
+            "--stdin",
+            "--stdin-filename",
+            "db.sql",
+            "--json",
+            "--tag",
+            "db",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&dump).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = common::summary_of(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(summary["summary"]["total_bytes"], 3_000_000);
+    let dumped = env.cmd().args(["dump", "latest:/db.sql"]).output().unwrap();
+    assert_eq!(dumped.stdout, dump);
+    let ls = env.ok(&["ls", "-l", "latest"]);
+    assert!(ls.trim().starts_with("-rw------- "), "{ls}");
+    let snaps: Value = serde_json::from_str(&env.ok(&["snapshots", "--json"])).unwrap();
+    assert_eq!(snaps[0]["paths"], serde_json::json!(["/db.sql"]));
+    env.expect_stderr(&["backup", "--stdin", "--stdin-filename", "a/b"], 2);
+
+    // --stdin-from-command: the command's stdout; a failure commits nothing.
+    env.ok(&[
+        "backup",
+        "--stdin-from-command",
+        "--stdin-filename",
+        "gen.txt",
+        "--",
+        "sh",
+        "-c",
+        "echo generated",
+    ]);
+    let out = env
+        .cmd()
+        .args(["dump", "latest:/gen.txt"])
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout, b"generated\n");
+    let before = env.snapshot_ids().len();
+    let err = env.expect_stderr(
+        &[
+            "backup",
+            "--stdin-from-command",
+            "--",
+            "sh",
+            "-c",
+            "echo partial; exit 3",
+        ],
+        1,
+    );
+    assert!(err.contains("nothing was committed"), "{err}");
+    assert_eq!(env.snapshot_ids().len(), before);
+
+    // --files-from (comments and blank lines skipped), --files-from-raw
+    // (a name with a newline), --iexclude.
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("pics")).unwrap();
+    std::fs::write(src.join("one"), b"1").unwrap();
+    std::fs::write(src.join("two"), b"2").unwrap();
+    std::fs::write(src.join("odd\nname"), b"3").unwrap();
+    std::fs::write(src.join("pics/a.JPG"), b"j").unwrap();
+    std::fs::write(src.join("pics/b.jpg"), b"j").unwrap();
+    std::fs::write(src.join("pics/c.png"), b"p").unwrap();
+    let list = env.path("list");
+    std::fs::write(
+        &list,
+        format!(
+            "# the list\n{}\n\n{}\n",
+            src.join("one").display(),
+            src.join("pics").display()
+        ),
+    )
+    .unwrap();
+    let raw = env.path("raw");
+    let mut raw_bytes = src.join("odd\nname").into_os_string().into_encoded_bytes();
+    raw_bytes.push(0);
+    std::fs::write(&raw, raw_bytes).unwrap();
+    let s = src.display().to_string();
+    env.ok(&[
+        "backup",
+        "--files-from",
+        list.to_str().unwrap(),
+        "--files-from-raw",
+        raw.to_str().unwrap(),
+        "--iexclude",
+        "*.jpg",
+        "--read-concurrency",
+        "1",
+    ]);
+    let mut paths: Vec<String> = json_lines(&env.ok(&["ls", "--json", "latest", &s]))
+        .iter()
+        .map(|n| n["path"].as_str().expect("path").to_string())
+        .collect();
+    paths.sort();
+    let want: Vec<String> = ["odd\nname", "one", "pics", "pics/c.png"]
+        .iter()
+        .map(|n| format!("{s}/{n}"))
+        .collect();
+    assert_eq!(paths, want);
+
+    // --dry-run: counts what it would store, writes no pack, no snapshot.
+    std::fs::write(src.join("new.bin"), common::random_bytes(500_000, 5)).unwrap();
+    let (packs, snaps) = (pack_count(&env), env.snapshot_ids().len());
+    let out = env.ok(&["backup", "--dry-run", "--json", &s]);
+    let dry = common::summary_of(&out);
+    assert_eq!(dry["dry_run"], true, "{dry}");
+    assert_eq!(dry["snapshot"], Value::Null);
+    assert!(
+        dry["summary"]["bytes_added"].as_u64().unwrap() >= 500_000,
+        "{dry}"
+    );
+    assert_eq!((pack_count(&env), env.snapshot_ids().len()), (packs, snaps));
+    let human = env.ok(&["backup", "-n", &s]);
+    assert!(human.contains("dry run, nothing written"), "{human}");
+    assert_eq!(env.snapshot_ids().len(), snaps);
+}

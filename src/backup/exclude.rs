@@ -34,14 +34,17 @@ pub struct Excludes {
 
 impl Excludes {
     /// Compiles patterns: a pattern with a `/` matches the absolute path
-    /// (`*` stops at `/`, `**` crosses it), any other matches the file name.
+    /// (`*` stops at `/`, `**` crosses it), any other matches the file name;
+    /// `ipatterns` likewise, ignoring case.
     pub fn new(
         patterns: &[String],
+        ipatterns: &[String],
         exclude_files: &[PathBuf],
         caches: bool,
         paths: Vec<PathBuf>,
     ) -> Result<Self> {
-        let mut all: Vec<String> = patterns.to_vec();
+        let mut all: Vec<(String, bool)> = patterns.iter().map(|p| (p.clone(), false)).collect();
+        all.extend(ipatterns.iter().map(|p| (p.clone(), true)));
         for f in exclude_files {
             let text = std::fs::read_to_string(f)
                 .ctx(|| format!("reading exclude file {}", f.display()))?;
@@ -49,16 +52,17 @@ impl Excludes {
                 text.lines()
                     .map(str::trim)
                     .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                    .map(String::from),
+                    .map(|l| (l.to_string(), false)),
             );
         }
         let mut names = GlobSetBuilder::new();
         let mut full = GlobSetBuilder::new();
         let (mut n_names, mut n_full) = (0, 0);
-        for p in &all {
+        for (p, ignore_case) in &all {
             let glob = GlobBuilder::new(p.trim_end_matches('/'))
                 .literal_separator(true)
                 .backslash_escape(true)
+                .case_insensitive(*ignore_case)
                 .build()
                 .map_err(|e| Error::InvalidArgument(format!("bad exclude pattern {p:?}: {e}")))?;
             if p.contains('/') {
@@ -214,6 +218,7 @@ mod tests {
     fn names_and_paths() {
         let e = Excludes::new(
             &["*.o".into(), "/src/tmp/*".into(), "/a/**/deep".into()],
+            &["*.JPG".into(), "/Media/**".into()],
             &[],
             false,
             vec![PathBuf::from("/repo")],
@@ -228,7 +233,12 @@ mod tests {
         );
         assert!(e.excluded(Path::new("/a/b/c/deep")));
         assert!(e.excluded(Path::new("/repo")));
-        assert!(Excludes::new(&["[".into()], &[], false, vec![]).is_err());
+        // --iexclude ignores case, --exclude does not.
+        assert!(e.excluded(Path::new("/x/photo.jpg")));
+        assert!(e.excluded(Path::new("/x/PHOTO.Jpg")));
+        assert!(e.excluded(Path::new("/media/a/b")));
+        assert!(!e.excluded(Path::new("/x/y/z.O")));
+        assert!(Excludes::new(&["[".into()], &[], &[], false, vec![]).is_err());
     }
 
     /// Engine review finding 18: the repository given as `../r` or through
@@ -246,7 +256,7 @@ mod tests {
             base.join("repo-link"),
             src.join("sub/repo"),
         ] {
-            let mut e = Excludes::new(&[], &[], false, vec![given.clone()]).unwrap();
+            let mut e = Excludes::new(&[], &[], &[], false, vec![given.clone()]).unwrap();
             e.anchor(&[src.clone(), base.join("src-link/sub")]);
             assert!(e.excluded(&src.join("sub/repo")), "{}", given.display());
             assert!(
@@ -268,7 +278,7 @@ mod tests {
             let m = std::fs::symlink_metadata(src.join("sub/repo")).unwrap();
             assert!(e.excluded_identity(&m));
             // A source inside the repository, named through the symlink.
-            let mut e = Excludes::new(&[], &[], false, vec![given.clone()]).unwrap();
+            let mut e = Excludes::new(&[], &[], &[], false, vec![given.clone()]).unwrap();
             e.anchor(&[base.join("repo-link/data")]);
             assert!(
                 e.excluded(&base.join("repo-link/data")),

@@ -10,6 +10,7 @@ mod pseudo_fs;
 mod read;
 mod save;
 pub mod session;
+mod stream;
 mod walk;
 
 use std::path::{Path, PathBuf};
@@ -33,6 +34,8 @@ use assemble::{Assembler, Warnings};
 use read::ReaderContext;
 use save::{Dedup, Saver};
 use walk::{SourceTrie, Walker};
+
+pub use stream::{backup_stream, check_stream_name};
 
 /// How hard a write path works to be durable (see `docs/format.md`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -68,6 +71,8 @@ pub struct BackupOptions {
     pub paths: Vec<PathBuf>,
     /// Exclude patterns.
     pub excludes: Vec<String>,
+    /// Exclude patterns matched ignoring case (`--iexclude`).
+    pub iexcludes: Vec<String>,
     /// Files of exclude patterns.
     pub exclude_files: Vec<PathBuf>,
     /// Skip contents of `CACHEDIR.TAG` directories.
@@ -114,6 +119,10 @@ pub struct BackupOptions {
     /// dump of a disk then shares every chunk it did not change (set by
     /// `vzdump:` backups; none: every file by content).
     pub image_chunk: Option<usize>,
+    /// Read and cut everything, write nothing: no pack, no index, no
+    /// snapshot (the outcome's snapshot id is all zeros; the summary says
+    /// what a real run would add).
+    pub dry_run: bool,
 }
 
 /// What a backup made.
@@ -245,6 +254,7 @@ pub fn backup(
     let host = opts.host.clone().unwrap_or_else(host_name);
     let mut excludes = Excludes::new(
         &opts.excludes,
+        &opts.iexcludes,
         &opts.exclude_files,
         opts.exclude_caches,
         opts.exclude_paths.clone(),
@@ -256,8 +266,8 @@ pub fn backup(
     let mut index = repo.load_index()?;
     commit::drop_missing_packs(repo, &mut index)?;
     let session = match &opts.session_dir {
-        Some(dir) => Some(Arc::new(session::Session::open(dir, repo)?)),
-        None => None,
+        Some(dir) if !opts.dry_run => Some(Arc::new(session::Session::open(dir, repo)?)),
+        _ => None,
     };
     let resumed = match &session {
         Some(s) => s.resume(repo, &mut index)?,
@@ -312,6 +322,7 @@ pub fn backup(
         progress.clone(),
         abort.clone(),
         session.clone(),
+        opts.dry_run,
     );
 
     let (job_tx, job_rx) = bounded(read_threads * 4);
@@ -456,6 +467,14 @@ pub fn backup(
         warnings: all_warnings.into_iter().take(10_000).collect(),
         copied_from: None,
     };
+    if opts.dry_run {
+        tracing::info!("dry run: nothing written");
+        return Ok(BackupOutcome {
+            snapshot: SnapshotId([0; 32]),
+            manifest,
+            index,
+        });
+    }
     let written = packs.clone();
     let snapshot = commit::commit(repo, &guard, packs, &manifest, opts.sync)?;
     drop(guard);

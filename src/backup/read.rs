@@ -259,7 +259,11 @@ fn read_file(ctx: &ReaderContext, job: &FileJob) -> Result<FileResult> {
 /// Streams a large file (or a region of one) to the savers; returns the
 /// bytes read. Hashing moves to the workers so that it runs on every core
 /// while this thread keeps reading and cutting.
-fn read_streamed(ctx: &ReaderContext, source: impl Read, extents: &mut Vec<Extent>) -> Result<u64> {
+pub(crate) fn read_streamed(
+    ctx: &ReaderContext,
+    source: impl Read,
+    extents: &mut Vec<Extent>,
+) -> Result<u64> {
     let mut pending = Vec::new();
     let n = ctx.chunker.stream(source, |chunk| {
         crate::util::check_interrupted()?;

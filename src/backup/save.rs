@@ -141,7 +141,8 @@ pub struct Saver {
 }
 
 impl Saver {
-    /// Starts `threads` workers and the pack writer.
+    /// Starts `threads` workers and the pack writer; with `dry_run` the
+    /// packs are made and counted, never written.
     pub fn start(
         repo: &Repository,
         threads: usize,
@@ -149,6 +150,7 @@ impl Saver {
         progress: Arc<Progress>,
         abort: Arc<Abort>,
         session: Option<Arc<super::session::Session>>,
+        dry_run: bool,
     ) -> Self {
         let (tx, rx) = bounded::<BlobJob>(threads * 2);
         // A remote store answers each upload after a round trip: several
@@ -191,6 +193,11 @@ impl Saver {
                 let mut written = Vec::new();
                 for pack in pack_rx {
                     if abort.is_set() {
+                        continue;
+                    }
+                    if dry_run {
+                        Progress::add(&progress.bytes_stored, pack.bytes.len() as u64);
+                        written.push(pack.index);
                         continue;
                     }
                     crate::failpoint::hit("writer", backend.location().as_bytes());

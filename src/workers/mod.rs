@@ -79,7 +79,9 @@ pub fn failure_of(e: &Error, cancelled: bool) -> JobFailure {
         // A directory holding files does not empty itself: retrying only
         // delays the answer.
         Error::TargetNotEmpty(_) | Error::NotEmpty(_) => ("target_not_empty", false),
-        Error::Io { .. } => ("io", true),
+        // Jobs never back up a command's output; were one to, it is an
+        // I/O failure of its source.
+        Error::Io { .. } | Error::SourceCommandFailed(_) => ("io", true),
         // A bug (a panicked engine thread): retrying is safe but likely fails alike.
         Error::Internal(_) => ("internal", false),
     };
