@@ -11,9 +11,94 @@ use crate::error::{Error, Result};
 use crate::format::Manifest;
 use crate::id::SnapshotId;
 
-/// Snapshots are grouped by host and paths.
-type GroupKey = (String, Vec<String>);
 use crate::repo::Repository;
+
+/// What the keep rules see: which snapshots, and how they are grouped.
+#[derive(Clone, Debug)]
+pub struct ForgetScope {
+    /// Only snapshots of one of these hosts (none: every host).
+    pub hosts: Vec<String>,
+    /// Only snapshots that have every tag of at least one of these lists
+    /// (none: any tags).
+    pub tags: Vec<Vec<String>>,
+    /// Only snapshots whose sources include every one of these paths.
+    pub paths: Vec<String>,
+    /// Group by host.
+    pub by_host: bool,
+    /// Group by the set of paths.
+    pub by_paths: bool,
+    /// Group by the set of tags.
+    pub by_tags: bool,
+}
+
+impl Default for ForgetScope {
+    /// Every snapshot, grouped by host and paths.
+    fn default() -> Self {
+        ForgetScope {
+            hosts: Vec::new(),
+            tags: Vec::new(),
+            paths: Vec::new(),
+            by_host: true,
+            by_paths: true,
+            by_tags: false,
+        }
+    }
+}
+
+impl ForgetScope {
+    /// Reads a `--group-by` value: a comma-separated subset of `host`,
+    /// `paths` and `tags`, or empty for one group of everything.
+    pub fn set_group_by(&mut self, spec: &str) -> Result<()> {
+        self.by_host = false;
+        self.by_paths = false;
+        self.by_tags = false;
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part {
+                "host" => self.by_host = true,
+                "paths" | "path" => self.by_paths = true,
+                "tags" | "tag" => self.by_tags = true,
+                other => {
+                    return Err(Error::InvalidArgument(format!(
+                        "--group-by {other:?}: a comma-separated list of host, paths and tags (or \"\" for no grouping)"
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn includes(&self, m: &Manifest) -> bool {
+        (self.hosts.is_empty() || self.hosts.contains(&m.host))
+            && (self.tags.is_empty()
+                || self
+                    .tags
+                    .iter()
+                    .any(|all| all.iter().all(|t| m.tags.contains(t))))
+            && self.paths.iter().all(|p| m.paths.contains(p))
+    }
+
+    fn key(&self, m: &Manifest) -> GroupKey {
+        let mut tags = m.tags.clone();
+        tags.sort();
+        tags.dedup();
+        (
+            if self.by_host {
+                m.host.clone()
+            } else {
+                String::new()
+            },
+            if self.by_paths {
+                m.paths.clone()
+            } else {
+                Vec::new()
+            },
+            if self.by_tags { tags } else { Vec::new() },
+        )
+    }
+}
+
+/// A group's host, paths and tags (empty when not grouped by them).
+type GroupKey = (String, Vec<String>, Vec<String>);
 
 /// The decision for one snapshot.
 #[derive(Clone, Debug, Serialize)]
@@ -31,18 +116,22 @@ pub struct ForgetDecision {
 /// Decisions for one group.
 #[derive(Clone, Debug, Serialize)]
 pub struct ForgetGroup {
-    /// Host of the group.
+    /// Host of the group (empty when not grouped by host).
     pub host: String,
-    /// Paths of the group.
+    /// Paths of the group (empty when not grouped by paths).
     pub paths: Vec<String>,
+    /// Tags of the group (empty when not grouped by tags).
+    pub tags: Vec<String>,
     /// Decisions, newest first.
     pub decisions: Vec<ForgetDecision>,
 }
 
-/// Applies `policy`; deletes unless `dry_run`.
+/// Applies `policy` to each group of the snapshots in `scope`; deletes
+/// unless `dry_run`. Snapshots outside the scope are never touched.
 pub fn forget(
     repo: &Repository,
     policy: &KeepPolicy,
+    scope: &ForgetScope,
     dry_run: bool,
     now_ns: i64,
 ) -> Result<Vec<ForgetGroup>> {
@@ -59,13 +148,12 @@ pub fn forget(
     let mut locks = repo.point_locks()?;
     let mut groups: BTreeMap<GroupKey, Vec<(SnapshotId, Manifest)>> = BTreeMap::new();
     for (id, m) in repo.list_snapshots()? {
-        groups
-            .entry((m.host.clone(), m.paths.clone()))
-            .or_default()
-            .push((id, m));
+        if scope.includes(&m) {
+            groups.entry(scope.key(&m)).or_default().push((id, m));
+        }
     }
     let mut out = Vec::new();
-    for ((host, paths), snaps) in groups {
+    for ((host, paths, tags), snaps) in groups {
         let candidates: Vec<RetentionCandidate<SnapshotId>> = snaps
             .iter()
             .map(|(id, m)| RetentionCandidate {
@@ -78,6 +166,7 @@ pub fn forget(
         let mut group = ForgetGroup {
             host,
             paths,
+            tags,
             decisions: Vec::new(),
         };
         for d in decisions {

@@ -972,3 +972,220 @@ fn backup_streams_lists_dry_runs_and_case_free_excludes() {
     assert!(human.contains("dry run, nothing written"), "{human}");
     assert_eq!(env.snapshot_ids().len(), snaps);
 }
+
+/// Sets a file's modification time to `secs` since the epoch.
+fn set_mtime(path: &std::path::Path, secs: u64) {
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+        .unwrap();
+}
+
+/// restore `--overwrite=always|if-changed|if-newer|never`, `--delete`,
+/// `--dry-run`: each leaves exactly what it promises.
+#[test]
+fn restore_overwrite_modes_delete_and_dry_run() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for n in ["old", "new", "gone", "same"] {
+        std::fs::write(src.join(n), format!("snapshot {n}\n")).unwrap();
+    }
+    let snap = env.backup(&[&src]);
+    let t = env.path("t");
+    let spec = format!("{snap}:{}", src.display());
+    let restore = |extra: &[&str]| {
+        let mut args = vec!["restore", spec.as_str(), "-t", t.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        env.run(&args)
+    };
+    let read = |n: &str| std::fs::read_to_string(t.join(n)).unwrap_or_else(|_| "<none>".into());
+    // The target drifts: one file older than the snapshot's, one newer,
+    // one gone, one with other bytes but the same size and time, and
+    // entries the snapshot never had.
+    let drift = || {
+        std::fs::write(t.join("old"), "target old\n").unwrap();
+        set_mtime(&t.join("old"), 946_684_800); // 2000
+        std::fs::write(t.join("new"), "target new\n").unwrap();
+        set_mtime(&t.join("new"), 4_102_444_800); // 2100
+        let _ = std::fs::remove_file(t.join("gone"));
+        let same = std::fs::metadata(src.join("same"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        std::fs::write(t.join("same"), "SNAPSHOT same\n").unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(t.join("same"))
+            .unwrap();
+        f.set_modified(same).unwrap();
+        std::fs::write(t.join("extra"), "x").unwrap();
+        std::fs::create_dir_all(t.join("dir/sub")).unwrap();
+        std::fs::write(t.join("dir/sub/f"), "y").unwrap();
+    };
+    assert!(restore(&[]).status.success());
+    drift();
+    // Not empty: refused without --overwrite; `--overwrite MODE` (no `=`)
+    // is a usage error, never a snapshot named MODE.
+    assert_eq!(restore(&[]).status.code(), Some(17));
+    assert_eq!(restore(&["--overwrite", "never"]).status.code(), Some(2));
+
+    let out = restore(&["--overwrite=never", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let s = common::summary_of(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(s["summary"]["skipped"], 3, "{s}");
+    assert_eq!(
+        (read("old"), read("new"), read("gone"), read("same")),
+        (
+            "target old\n".into(),
+            "target new\n".into(),
+            "snapshot gone\n".into(),
+            "SNAPSHOT same\n".into()
+        )
+    );
+    drift();
+    assert!(restore(&["--overwrite=if-newer"]).status.success());
+    assert_eq!(
+        (read("old"), read("new"), read("gone")),
+        (
+            "snapshot old\n".into(),
+            "target new\n".into(),
+            "snapshot gone\n".into()
+        )
+    );
+    drift();
+    assert!(restore(&["--overwrite=if-changed"]).status.success());
+    assert_eq!(
+        (read("old"), read("new"), read("same")),
+        (
+            "snapshot old\n".into(),
+            "snapshot new\n".into(),
+            "SNAPSHOT same\n".into()
+        ),
+        "if-changed trusts size and time"
+    );
+    drift();
+    assert!(restore(&["--overwrite"]).status.success());
+    assert_eq!(read("same"), "snapshot same\n", "always checks content");
+    assert_eq!(read("extra"), "x", "no --delete: extra entries stay");
+
+    // --delete --dry-run names what would go and removes nothing.
+    let out = restore(&["--overwrite", "--delete", "--dry-run"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("would delete {}", t.join("extra").display())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("would delete {}", t.join("dir").display())),
+        "{text}"
+    );
+    assert!(t.join("extra").exists() && t.join("dir/sub/f").exists());
+    // --delete: the target is the snapshot again.
+    let out = restore(&["--overwrite", "--delete", "--json"]);
+    let s = common::summary_of(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(s["summary"]["deleted"], 2, "{s}");
+    assert_eq!(without_times(&t), without_times(&src));
+    assert_eq!(
+        restore(&["--overwrite", "--delete", "--include", "old"])
+            .status
+            .code(),
+        Some(2)
+    );
+    // A dry run into an empty target writes nothing, not even the target.
+    let fresh = env.path("fresh");
+    let out = env.run(&["restore", &spec, "-t", fresh.to_str().unwrap(), "-n"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("would restore 4 files"));
+    assert!(!fresh.exists());
+}
+
+/// forget `--host`, `--tag`, `--path` choose what the rules apply to;
+/// `--group-by` how they are grouped; nothing outside the scope goes.
+#[test]
+fn forget_scopes_and_groups() {
+    let env = Env::new();
+    env.init();
+    let (p, q) = (env.path("p"), env.path("q"));
+    std::fs::create_dir_all(&p).unwrap();
+    std::fs::create_dir_all(&q).unwrap();
+    std::fs::write(p.join("f"), b"p").unwrap();
+    std::fs::write(q.join("f"), b"q").unwrap();
+    let (ps, qs) = (p.to_str().unwrap(), q.to_str().unwrap());
+    let mut made = Vec::new();
+    for (host, tag, path) in [
+        ("a", "x", ps),
+        ("a", "x", ps),
+        ("a", "y", ps),
+        ("a", "y", qs),
+        ("b", "x", ps),
+        ("b", "x", ps),
+    ] {
+        let out = env.ok(&["backup", "--json", "--host", host, "--tag", tag, path]);
+        made.push(
+            common::summary_of(&out)["snapshot"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let plan = |args: &[&str]| -> Value {
+        let mut all = vec!["forget", "--json", "--dry-run", "--keep-last", "1"];
+        all.extend_from_slice(args);
+        serde_json::from_str(&env.ok(&all)).unwrap()
+    };
+    let removed = |v: &Value| -> Vec<String> {
+        let mut r: Vec<String> = v["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|g| g["decisions"].as_array().unwrap().clone())
+            .filter(|d| d["keep"] == false)
+            .map(|d| d["snapshot"].as_str().unwrap().to_string())
+            .collect();
+        r.sort();
+        r
+    };
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    // Default: by host and paths: (a,p) (a,q) (b,p).
+    let all = plan(&[]);
+    assert_eq!(all["groups"].as_array().unwrap().len(), 3, "{all}");
+    assert_eq!(
+        removed(&all),
+        sorted(vec![made[0].clone(), made[1].clone(), made[4].clone()])
+    );
+    // --host b: only b's snapshots are considered.
+    assert_eq!(removed(&plan(&["--host", "b"])), vec![made[4].clone()]);
+    // --tag x: a's two and b's two tagged x; --tag x,y: none has both.
+    assert_eq!(
+        removed(&plan(&["--tag", "x"])),
+        sorted(vec![made[0].clone(), made[4].clone()])
+    );
+    assert!(removed(&plan(&["--tag", "x,y"])).is_empty());
+    // --path q: the one snapshot of q, kept as the last.
+    let only_q = plan(&["--path", qs]);
+    assert_eq!(only_q["groups"].as_array().unwrap().len(), 1);
+    assert!(removed(&only_q).is_empty());
+    // --group-by host,tags: (a,x) (a,y) (b,x); --group-by "": one group.
+    let by_tags = plan(&["--group-by", "host,tags"]);
+    assert_eq!(by_tags["groups"].as_array().unwrap().len(), 3, "{by_tags}");
+    assert_eq!(
+        removed(&by_tags),
+        sorted(vec![made[0].clone(), made[2].clone(), made[4].clone()])
+    );
+    assert_eq!(by_tags["groups"][0]["tags"], serde_json::json!(["x"]));
+    let one = plan(&["--group-by", ""]);
+    assert_eq!(one["groups"].as_array().unwrap().len(), 1);
+    assert_eq!(removed(&one).len(), 5);
+    env.expect_stderr(&["forget", "--keep-last", "1", "--group-by", "hosts"], 2);
+    env.expect_stderr(&["forget", &made[0], "--host", "a"], 2);
+    // For real: only b's older snapshot goes.
+    env.ok(&["forget", "--keep-last", "1", "--host", "b"]);
+    let left = env.snapshot_ids();
+    assert_eq!(left.len(), 5);
+    assert!(!left.contains(&made[4]));
+}

@@ -261,6 +261,20 @@ pub struct ForgetArgs {
     /// Keep snapshots with this tag (repeatable).
     #[arg(long)]
     pub keep_tag: Vec<String>,
+    /// Only snapshots of this host (repeatable).
+    #[arg(long = "host", value_name = "HOST")]
+    pub hosts: Vec<String>,
+    /// Only snapshots with these tags (`a,b`: both; repeatable: any of the
+    /// lists).
+    #[arg(long = "tag", value_name = "TAG[,TAG]")]
+    pub tags: Vec<String>,
+    /// Only snapshots whose sources include this path (repeatable: all).
+    #[arg(long = "path", value_name = "PATH")]
+    pub paths: Vec<String>,
+    /// Apply the rules to each group of snapshots with the same of these:
+    /// a comma-separated subset of host, paths and tags ("" for one group).
+    #[arg(long, value_name = "host,paths,tags", default_value = "host,paths")]
+    pub group_by: String,
     /// Only show what would be removed and why the rest is kept.
     #[arg(long, short = 'n')]
     pub dry_run: bool,
@@ -299,6 +313,12 @@ pub fn forget(ctx: &Ctx, a: ForgetArgs) -> Result<i32> {
                 "give snapshot ids or keep rules, not both".into(),
             ));
         }
+        if !(a.hosts.is_empty() && a.tags.is_empty() && a.paths.is_empty()) {
+            return Err(Error::InvalidArgument(
+                "--host, --tag and --path choose what keep rules apply to; snapshots named by id are forgotten as named"
+                    .into(),
+            ));
+        }
         let ids = crate::forget::forget_ids(&repo, &a.snapshots, a.dry_run)?;
         if ctx.out.json {
             ctx.out.json_line(&json!({"type": "forget", "dry_run": a.dry_run, "removed": ids.iter().map(|i| i.to_hex()).collect::<Vec<_>>()}));
@@ -312,14 +332,43 @@ pub fn forget(ctx: &Ctx, a: ForgetArgs) -> Result<i32> {
             }
         }
     } else {
-        let groups = crate::forget::forget(&repo, &policy, a.dry_run, crate::util::now_ns())?;
+        let mut scope = crate::forget::ForgetScope {
+            hosts: a.hosts.clone(),
+            tags: a
+                .tags
+                .iter()
+                .map(|t| {
+                    t.split(',')
+                        .map(|x| x.trim().to_string())
+                        .filter(|x| !x.is_empty())
+                        .collect()
+                })
+                .collect(),
+            paths: a.paths.clone(),
+            ..Default::default()
+        };
+        scope.set_group_by(&a.group_by)?;
+        let groups =
+            crate::forget::forget(&repo, &policy, &scope, a.dry_run, crate::util::now_ns())?;
         if ctx.out.json {
             ctx.out
                 .json_line(&json!({"type": "forget", "dry_run": a.dry_run, "groups": groups}));
         } else {
             for g in &groups {
-                ctx.out
-                    .say(format!("host {} paths {}:", g.host, g.paths.join(" ")));
+                let mut what = Vec::new();
+                if scope.by_host {
+                    what.push(format!("host {}", g.host));
+                }
+                if scope.by_paths {
+                    what.push(format!("paths {}", g.paths.join(" ")));
+                }
+                if scope.by_tags {
+                    what.push(format!("tags {}", g.tags.join(",")));
+                }
+                if what.is_empty() {
+                    what.push("all snapshots".into());
+                }
+                ctx.out.say(format!("{}:", what.join(", ")));
                 for d in &g.decisions {
                     let verb = match (d.keep, a.dry_run) {
                         (true, _) => "keep  ",

@@ -9,11 +9,30 @@ use serde_json::json;
 use super::{Ctx, SnapshotPath};
 use crate::error::{exit_code, Result};
 use crate::progress::Progress;
-use crate::restore::{restore, RestoreOptions};
+use crate::restore::{restore, OverwriteMode, RestoreOptions};
 use crate::util::human_bytes;
 
 /// `vouch restore`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch restore latest -t /srv/restore              into an empty directory
+  vouch restore latest:/etc -t /etc --overwrite=if-newer
+  vouch restore 3fa9c2d1 -t /home/alice --overwrite --delete --dry-run
+  vouch restore latest -t /tmp/r --include '*.conf' --verify
+
+A target that is not empty is refused unless --overwrite says what to do
+with what is there: always (the default of --overwrite: everything becomes
+the snapshot's, only differing extents are written), if-changed (files with
+the snapshot's size and time are not even read), if-newer (only files older
+than the snapshot's are replaced) or never (only missing entries are
+added). --delete also removes what the snapshot lacks in the directories it
+restores. An interrupted restore resumes when run again.
+
+EXIT STATUS
+  0  restored (or, with --dry-run, planned)
+  1  it failed; 2 wrong usage; 12 wrong passphrase; 13 damaged data (the
+  snapshot cannot be restored whole); 14 disk full; 17 the target is not
+  empty; 19 no such snapshot or path; 130 interrupted (run it again)")]
 pub struct RestoreArgs {
     /// What to restore.
     #[command(flatten)]
@@ -27,9 +46,24 @@ pub struct RestoreArgs {
     /// Skip paths matching a glob (repeatable).
     #[arg(long)]
     pub exclude: Vec<String>,
-    /// Restore into a non-empty target, replacing what differs.
-    #[arg(long)]
-    pub overwrite: bool,
+    /// Restore into a non-empty target; what is there is replaced as MODE
+    /// says (`--overwrite` alone: always).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "MODE",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "always"
+    )]
+    pub overwrite: Option<OverwriteMode>,
+    /// Remove what the restored directories hold and the snapshot does not
+    /// (not with --include or --exclude).
+    #[arg(long, conflicts_with_all = ["include", "exclude"])]
+    pub delete: bool,
+    /// Say what would be restored, skipped and deleted; write nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
     /// Re-read every restored file and check it against the snapshot.
     #[arg(long)]
     pub verify: bool,
@@ -91,7 +125,7 @@ fn run_vma(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
     let repo = ctx.open_cached()?;
     let (spec, _) = a.what.split();
     let (id, _) = repo.find_snapshot_of(&spec, &a.what.latest.filter())?;
-    if a.target.exists() && !a.overwrite {
+    if a.target.exists() && a.overwrite.is_none() {
         return Err(Error::TargetNotEmpty(a.target.clone()));
     }
     // Held (not `_`): the staging directory lives until the end.
@@ -135,7 +169,7 @@ fn run_qcow2(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
     let (spec, _) = a.what.split();
     let (id, _) = repo.find_snapshot_of(&spec, &a.what.latest.filter())?;
     let occupied = std::fs::read_dir(&a.target).is_ok_and(|mut d| d.next().is_some());
-    if occupied && !a.overwrite {
+    if occupied && a.overwrite.is_none() {
         return Err(Error::TargetNotEmpty(a.target.clone()));
     }
     // Held (not `_`): the staging directory lives until the end.
@@ -171,7 +205,10 @@ pub fn run(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
         subpath,
         includes: a.include,
         excludes: a.exclude,
-        overwrite: a.overwrite,
+        overwrite: a.overwrite.is_some(),
+        overwrite_mode: a.overwrite.unwrap_or_default(),
+        delete: a.delete,
+        dry_run: a.dry_run,
         verify: a.verify,
         threads: a.threads,
         ..Default::default()
@@ -190,10 +227,31 @@ pub fn run(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
     };
     if ctx.out.json {
         ctx.out
-            .json_line(&json!({"type": "summary", "snapshot": id.to_hex(), "summary": s}));
+            .json_line(&json!({"message_type": "summary", "type": "summary",
+            "snapshot": id.to_hex(), "summary": s}));
+    } else if s.dry_run {
+        for p in &s.deleted_paths {
+            println!("would delete {p}");
+        }
+        ctx.out.say(format!(
+            "dry run, nothing written: would restore {} files ({}), {} dirs, {} others into {}; {} left as they are, {} deleted",
+            s.files,
+            human_bytes(s.total_bytes),
+            s.dirs,
+            s.others,
+            opts.target.display(),
+            s.skipped,
+            s.deleted
+        ));
     } else {
         for w in &s.warnings {
             eprintln!("warning: {w}");
+        }
+        if s.skipped > 0 || s.deleted > 0 {
+            ctx.out.say(format!(
+                "{} entries already in the target left as they are, {} deleted",
+                s.skipped, s.deleted
+            ));
         }
         ctx.out.say(format!(
             "restored snapshot {} to {}: {} files, {} dirs, {} others, {} ({} written{}){} in {:.1}s",

@@ -158,7 +158,7 @@ fn child_os(name: &CStr) -> &std::ffi::OsStr {
 }
 
 /// The names in an open directory (without `.` and `..`).
-fn list(dir: &OwnedFd, path: &Path) -> Result<Vec<CString>> {
+pub fn list(dir: &OwnedFd, path: &Path) -> Result<Vec<CString>> {
     // fdopendir takes ownership of its descriptor: give it a duplicate.
     // SAFETY: valid descriptor.
     let dup = unsafe { libc::fcntl(dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };

@@ -63,8 +63,17 @@ pub struct RestoreOptions {
     pub includes: Vec<String>,
     /// Skip paths matching these globs (and what is below them).
     pub excludes: Vec<String>,
-    /// Replace what is in a non-empty target.
+    /// Restore into a non-empty target (what is there is replaced as
+    /// `overwrite_mode` says).
     pub overwrite: bool,
+    /// What happens to an entry the target has already.
+    pub overwrite_mode: OverwriteMode,
+    /// Remove what the target's restored directories hold and the snapshot
+    /// does not (no filters).
+    pub delete: bool,
+    /// Plan only: say what would be restored, skipped and deleted, and
+    /// write nothing.
+    pub dry_run: bool,
     /// Re-read and re-hash every restored file afterwards.
     pub verify: bool,
     /// Pack reader threads (0 = automatic).
@@ -75,6 +84,23 @@ pub struct RestoreOptions {
     /// file is not a copy of the original: the restore test compares only
     /// those extents of it (a file larger than its byte budget).
     pub only_extents: HashMap<Vec<u8>, Vec<usize>>,
+}
+
+/// What a restore does with an entry the target has already.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OverwriteMode {
+    /// Make it the snapshot's: content checked extent by extent, only what
+    /// differs is written; metadata set.
+    #[default]
+    Always,
+    /// Leave a file alone when its size and modification time are the
+    /// snapshot's (not read at all); otherwise as `always`.
+    IfChanged,
+    /// Replace it only when the target's is older than the snapshot's.
+    IfNewer,
+    /// Leave it as it is.
+    Never,
 }
 
 /// What a restore did.
@@ -100,7 +126,23 @@ pub struct RestoreSummary {
     pub duration_ms: u64,
     /// Entries that could not be recreated (devices as non-root, sockets).
     pub warnings: Vec<String>,
+    /// Entries the target had and the overwrite mode left alone.
+    #[serde(default)]
+    pub skipped: u64,
+    /// Entries removed by `delete` (with what they held).
+    #[serde(default)]
+    pub deleted: u64,
+    /// Paths that `delete` removed (or, in a dry run, would remove), at
+    /// most [`LISTED`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted_paths: Vec<String>,
+    /// A dry run: nothing was written.
+    #[serde(default)]
+    pub dry_run: bool,
 }
+
+/// How many deleted paths a summary lists.
+pub const LISTED: usize = 1000;
 
 /// The blobs needed from one pack, each with the (item, offset) places it goes.
 type PackWork = Vec<(BlobEntry, Vec<(usize, u64)>)>;
@@ -314,8 +356,42 @@ pub fn restore(
     } else {
         target_node
     };
+    if opts.delete && (filter.include.is_some() || filter.exclude.is_some()) {
+        return Err(Error::InvalidArgument(
+            "--delete removes whatever the snapshot lacks: it does not combine with --include or --exclude"
+                .into(),
+        ));
+    }
+    // Every name of the snapshot in each restored directory, before the
+    // overwrite mode drops any: what --delete keeps.
+    let in_snapshot: HashMap<Vec<u8>, HashSet<Vec<u8>>> = if opts.delete && single.is_none() {
+        let mut m: HashMap<Vec<u8>, HashSet<Vec<u8>>> = HashMap::new();
+        m.entry(Vec::new()).or_default();
+        for item in &items {
+            m.entry(item.dir().to_vec())
+                .or_default()
+                .insert(item.node.name.clone());
+            if item.node.kind == NodeKind::Dir {
+                m.entry(item.rel.clone()).or_default();
+            }
+        }
+        m
+    } else {
+        HashMap::new()
+    };
 
     let (resumed, by_marker) = target_state(&opts.target, snapshot, &opts.subpath, opts.overwrite)?;
+    let skipped = skip_existing(&mut items, opts.overwrite_mode, resumed && !by_marker);
+    if opts.dry_run {
+        return dry_run_summary(
+            &opts.target,
+            &items,
+            &in_snapshot,
+            skipped,
+            warnings,
+            started,
+        );
+    }
     fs::create_dir_all(&opts.target).ctx(|| format!("creating {}", opts.target.display()))?;
     let dirs = Dirs::open(&opts.target)?;
     write_marker(&dirs, snapshot, &opts.subpath)?;
@@ -323,6 +399,7 @@ pub fn restore(
     let mut summary = RestoreSummary {
         resumed,
         warnings,
+        skipped,
         ..Default::default()
     };
     for item in &items {
@@ -576,6 +653,9 @@ pub fn restore(
             summary.files_verified += 1;
         }
     }
+    if !in_snapshot.is_empty() {
+        delete_extra(&dirs, &in_snapshot, &mut summary)?;
+    }
     // Durable before the marker goes: one sync of the target's file system
     // (a per-file fsync would cost far more).
     // SAFETY: a valid descriptor.
@@ -590,6 +670,118 @@ pub fn restore(
     }
     summary.duration_ms = started.elapsed().as_millis() as u64;
     Ok(summary)
+}
+
+/// Drops from `items` the entries (not directories) the target has and
+/// `mode` leaves alone; returns how many. Only a target that was not empty
+/// and is not this restore's own unfinished one (`replacing`) is looked at.
+/// The target is asked by path (`lstat`): a wrong answer can only skip or
+/// replace an entry, never write outside the target.
+fn skip_existing(items: &mut Vec<Item>, mode: OverwriteMode, replacing: bool) -> u64 {
+    if !replacing || mode == OverwriteMode::Always {
+        return 0;
+    }
+    let before = items.len();
+    items.retain(|item| {
+        if item.node.kind == NodeKind::Dir {
+            return true;
+        }
+        let Ok(there) = fs::symlink_metadata(&item.path) else {
+            return true;
+        };
+        use std::os::unix::fs::MetadataExt;
+        let there_ns = i128::from(there.mtime()) * 1_000_000_000 + i128::from(there.mtime_nsec());
+        let snap_ns =
+            i128::from(item.node.mtime().sec) * 1_000_000_000 + i128::from(item.node.mtime().nsec);
+        match mode {
+            OverwriteMode::Always => true,
+            OverwriteMode::Never => false,
+            OverwriteMode::IfNewer => there_ns < snap_ns,
+            OverwriteMode::IfChanged => {
+                !(item.node.kind == NodeKind::File
+                    && there.file_type().is_file()
+                    && there.len() == item.node.size
+                    && there_ns == snap_ns)
+            }
+        }
+    });
+    (before - items.len()) as u64
+}
+
+/// What a dry run reports: the entries that would be restored, what the
+/// overwrite mode skips and what `--delete` would remove; nothing written.
+fn dry_run_summary(
+    target: &Path,
+    items: &[Item],
+    in_snapshot: &HashMap<Vec<u8>, HashSet<Vec<u8>>>,
+    skipped: u64,
+    warnings: Vec<String>,
+    started: Instant,
+) -> Result<RestoreSummary> {
+    let mut s = RestoreSummary {
+        dry_run: true,
+        skipped,
+        warnings,
+        ..Default::default()
+    };
+    for item in items {
+        match item.node.kind {
+            NodeKind::File => {
+                s.files += 1;
+                s.total_bytes += item.node.size;
+            }
+            NodeKind::Dir => s.dirs += 1,
+            _ => s.others += 1,
+        }
+    }
+    for (dir, names) in in_snapshot {
+        let path = target.join(OsStr::from_bytes(dir));
+        let Ok(entries) = fs::read_dir(&path) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let kept = names.contains(name.as_bytes()) || (dir.is_empty() && name == MARKER);
+            if !kept {
+                s.deleted += 1;
+                if s.deleted_paths.len() < LISTED {
+                    s.deleted_paths.push(e.path().display().to_string());
+                }
+            }
+        }
+    }
+    s.duration_ms = started.elapsed().as_millis() as u64;
+    Ok(s)
+}
+
+/// Removes from each restored directory what the snapshot does not have
+/// there (through directory descriptors: no symlink is followed).
+fn delete_extra(
+    dirs: &Dirs,
+    in_snapshot: &HashMap<Vec<u8>, HashSet<Vec<u8>>>,
+    summary: &mut RestoreSummary,
+) -> Result<()> {
+    let mut order: Vec<&Vec<u8>> = in_snapshot.keys().collect();
+    order.sort();
+    for dir in order {
+        crate::util::check_interrupted()?;
+        let names = &in_snapshot[dir];
+        let fd = dirs.get(dir)?;
+        let path = dirs.path(dir);
+        for name in dirfd::list(&fd, &path)? {
+            let bytes = name.to_bytes();
+            if names.contains(bytes) || (dir.is_empty() && bytes == MARKER.as_bytes()) {
+                continue;
+            }
+            let victim = path.join(OsStr::from_bytes(bytes));
+            dirfd::remove_at(&fd, &name, &victim)?;
+            summary.deleted += 1;
+            if summary.deleted_paths.len() < LISTED {
+                summary.deleted_paths.push(victim.display().to_string());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether a hard-link group member has the same content as the first.
