@@ -313,6 +313,8 @@ pub fn copy_watched(
                 repository: origin_repo,
                 snapshot: id,
             }),
+            // The source's line of rewrites means nothing here either.
+            original: None,
             ..manifest
         };
         dst_lock.check()?;

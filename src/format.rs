@@ -226,6 +226,12 @@ pub struct Manifest {
     /// builds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copied_from: Option<CopyOrigin>,
+    /// The snapshot this one replaces (`vouch tag`, `vouch rewrite`): the
+    /// first of the line, so every rewrite of a backup names the snapshot
+    /// the backup made. Format v1 extension, absent otherwise, ignored by
+    /// older builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original: Option<SnapshotId>,
 }
 
 /// Where a copied snapshot comes from.

@@ -1189,3 +1189,103 @@ fn forget_scopes_and_groups() {
     assert_eq!(left.len(), 5);
     assert!(!left.contains(&made[4]));
 }
+
+/// The manifest of a snapshot, from `vouch cat snapshot`.
+fn manifest_of(env: &Env, id: &str) -> Value {
+    json_of(env, &["cat", "snapshot", id])["manifest"].clone()
+}
+
+/// `tag --add/--remove/--set` replaces a snapshot by one with the new tags
+/// (naming the original) and removes the old one; a locked snapshot is
+/// refused. `rewrite --exclude` makes snapshots without the paths, keeps
+/// the originals unless `--forget`, and the repository checks clean.
+#[test]
+fn tag_and_rewrite_replace_snapshots() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("media")).unwrap();
+    std::fs::write(src.join("keep.txt"), b"keep").unwrap();
+    std::fs::write(src.join("SECRET.KEY"), b"secret").unwrap();
+    std::fs::write(src.join("media/big.iso"), common::random_bytes(400_000, 1)).unwrap();
+    let a = env.backup(&[&src]);
+
+    let out = json_lines(&env.ok(&["tag", "--json", "--add", "keep,daily", &a[..8]]));
+    let b = out[0]["snapshot"]["new"]
+        .as_str()
+        .expect("new id")
+        .to_string();
+    assert_ne!(a, b);
+    assert_eq!(env.snapshot_ids(), vec![b.clone()], "the old one is gone");
+    let m = manifest_of(&env, &b);
+    assert_eq!(m["tags"], serde_json::json!(["keep", "daily"]));
+    assert_eq!(m["original"], serde_json::json!(a));
+    // Nothing to change: nothing changes.
+    let same = env.ok(&["tag", "--add", "keep", &b]);
+    assert!(same.contains("0 of 1 snapshots changed"), "{same}");
+    assert_eq!(env.snapshot_ids(), vec![b.clone()]);
+    env.ok(&["tag", "--remove", "daily", &b]);
+    let c = env.snapshot_ids().pop().unwrap();
+    assert_eq!(manifest_of(&env, &c)["tags"], serde_json::json!(["keep"]));
+    assert_eq!(
+        manifest_of(&env, &c)["original"],
+        serde_json::json!(a),
+        "the line's first snapshot"
+    );
+    env.ok(&["tag", "--set", "", &c]);
+    let d = env.snapshot_ids().pop().unwrap();
+    assert_eq!(manifest_of(&env, &d)["tags"], serde_json::json!([]));
+    env.expect_stderr(&["tag", &d], 2);
+    // Locked until a date: refused, nothing changed.
+    env.ok(&["lock", &d, "--until", "2099-01-01T00:00:00Z"]);
+    let err = env.expect_stderr(&["tag", "--add", "x", &d], 21);
+    assert!(err.contains("locked until"), "{err}");
+    assert_eq!(env.snapshot_ids(), vec![d.clone()]);
+
+    // rewrite: a dry run changes nothing.
+    let dry = env.ok(&["rewrite", "--exclude", "*.iso", "--dry-run", "-v"]);
+    assert!(dry.contains("media/big.iso"), "{dry}");
+    assert_eq!(env.snapshot_ids(), vec![d.clone()]);
+    // Without --forget the original stays.
+    let out = json_lines(&env.ok(&["rewrite", "--json", "--exclude", "*.iso", &d]));
+    let e = out[0]["snapshot"]["new"].as_str().unwrap().to_string();
+    assert_eq!(out[0]["snapshot"]["excluded_entries"], 1);
+    assert_eq!(out[0]["snapshot"]["excluded_bytes"], 400_000);
+    let mut ids = env.snapshot_ids();
+    ids.sort();
+    let mut want = vec![d.clone(), e.clone()];
+    want.sort();
+    assert_eq!(ids, want);
+    let s = src.display().to_string();
+    let listed = env.ok(&["ls", &e, &s]);
+    assert!(
+        !listed.contains("big.iso") && listed.contains("/media"),
+        "{listed}"
+    );
+    // --iexclude with --forget: the original goes (e is not locked).
+    let out = json_lines(&env.ok(&[
+        "rewrite",
+        "--json",
+        "--iexclude",
+        "secret.key",
+        "--forget",
+        &e,
+    ]));
+    let f = out[0]["snapshot"]["new"].as_str().unwrap().to_string();
+    assert_eq!(out[0]["snapshot"]["old_removed"], true);
+    let mut ids = env.snapshot_ids();
+    ids.sort();
+    let mut want = vec![d.clone(), f.clone()];
+    want.sort();
+    assert_eq!(ids, want);
+    let t = env.path("t");
+    env.ok(&["restore", &format!("{f}:{s}"), "-t", t.to_str().unwrap()]);
+    let mut names: Vec<String> = walk_files(&t);
+    names.sort();
+    assert_eq!(names, ["keep.txt"]);
+    assert_eq!(manifest_of(&env, &f)["original"], serde_json::json!(a));
+    // The locked one cannot be forgotten through a rewrite.
+    env.expect_stderr(&["rewrite", "--exclude", "*.iso", "--forget", &d], 21);
+    env.ok(&["prune"]);
+    env.ok(&["check", "--read-data"]);
+}

@@ -107,6 +107,7 @@ impl Forge {
             summary: Summary::default(),
             warnings: Vec::new(),
             copied_from: None,
+            original: None,
         };
         self.repo
             .save_snapshot(&manifest, WriteSync::Now)

@@ -8,6 +8,7 @@ mod commit;
 mod exclude;
 mod pseudo_fs;
 mod read;
+pub mod rewrite;
 mod save;
 pub mod session;
 mod stream;
@@ -466,6 +467,7 @@ pub fn backup(
         summary,
         warnings: all_warnings.into_iter().take(10_000).collect(),
         copied_from: None,
+        original: None,
     };
     if opts.dry_run {
         tracing::info!("dry run: nothing written");

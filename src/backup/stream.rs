@@ -147,6 +147,7 @@ pub fn backup_stream(
         summary,
         warnings: Vec::new(),
         copied_from: None,
+        original: None,
     };
     if opts.dry_run {
         return Ok(BackupOutcome {

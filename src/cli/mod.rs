@@ -22,6 +22,7 @@ mod repo_cmds;
 mod report_mail;
 pub mod reports_cfg;
 mod restore_cmd;
+mod rewrite_cmd;
 mod self_signed;
 pub mod serve;
 pub mod service_link;
@@ -125,6 +126,11 @@ pub enum Command {
     /// (`check` is the same, as restic calls it).
     #[command(visible_alias = "check")]
     Verify(maintain::VerifyArgs),
+    /// Add, remove or set the tags of snapshots.
+    Tag(rewrite_cmd::TagArgs),
+    /// Make new snapshots without excluded paths (originals kept unless
+    /// --forget).
+    Rewrite(rewrite_cmd::RewriteArgs),
     /// Remove snapshots by keep rules or by id (data stays until prune).
     Forget(maintain::ForgetArgs),
     /// Copy snapshots into another repository (a second copy: off-host,
@@ -416,6 +422,8 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Cat(a) => inspect::cat(&ctx, a),
         Command::Verify(a) => maintain::verify(&ctx, a),
         Command::Forget(a) => maintain::forget(&ctx, a),
+        Command::Tag(a) => rewrite_cmd::tag(&ctx, a),
+        Command::Rewrite(a) => rewrite_cmd::run_rewrite(&ctx, a),
         Command::Lock(a) => maintain::lock(&ctx, a),
         Command::Copy(a) => copy_cmd::copy(&ctx, a),
         Command::Prune(a) => maintain::prune(&ctx, a),
