@@ -34,12 +34,13 @@ fn main() {
     let json_logs = matches!(&cli.command, vouch::cli::Command::Serve(a) if a.log_format == "json");
     let filter = match (cli.verbose, serving || agent) {
         (0, false) => "warn",
-        (0, true) | (1, _) => "info",
+        // -vv lists files (backup): logs stay at info until -vvv.
+        (0, true) | (1, _) | (2, false) => "info",
         _ => "debug",
     };
     // fuser (`vouch mount`) warns of every request it has no handler for
     // and of an unmount done already (the mount unmounts lazily first).
-    let filter = if cli.verbose < 2 {
+    let filter = if cli.verbose < 3 {
         format!("{filter},fuser=error")
     } else {
         filter.to_string()

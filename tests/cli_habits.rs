@@ -1289,3 +1289,51 @@ fn tag_and_rewrite_replace_snapshots() {
     env.ok(&["prune"]);
     env.ok(&["check", "--read-data"]);
 }
+
+/// `backup -vv` names each file with its status against the parent: new,
+/// modified, unchanged (text and JSON).
+#[test]
+fn backup_vv_lists_each_file_with_its_status() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for n in ["a", "b"] {
+        std::fs::write(src.join(n), n).unwrap();
+        set_mtime(&src.join(n), 1_600_000_000);
+    }
+    // Changed (ctime) more than the racy margin (2 s) before the first
+    // backup, so the second may take them as unchanged.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let first = env.ok(&["backup", "-vv", src.to_str().unwrap()]);
+    let a = src.join("a").display().to_string();
+    let b = src.join("b").display().to_string();
+    assert!(first.contains(&format!("new       {a}")), "{first}");
+    std::fs::write(src.join("b"), "changed").unwrap();
+    std::fs::write(src.join("c"), "c").unwrap();
+    let out = env.ok(&["backup", "-vv", "--json", src.to_str().unwrap()]);
+    let mut seen: Vec<(String, String)> = json_lines(&out)
+        .into_iter()
+        .filter(|l| l["message_type"] == "file")
+        .map(|l| {
+            (
+                l["path"].as_str().unwrap().to_string(),
+                l["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    seen.sort();
+    let c = src.join("c").display().to_string();
+    assert_eq!(
+        seen,
+        vec![
+            (a, "unchanged".to_string()),
+            (b, "modified".to_string()),
+            (c, "new".to_string())
+        ]
+    );
+    // Without -vv: no file lines.
+    assert!(!env
+        .ok(&["backup", src.to_str().unwrap()])
+        .contains("unchanged "));
+}

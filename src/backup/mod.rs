@@ -124,6 +124,43 @@ pub struct BackupOptions {
     /// snapshot (the outcome's snapshot id is all zeros; the summary says
     /// what a real run would add).
     pub dry_run: bool,
+    /// Told of each regular file as the walk meets it.
+    pub file_status: Option<FileStatusSink>,
+}
+
+/// What a backup does with a regular file, against its parent snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileStatus {
+    /// The parent has no file of this path: read.
+    New,
+    /// The parent's file differs in size, times or inode: read.
+    Modified,
+    /// As in the parent: its content is taken from there, not read.
+    Unchanged,
+}
+
+impl FileStatus {
+    /// Its name in `backup -vv` output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileStatus::New => "new",
+            FileStatus::Modified => "modified",
+            FileStatus::Unchanged => "unchanged",
+        }
+    }
+}
+
+/// A function told of each file's status.
+pub type FileStatusFn = dyn Fn(FileStatus, &Path) + Send + Sync;
+
+/// Where `backup -vv` sends each file's status (from the walking thread).
+#[derive(Clone)]
+pub struct FileStatusSink(pub Arc<FileStatusFn>);
+
+impl std::fmt::Debug for FileStatusSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FileStatusSink")
+    }
 }
 
 /// What a backup made.
@@ -378,6 +415,7 @@ pub fn backup(
         reuse_before_ns: parent
             .as_ref()
             .map_or(i64::MIN, |(_, m)| walk::racy_cutoff_ns(m.time_ns)),
+        file_status: opts.file_status.clone(),
     };
     let trie = SourceTrie::new(&paths);
     let walk_abort = abort.clone();

@@ -181,6 +181,8 @@ pub struct Walker {
     /// both older than this (see [`racy_cutoff_ns`]); `i64::MIN` without a
     /// parent.
     pub reuse_before_ns: i64,
+    /// Told of each regular file: new, modified or unchanged (`-vv`).
+    pub file_status: Option<super::FileStatusSink>,
 }
 
 /// The largest timestamp granularity change detection allows for: 2 s (FAT's
@@ -471,6 +473,14 @@ impl Walker {
                             .iter()
                             .all(|e| e.blob.is_none_or(|b| self.index.contains(&b)))
                 });
+                if let Some(sink) = &self.file_status {
+                    let status = match (unchanged, pnode) {
+                        (Some(_), _) => super::FileStatus::Unchanged,
+                        (None, Some(p)) if p.kind == NodeKind::File => super::FileStatus::Modified,
+                        (None, _) => super::FileStatus::New,
+                    };
+                    (sink.0)(status, &self.source_path(path));
+                }
                 if let Some(p) = unchanged {
                     node.content = p.content.clone();
                     Progress::add(&self.progress.files_done, 1);

@@ -238,6 +238,7 @@ pub fn run(ctx: &Ctx, mut a: BackupArgs) -> Result<i32> {
         read_from: Vec::new(),
         image_chunk: None,
         dry_run: a.dry_run,
+        file_status: (ctx.out.verbose >= 2).then(|| file_status_printer(ctx.out.json)),
     };
     let progress = Arc::new(Progress::default());
     let reporter = ctx.out.progress("backup", progress.clone());
@@ -344,6 +345,24 @@ pub fn run(ctx: &Ctx, mut a: BackupArgs) -> Result<i32> {
         }
     }
     Ok(code)
+}
+
+/// `-vv`: one line per regular file on stdout (`new`, `modified` or
+/// `unchanged`, then the path; a JSON object with `--json`).
+fn file_status_printer(json: bool) -> crate::backup::FileStatusSink {
+    use std::io::Write;
+    crate::backup::FileStatusSink(Arc::new(move |status, path: &std::path::Path| {
+        let mut out = std::io::stdout().lock();
+        let _ = if json {
+            writeln!(
+                out,
+                "{}",
+                json!({"message_type": "file", "status": status.as_str(), "path": path.to_string_lossy()})
+            )
+        } else {
+            writeln!(out, "{:<9} {}", status.as_str(), path.display())
+        };
+    }))
 }
 
 /// Says what a dry run would have stored; the exit code.

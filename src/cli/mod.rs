@@ -75,7 +75,8 @@ pub struct Cli {
     /// No progress and no messages, only errors.
     #[arg(short, long, global = true)]
     pub quiet: bool,
-    /// More detail (repeat for more).
+    /// More detail: -v info logs, -vv also each file a backup meets (new,
+    /// modified, unchanged), -vvv debug logs.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
     /// Wait this long for a conflicting repository lock to go away (e.g.
