@@ -79,6 +79,7 @@ impl Drop for Reporter {
 
 #[derive(Serialize)]
 struct ProgressLine {
+    message_type: &'static str,
     #[serde(rename = "type")]
     kind: &'static str,
     action: &'static str,
@@ -91,20 +92,34 @@ struct ProgressLine {
     warnings: u64,
 }
 
+/// The bar's look while the total is unknown: what is done and the rate.
+const COUNTING: &str =
+    "{spinner} {elapsed_precise} {prefix}: {binary_bytes} ({binary_bytes_per_sec}){msg}";
+/// Once the total is known: a bar, done of total, rate and time left.
+const BAR: &str =
+    "{spinner} {elapsed_precise} {prefix}: [{bar:30}] {binary_bytes}/{binary_total_bytes} \
+                   ({binary_bytes_per_sec}, {eta} left){msg}";
+
+fn style(template: &str) -> indicatif::ProgressStyle {
+    indicatif::ProgressStyle::with_template(template)
+        .map(|s| s.progress_chars("=> "))
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner())
+}
+
 fn report_loop(what: &'static str, p: Arc<Progress>, stop: Arc<AtomicBool>, json: bool) {
     let started = Instant::now();
     let bar = (!json).then(|| {
         let bar = indicatif::ProgressBar::new_spinner();
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-        );
+        bar.set_style(style(COUNTING));
+        bar.set_prefix(what);
         bar
     });
+    let mut has_total = false;
     let mut last_json = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
         let line = ProgressLine {
+            message_type: "status",
             kind: "progress",
             action: what,
             elapsed_s: started.elapsed().as_secs_f64(),
@@ -117,25 +132,19 @@ fn report_loop(what: &'static str, p: Arc<Progress>, stop: Arc<AtomicBool>, json
         };
         match &bar {
             Some(bar) => {
-                let rate = line.bytes_done as f64 / line.elapsed_s.max(0.001);
-                let mut msg = format!(
-                    "{what}: {} files, {} ({}/s)",
-                    line.files_done,
-                    crate::util::human_bytes(line.bytes_done),
-                    crate::util::human_bytes(rate as u64)
-                );
                 if line.bytes_total > 0 {
-                    let pct = 100.0 * line.bytes_done as f64 / line.bytes_total as f64;
-                    let eta = if rate > 0.0 {
-                        (line.bytes_total.saturating_sub(line.bytes_done)) as f64 / rate
-                    } else {
-                        0.0
-                    };
-                    msg.push_str(&format!(
-                        " of {} ({pct:.0}%, ETA {eta:.0}s)",
-                        crate::util::human_bytes(line.bytes_total)
-                    ));
+                    if !has_total {
+                        bar.set_style(style(BAR));
+                        has_total = true;
+                    }
+                    bar.set_length(line.bytes_total);
                 }
+                bar.set_position(line.bytes_done);
+                let mut msg = if line.files_total > 0 {
+                    format!(", {} of {} files", line.files_done, line.files_total)
+                } else {
+                    format!(", {} files", line.files_done)
+                };
                 if line.bytes_added > 0 {
                     msg.push_str(&format!(
                         ", {} new",
@@ -160,5 +169,16 @@ fn report_loop(what: &'static str, p: Arc<Progress>, stop: Arc<AtomicBool>, json
     }
     if let Some(bar) = bar {
         bar.finish_and_clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn progress_templates_parse() {
+        // A template indicatif refuses would fall back to a bare spinner.
+        for t in [super::COUNTING, super::BAR] {
+            assert!(indicatif::ProgressStyle::with_template(t).is_ok(), "{t}");
+        }
     }
 }
