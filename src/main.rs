@@ -99,7 +99,7 @@ fn main() {
         Ok(code) => code,
         Err(e) => {
             if json {
-                let v = serde_json::json!({"type": "error", "error": e.to_string(), "hint": e.hint(), "exit_code": e.exit_code()});
+                let v = serde_json::json!({"message_type": "error", "type": "error", "error": e.to_string(), "hint": e.hint(), "exit_code": e.exit_code()});
                 println!("{v}");
             }
             eprintln!("vouch: {e}\n  hint: {}", e.hint());

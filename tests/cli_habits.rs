@@ -1337,3 +1337,61 @@ fn backup_vv_lists_each_file_with_its_status() {
         .ok(&["backup", src.to_str().unwrap()])
         .contains("unchanged "));
 }
+
+/// Every JSON line a command prints says what it is: an object carries
+/// `message_type`; `snapshots`, `diff` and `key list` print one array.
+#[test]
+fn every_json_line_has_a_message_type() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), b"f").unwrap();
+    let first = env.backup(&[&src]);
+    std::fs::write(src.join("g"), b"g").unwrap();
+    let s = src.display().to_string();
+    let t = env.path("t");
+    let tar = env.path("x.tar");
+    let dir = format!("latest:{s}");
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["backup", "-vv", &s],
+        vec!["backup", "--dry-run", &s],
+        vec!["ls", "latest"],
+        vec!["find", "f"],
+        vec!["stats"],
+        vec!["check"],
+        vec!["forget", "--keep-last", "1", "--dry-run"],
+        vec!["restore", "latest", "-t", t.to_str().unwrap()],
+        vec!["dump", &dir, "-t", tar.to_str().unwrap()],
+        vec!["tag", "--add", "t", "latest"],
+        vec!["rewrite", "--exclude", "g", "latest"],
+        vec!["cat", "snapshot", "nothing"],
+        vec!["find", "--pack", "abcdef"],
+    ];
+    let arrays: Vec<Vec<&str>> = vec![
+        vec!["snapshots"],
+        vec!["diff", &first, "latest"],
+        vec!["key", "list"],
+    ];
+    for c in commands {
+        let mut args = vec!["--json"];
+        args.extend_from_slice(&c);
+        let out = env.run(&args);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.trim().is_empty(), "{c:?} printed nothing");
+        for line in text.lines() {
+            let v: Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("{c:?}: {e}: {line}"));
+            assert!(
+                v["message_type"].as_str().is_some_and(|t| !t.is_empty()),
+                "{c:?}: {line}"
+            );
+        }
+    }
+    for c in arrays {
+        let mut args = vec!["--json"];
+        args.extend_from_slice(&c);
+        let v: Value = serde_json::from_str(env.ok(&args).trim()).unwrap();
+        assert!(v.is_array(), "{c:?}: {v}");
+    }
+}

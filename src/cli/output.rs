@@ -22,9 +22,21 @@ pub struct Output {
 }
 
 impl Output {
-    /// Prints one JSON value as a line.
+    /// Prints one JSON value as a line. An object gets `message_type`
+    /// (its `type` when it has one and no `message_type`): every line a
+    /// command prints says what it is (docs/cli.md, "JSON output").
     pub fn json_line<T: Serialize>(&self, value: &T) {
-        if let Ok(s) = serde_json::to_string(value) {
+        let Ok(mut v) = serde_json::to_value(value) else {
+            return;
+        };
+        if let serde_json::Value::Object(map) = &mut v {
+            if !map.contains_key("message_type") {
+                if let Some(t) = map.get("type").cloned() {
+                    map.insert("message_type".into(), t);
+                }
+            }
+        }
+        if let Ok(s) = serde_json::to_string(&v) {
             let mut out = std::io::stdout().lock();
             let _ = writeln!(out, "{s}");
         }
