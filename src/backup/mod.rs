@@ -39,7 +39,7 @@ use walk::{SourceTrie, Walker};
 pub use stream::{backup_stream, check_stream_name};
 
 /// How hard a write path works to be durable (see `docs/format.md`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum SyncLevel {
     /// No sync: fastest, a power cut may lose the snapshot (never corrupt others).
     None,

@@ -154,7 +154,7 @@ impl<T> Ctx<T> for std::io::Result<T> {
 }
 
 /// Size of a benchmark run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Scale {
     /// A few minutes here.

@@ -12,6 +12,13 @@ use crate::agent::{self, Agent, AgentOptions};
 
 /// Options of `vouch agent`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch agent --server https://vouch.example:8420 --enroll TOKEN --fingerprint SHA256
+  vouch agent                                  after enrolling: pulls its jobs
+  vouch agent --hooks-dir /etc/vouch/hooks
+
+EXIT STATUS
+  0  stopped cleanly; 1 it failed (the log says why); 2 wrong usage")]
 pub struct AgentArgs {
     /// The service's URL (`https://HOST:PORT`).
     #[arg(long, env = "VOUCH_SERVER")]

@@ -99,7 +99,7 @@ pub struct BackupArgs {
     #[arg(long)]
     pub force: bool,
     /// Durability: none, filesystem (default) or file.
-    #[arg(long, default_value = "filesystem")]
+    #[arg(long, value_enum, default_value_t = SyncLevel::Filesystem)]
     pub sync_level: SyncLevel,
     /// Files read at once (0 = automatic: two per core, 2 to 8).
     #[arg(long, visible_alias = "read-concurrency", default_value_t = 0)]

@@ -14,6 +14,12 @@ use crate::error::{exit_code, Result};
 
 /// `vouch bench`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch bench primitives --out primitives.md
+  vouch bench run --workdir /var/tmp/vouch-bench-work --scale medium --peers restic,borg
+
+EXIT STATUS
+  0  measured; 1 it failed")]
 pub struct BenchArgs {
     /// What to measure.
     #[command(subcommand)]
@@ -77,10 +83,17 @@ pub struct RunArgs {
     #[arg(long)]
     pub workdir: PathBuf,
     /// small (a few minutes), medium (the documented run), large (hours).
-    #[arg(long, default_value = "small")]
+    #[arg(long, value_enum, default_value_t = Scale::Small)]
     pub scale: Scale,
     /// Peers to run side by side: restic, borg (comma-separated).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = clap::builder::TypedValueParser::try_map(
+            clap::builder::PossibleValuesParser::new(["restic", "borg"]),
+            |s| s.parse::<Tool>()
+        )
+    )]
     pub peers: Vec<Tool>,
     /// Scenarios to run (repeatable or comma-separated; default: all).
     #[arg(long, value_delimiter = ',')]

@@ -13,6 +13,18 @@ use crate::util::human_bytes;
 
 /// `vouch copy`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch copy --to s3:https://s3.example/offsite/host1     every snapshot
+  vouch copy --to /mnt/usb/repo latest
+  VOUCH_PASSWORD2=... vouch copy --from /srv/a --to /srv/b
+
+Copies are idempotent (a snapshot copied before is not copied again) and
+resumable; the destination's own passphrase comes from VOUCH_PASSWORD2 or
+VOUCH_PASSWORD_FILE2.
+
+EXIT STATUS
+  0  copied; 1 it failed; 10 no repository there; 12 wrong passphrase; 11 a repository is locked; 19 no such
+  snapshot")]
 pub struct CopyArgs {
     /// The source repository (else --repo / VOUCH_REPOSITORY); its
     /// passphrase from VOUCH_PASSWORD, VOUCH_PASSWORD_FILE or

@@ -16,6 +16,12 @@ use crate::repo::Repository;
 
 /// Options of `vouch dr`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch dr status -r /srv/backup
+  vouch dr rebuild -r /srv/backup --data-dir /var/lib/vouch
+
+EXIT STATUS
+  0  done; 1 it failed; 10 no repository there; 12 wrong passphrase")]
 pub struct DrArgs {
     /// What to do.
     #[command(subcommand)]

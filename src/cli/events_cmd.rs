@@ -11,6 +11,13 @@ use vouch_events::{verify_log, ChainKey, LogVerifyReport};
 
 /// Options of `vouch events`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch events verify --data-dir /var/lib/vouch
+  vouch events keygen --out /etc/vouch/chain.key
+
+EXIT STATUS
+  0  the log verifies (or the key was made); 1 the log does not verify,
+  or it failed")]
 pub struct EventsArgs {
     /// What to do.
     #[command(subcommand)]

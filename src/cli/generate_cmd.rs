@@ -9,6 +9,12 @@ use clap::{Args, CommandFactory, Subcommand};
 
 /// Options of `vouch generate`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch generate completions bash > /etc/bash_completion.d/vouch
+  vouch generate man --out /usr/share/man/man1
+
+EXIT STATUS
+  0  written; 1 it failed")]
 pub struct GenerateArgs {
     /// What to make.
     #[command(subcommand)]

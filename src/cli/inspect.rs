@@ -10,6 +10,13 @@ use crate::util::{human_bytes, short_time};
 
 /// `vouch snapshots`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch snapshots
+  vouch snapshots --host db-1 --tag daily
+  vouch snapshots --json | jq '.[].short_id'
+
+EXIT STATUS
+  0  listed; 1 it failed; 10 no repository there; 12 wrong passphrase")]
 pub struct SnapshotsArgs {
     /// Only snapshots of this host.
     #[arg(long)]
@@ -79,6 +86,14 @@ pub fn snapshots(ctx: &Ctx, a: SnapshotsArgs) -> Result<i32> {
 
 /// `vouch ls`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch ls latest                       every path of this host's newest snapshot
+  vouch ls -l --human-readable 3fa9c2d1 /etc
+  vouch ls --json latest:/home | jq -r 'select(.type==\"file\") | .path'
+
+EXIT STATUS
+  0  listed; 1 it failed; 10 no repository there; 12 wrong passphrase; 13 damaged trees; 19 no such snapshot or
+  path")]
 pub struct LsArgs {
     /// Snapshot.
     #[command(flatten)]
@@ -144,6 +159,16 @@ fn print_node(ctx: &Ctx, a: &LsArgs, path: &str, node: &crate::format::Node) {
 
 /// `vouch diff`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch diff 3fa9c2d1 latest
+  vouch diff --json 3fa9c2d1 77b0e4aa
+
+Each line starts with + (added), - (removed), M (content changed), T
+(type changed) or U (metadata only: mode, owner, times, attributes).
+
+EXIT STATUS
+  0  compared (whether or not anything differs); 1 it failed; 10 no repository there; 12 wrong passphrase; 19 no
+  such snapshot")]
 pub struct DiffArgs {
     /// Older snapshot.
     pub first: String,
@@ -189,7 +214,10 @@ pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
 
 Restore size counts each file in every snapshot that holds it; unique data
 counts each distinct blob once; deduplication is their ratio, compression
-the ratio of unique data to what it takes in packs.")]
+the ratio of unique data to what it takes in packs.
+
+EXIT STATUS
+  0  done; 1 it failed; 10 no repository there; 12 wrong passphrase; 13 damaged trees; 19 no such snapshot")]
 pub struct StatsArgs {
     /// Snapshots (ids, prefixes or `latest`); none: every snapshot, of
     /// `--host` and with `--tag` when given.
@@ -293,7 +321,11 @@ pub enum CatKind {
 
 For debugging: everything but `blob` is JSON as the repository stores it
 (binary names and values as arrays of bytes). The master key is never
-printed (`vouch key export` makes a paper copy).")]
+printed (`vouch key export` makes a paper copy).
+
+EXIT STATUS
+  0  printed; 1 it failed; 2 wrong usage; 10 no repository there; 12 wrong passphrase; 13 damaged data; 19 no such
+  snapshot, index, tree, blob or key")]
 pub struct CatArgs {
     /// What to print.
     #[arg(value_enum)]

@@ -13,6 +13,15 @@ use crate::util::human_bytes;
 
 /// `vouch verify`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch check                            structure: every snapshot, tree and index
+  vouch check --read-data                and every byte of every pack
+  vouch check --read-data-subset 1/7     one seventh (day N of 7 reads part N)
+  vouch check --read-data-subset 10%
+
+EXIT STATUS
+  0  no damage; 1 it failed; 10 no repository there; 12 wrong passphrase; 13 damage found (the report names the
+  packs, blobs and the snapshots they affect)")]
 pub struct VerifyArgs {
     /// Read back all data.
     #[arg(long)]
@@ -234,6 +243,19 @@ fn tell_the_service(
 
 /// `vouch forget`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch forget --keep-daily 7 --keep-weekly 5 --keep-monthly 12 --dry-run
+  vouch forget --keep-last 3 --host db-1 --prune
+  vouch forget --keep-within 30d --tag nightly --group-by host,tags
+  vouch forget 3fa9c2d1 77b0e4aa          by id
+
+A snapshot locked until a date stays whatever the rules say. The data stays
+until `vouch prune`.
+
+EXIT STATUS
+  0  done; 1 it failed; 2 wrong usage (no rule given); 10 no repository there; 12 wrong passphrase; 11 the
+  repository is locked; 19 no such snapshot; 20 a service owns the
+  repository; 21 a snapshot named by id is locked")]
 pub struct ForgetArgs {
     /// Snapshots to forget by id (instead of keep rules).
     pub snapshots: Vec<String>,
@@ -400,6 +422,15 @@ pub fn forget(ctx: &Ctx, a: ForgetArgs) -> Result<i32> {
 
 /// `vouch prune`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch prune --dry-run                 what would be deleted and repacked
+  vouch prune
+  vouch prune --repack-below 80          also repack packs up to 80% used
+
+EXIT STATUS
+  0  done; 1 it failed; 10 no repository there; 12 wrong passphrase; 11 the repository is locked; 13 refusing:
+  the index does not account for everything (run `vouch repair index`);
+  20 a service owns the repository")]
 pub struct PruneArgs {
     /// Only report what would be deleted.
     #[arg(long, short = 'n')]
@@ -452,6 +483,12 @@ pub fn prune(ctx: &Ctx, a: PruneArgs) -> Result<i32> {
 
 /// `vouch unlock`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch unlock                           remove stale locks only
+  vouch unlock --force                   every lock (no other vouch may run)
+
+EXIT STATUS
+  0  done; 1 it failed; 10 no repository there")]
 pub struct UnlockArgs {
     /// Remove every lock, live ones too: only when no other vouch process
     /// uses the repository.
@@ -487,6 +524,17 @@ pub fn unlock(ctx: &Ctx, a: UnlockArgs) -> Result<i32> {
 
 /// `vouch lock`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch lock latest --until 2027-12-31T00:00:00Z
+  vouch lock 3fa9c2d1 --until 2030-01-01
+
+No tool may forget a locked snapshot before the date, and nothing can
+shorten a lock; on S3 with Object Lock the store itself refuses to delete
+its files.
+
+EXIT STATUS
+  0  locked; 1 it failed; 2 a date in the past or not RFC 3339; 10 no repository there; 12 wrong passphrase; 19
+  no such snapshot")]
 pub struct LockArgs {
     /// Snapshot id, unique id prefix, or `latest`.
     pub snapshot: String,

@@ -461,3 +461,95 @@ pub fn run_service(
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod help_tests {
+    use clap::{CommandFactory, Parser};
+
+    /// Splits a shell line into words (single and double quotes; no
+    /// expansions).
+    fn words(line: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut cur = String::new();
+        let mut quote: Option<char> = None;
+        let mut any = false;
+        for c in line.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), c) => cur.push(c),
+                (None, '\'' | '"') => {
+                    quote = Some(c);
+                    any = true;
+                }
+                (None, c) if c.is_whitespace() => {
+                    if any || !cur.is_empty() {
+                        out.push(std::mem::take(&mut cur));
+                    }
+                    any = false;
+                }
+                (None, c) => cur.push(c),
+            }
+        }
+        if any || !cur.is_empty() {
+            out.push(cur);
+        }
+        out
+    }
+
+    /// The `vouch ...` commands of a help text's examples, without what
+    /// surrounds them (pipes, redirections, a trailing description).
+    fn examples(text: &str) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        for line in text.lines() {
+            // `vouch ` as a word (not the end of a path such as /mnt/vouch).
+            let Some(at) = line
+                .match_indices("vouch ")
+                .map(|(i, _)| i)
+                .find(|&i| i > 0 && line.as_bytes()[i - 1] == b' ')
+            else {
+                continue;
+            };
+            if !line.starts_with("  ") || line.contains('`') {
+                continue;
+            }
+            let mut cmd = &line[at..];
+            // A description follows after two spaces or more.
+            if let Some(i) = cmd.find("   ").or_else(|| cmd.find("  ")) {
+                cmd = &cmd[..i];
+            }
+            for stop in [" | ", " > ", " &", " ("] {
+                if let Some(i) = cmd.find(stop) {
+                    cmd = &cmd[..i];
+                }
+            }
+            out.push(words(cmd.trim_end_matches(" &")));
+        }
+        out
+    }
+
+    /// Every command's help has examples and an EXIT STATUS section, and
+    /// each example parses as the command line it claims to be.
+    #[test]
+    fn every_command_has_examples_and_exit_status_that_parse() {
+        let cli = super::Cli::command();
+        let mut checked = 0;
+        for sub in cli.get_subcommands() {
+            let name = sub.get_name().to_string();
+            let help = sub
+                .get_after_help()
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            assert!(help.contains("Examples:"), "vouch {name}: no examples");
+            assert!(help.contains("EXIT STATUS"), "vouch {name}: no EXIT STATUS");
+            let found = examples(&help);
+            assert!(!found.is_empty(), "vouch {name}: no example command");
+            for args in found {
+                if let Err(e) = super::Cli::try_parse_from(&args) {
+                    panic!("vouch {name}: the example {args:?} does not parse: {e}");
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 60, "only {checked} examples checked");
+    }
+}

@@ -40,6 +40,19 @@ impl KdfArgs {
 
 /// `vouch init`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch init -r /srv/backup                   a local repository
+  vouch init -r s3:https://s3.example/bucket/host1 --object-lock
+  VOUCH_PASSWORD_FILE=/etc/vouch/pass vouch init -r /srv/backup
+
+The passphrase comes from VOUCH_PASSWORD, VOUCH_PASSWORD_FILE,
+VOUCH_PASSWORD_COMMAND, --password-file, or a prompt (asked twice). Keep
+it, or a paper key (`vouch key export`): without one, nothing in the
+repository can be read.
+
+EXIT STATUS
+  0  created; 1 it failed (the directory is not empty, or cannot be
+  written); 2 wrong usage; 12 no passphrase")]
 pub struct InitArgs {
     /// zstd level for data (0 = no compression).
     #[arg(long, default_value_t = 3)]
@@ -117,6 +130,15 @@ pub fn init(ctx: &Ctx, a: InitArgs) -> Result<i32> {
 
 /// `vouch key`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch key list
+  vouch key add                          a second passphrase
+  vouch key passwd                       change this passphrase
+  vouch key export --out paper-key.txt   the master key, to print and store
+  vouch key recover --from paper-key.txt
+
+EXIT STATUS
+  0  done; 1 it failed; 2 wrong usage; 10 no repository there; 12 wrong passphrase; 19 no such key")]
 pub struct KeyArgs {
     /// Action.
     #[command(subcommand)]
@@ -307,6 +329,13 @@ fn recover_key(ctx: &Ctx, from: &std::path::Path, kdf: &KdfArgs) -> Result<i32> 
 
 /// `vouch repair`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch repair index                     rebuild index files from the packs
+  vouch repair snapshots --dry-run       which snapshots need what is lost
+
+EXIT STATUS
+  0  repaired (or nothing to do); 1 it failed; 10 no repository there; 12 wrong passphrase; 11 the repository is
+  locked")]
 pub struct RepairArgs {
     /// What to repair.
     #[command(subcommand)]

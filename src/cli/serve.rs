@@ -40,6 +40,16 @@ use crate::workers::{EngineBrowser, EngineRepoStore, EngineWorker, RepoSet, Repo
 
 /// Options of `vouch serve`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch serve                            data in ./vouch-data, console on 127.0.0.1:8420
+  vouch serve --config /etc/vouch/vouch.toml
+  vouch serve --listen 0.0.0.0:8420 --tls-cert cert.pem --tls-key key.pem
+
+SIGTERM or Ctrl-C drains (running jobs get a grace period), a second stops
+at once; SIGHUP reloads the configuration. docs/operations.md has the rest.
+
+EXIT STATUS
+  0  stopped cleanly; 1 it could not start or failed (the log says why)")]
 pub struct ServeArgs {
     /// Address for the API and console (port 0 picks a free one).
     #[arg(long, env = "VOUCH_LISTEN")]
@@ -86,6 +96,14 @@ pub struct ServeArgs {
 
 /// Options of `vouch token`.
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  vouch token create --name ops --role operator --expires 90d
+  vouch token create --role enroll --expires 1h     for `vouch agent --enroll`
+  vouch token list
+  vouch token revoke ops
+
+EXIT STATUS
+  0  done; 1 it failed; 2 wrong usage")]
 pub struct TokenArgs {
     /// The service's data directory; default as `vouch serve`: the
     /// configuration's `data_dir`, else `./vouch-data` from a checkout,
@@ -116,7 +134,11 @@ pub enum TokenAction {
         /// once: give it to `vouch agent --enroll`; pair it with
         /// --expires) or append (the repository protocol only: read and
         /// add, never delete).
-        #[arg(long, default_value = "viewer")]
+        #[arg(
+            long,
+            default_value = "viewer",
+            value_parser = ["admin", "operator", "viewer", "restore", "metrics", "agent", "enroll", "append"]
+        )]
         role: String,
         /// Refused after this long (e.g. "90d"); never expires without it.
         #[arg(long)]
