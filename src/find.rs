@@ -10,7 +10,7 @@
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::GlobSet;
 
 use crate::error::{Error, Result};
 use crate::format::{Node, NodeKind};
@@ -37,36 +37,13 @@ impl Matcher {
     /// Matches glob `patterns` (`*`, `?`, `[...]`, `**` across directories
     /// in path patterns), optionally ignoring case.
     pub fn names(patterns: &[String], ignore_case: bool) -> Result<Matcher> {
-        let mut names = GlobSetBuilder::new();
-        let mut paths = GlobSetBuilder::new();
-        let (mut n_names, mut n_paths) = (0, 0);
-        for p in patterns {
-            let trimmed = p.trim_end_matches('/');
-            let glob = GlobBuilder::new(trimmed)
-                .literal_separator(true)
-                .backslash_escape(true)
-                .case_insensitive(ignore_case)
-                .build()
-                .map_err(|e| Error::InvalidArgument(format!("bad pattern {p:?}: {e}")))?;
-            if trimmed.contains('/') {
-                paths.add(glob);
-                n_paths += 1;
-            } else {
-                names.add(glob);
-                n_names += 1;
-            }
-        }
-        let build = |b: GlobSetBuilder, n: usize| -> Result<Option<GlobSet>> {
-            if n == 0 {
-                return Ok(None);
-            }
-            b.build()
-                .map(Some)
-                .map_err(|e| Error::InvalidArgument(e.to_string()))
-        };
+        let globs = crate::globs::compile(
+            patterns.iter().map(|p| (p.as_str(), ignore_case)),
+            "pattern",
+        )?;
         Ok(Matcher::Names {
-            names: build(names, n_names)?,
-            paths: build(paths, n_paths)?,
+            names: globs.names,
+            paths: globs.paths,
         })
     }
 
@@ -120,16 +97,7 @@ pub fn blobs_with_prefixes(index: &MasterIndex, prefixes: &[String]) -> Result<H
     if seen.iter().all(|s| *s) {
         return Ok(found);
     }
-    for (_, entry) in index.iter() {
-        let hex = hex::encode(entry.id.0);
-        for (i, p) in wanted.iter().enumerate() {
-            if hex.starts_with(p.as_str()) {
-                found.insert(entry.id);
-                seen[i] = true;
-            }
-        }
-    }
-    if let Some(i) = seen.iter().position(|s| !s) {
+    if let Some(i) = blobs_where(index, &wanted, &mut seen, &mut found, |_, blob| blob.0) {
         return Err(Error::NotFound(format!(
             "no blob {} in the index: `vouch verify` names damaged blobs by their full id",
             wanted[i]
@@ -144,16 +112,7 @@ pub fn blobs_of_packs(index: &MasterIndex, prefixes: &[String]) -> Result<HashSe
     let wanted = parse_prefixes(prefixes, "pack")?;
     let mut seen = vec![false; wanted.len()];
     let mut found = HashSet::new();
-    for (pack, entry) in index.iter() {
-        let hex = hex::encode(pack.id.0);
-        for (i, p) in wanted.iter().enumerate() {
-            if hex.starts_with(p.as_str()) {
-                found.insert(entry.id);
-                seen[i] = true;
-            }
-        }
-    }
-    if let Some(i) = seen.iter().position(|s| !s) {
+    if let Some(i) = blobs_where(index, &wanted, &mut seen, &mut found, |pack, _| pack.0) {
         return Err(Error::NotFound(format!(
             "no pack {} in the index (a pack no index names holds nothing a snapshot can reach; \
              `vouch repair index` indexes packs that are present)",
@@ -161,6 +120,28 @@ pub fn blobs_of_packs(index: &MasterIndex, prefixes: &[String]) -> Result<HashSe
         )));
     }
     Ok(found)
+}
+
+/// Adds to `found` each indexed blob whose `key` (its own id or its
+/// pack's), in hex, starts with one of `wanted`, marking that prefix
+/// `seen`; returns the first prefix nothing matched.
+fn blobs_where(
+    index: &MasterIndex,
+    wanted: &[String],
+    seen: &mut [bool],
+    found: &mut HashSet<BlobId>,
+    key: impl Fn(&crate::id::PackId, &BlobId) -> [u8; 32],
+) -> Option<usize> {
+    for (pack, entry) in index.iter() {
+        let hex = hex::encode(key(&pack.id, &entry.id));
+        for (i, p) in wanted.iter().enumerate() {
+            if hex.starts_with(p.as_str()) {
+                found.insert(entry.id);
+                seen[i] = true;
+            }
+        }
+    }
+    seen.iter().position(|s| !s)
 }
 
 fn parse_prefixes(prefixes: &[String], what: &str) -> Result<Vec<String>> {

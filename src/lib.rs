@@ -23,6 +23,7 @@ mod failpoint;
 pub mod find;
 pub mod forget;
 pub mod format;
+pub mod globs;
 pub mod hooks;
 pub mod http_client;
 pub mod id;

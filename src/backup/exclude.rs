@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::GlobSet;
 
 use crate::error::{Error, IoContext, Result};
 
@@ -55,32 +55,11 @@ impl Excludes {
                     .map(|l| (l.to_string(), false)),
             );
         }
-        let mut names = GlobSetBuilder::new();
-        let mut full = GlobSetBuilder::new();
-        let (mut n_names, mut n_full) = (0, 0);
-        for (p, ignore_case) in &all {
-            let glob = GlobBuilder::new(p.trim_end_matches('/'))
-                .literal_separator(true)
-                .backslash_escape(true)
-                .case_insensitive(*ignore_case)
-                .build()
-                .map_err(|e| Error::InvalidArgument(format!("bad exclude pattern {p:?}: {e}")))?;
-            if p.contains('/') {
-                full.add(glob);
-                n_full += 1;
-            } else {
-                names.add(glob);
-                n_names += 1;
-            }
-        }
-        let build = |b: GlobSetBuilder, n: usize| -> Result<Option<GlobSet>> {
-            if n == 0 {
-                return Ok(None);
-            }
-            b.build()
-                .map(Some)
-                .map_err(|e| Error::InvalidArgument(format!("bad exclude patterns: {e}")))
-        };
+        let globs = crate::globs::compile(
+            all.iter()
+                .map(|(p, ignore_case)| (p.as_str(), *ignore_case)),
+            "exclude pattern",
+        )?;
         let paths: Vec<PathBuf> = paths.iter().map(|p| resolve(p)).collect();
         let identities = paths
             .iter()
@@ -88,8 +67,8 @@ impl Excludes {
             .map(|m| (m.dev(), m.ino()))
             .collect();
         Ok(Self {
-            by_name: build(names, n_names)?,
-            by_path: build(full, n_full)?,
+            by_name: globs.names,
+            by_path: globs.paths,
             paths,
             identities,
             caches,

@@ -68,30 +68,7 @@ pub fn run(ctx: &Ctx, a: FindArgs) -> Result<i32> {
         ));
     }
     let repo = ctx.open_cached()?;
-    let mut chosen = if a.snapshots.is_empty() {
-        let host = a.latest.latest_host.as_ref();
-        repo.list_snapshots()?
-            .into_iter()
-            .filter(|(_, m)| host.is_none_or(|h| &m.host == h))
-            .filter(|(_, m)| a.tag.as_ref().is_none_or(|t| m.tags.contains(t)))
-            .filter(|(_, m)| {
-                a.latest
-                    .latest_paths
-                    .iter()
-                    .all(|p| m.paths.iter().any(|q| q == p))
-            })
-            .collect::<Vec<_>>()
-    } else {
-        let latest = a.latest.filter();
-        let mut v = Vec::new();
-        for s in &a.snapshots {
-            let found = repo.find_snapshot_of(s, &latest)?;
-            if !v.iter().any(|(id, _)| *id == found.0) {
-                v.push(found);
-            }
-        }
-        v
-    };
+    let mut chosen = super::chosen_snapshots(&repo, &a.snapshots, a.tag.as_ref(), &a.latest)?;
     chosen.sort_by_key(|(id, m)| (m.time_ns, *id));
     let index = repo.load_index()?;
     let matcher = if a.blob {

@@ -235,27 +235,14 @@ pub struct StatsArgs {
 pub fn stats(ctx: &Ctx, a: StatsArgs) -> Result<i32> {
     let repo = ctx.open_cached()?;
     let host = a.latest.latest_host.as_ref();
-    let chosen = if a.snapshots.is_empty() {
-        repo.list_snapshots()?
-            .into_iter()
-            .filter(|(_, m)| host.is_none_or(|h| &m.host == h))
-            .filter(|(_, m)| a.tag.as_ref().is_none_or(|t| m.tags.contains(t)))
-            .collect()
-    } else {
-        let latest = a.latest.filter();
-        let mut v = Vec::new();
-        for s in &a.snapshots {
-            let found = repo.find_snapshot_of(s, &latest)?;
-            if !v.iter().any(|(id, _)| *id == found.0) {
-                v.push(found);
-            }
-        }
-        v
-    };
+    let chosen = super::chosen_snapshots(&repo, &a.snapshots, a.tag.as_ref(), &a.latest)?;
     let index = repo.load_index()?;
     let s = crate::stats::stats(&repo, &index, &chosen)?;
-    let whole = (a.snapshots.is_empty() && host.is_none() && a.tag.is_none())
-        .then(|| crate::stats::repository_totals(&index, &s));
+    let whole = (a.snapshots.is_empty()
+        && host.is_none()
+        && a.tag.is_none()
+        && a.latest.latest_paths.is_empty())
+    .then(|| crate::stats::repository_totals(&index, &s));
     if ctx.out.json {
         ctx.out
             .json_line(&json!({"type": "stats", "snapshots": s, "repository": whole}));

@@ -361,6 +361,36 @@ impl LatestArgs {
     }
 }
 
+/// The snapshots a command acts on: those `named` (ids, prefixes, or
+/// `latest` as `latest` says; each once), or with none named every
+/// snapshot of `--host`, with `tag`, whose sources include every `--path`.
+pub fn chosen_snapshots(
+    repo: &Repository,
+    named: &[String],
+    tag: Option<&String>,
+    latest: &LatestArgs,
+) -> Result<Vec<(crate::id::SnapshotId, crate::format::Manifest)>> {
+    if named.is_empty() {
+        let host = latest.latest_host.as_ref();
+        return Ok(repo
+            .list_snapshots()?
+            .into_iter()
+            .filter(|(_, m)| host.is_none_or(|h| &m.host == h))
+            .filter(|(_, m)| tag.is_none_or(|t| m.tags.contains(t)))
+            .filter(|(_, m)| latest.latest_paths.iter().all(|p| m.paths.contains(p)))
+            .collect());
+    }
+    let filter = latest.filter();
+    let mut v: Vec<(crate::id::SnapshotId, crate::format::Manifest)> = Vec::new();
+    for s in named {
+        let found = repo.find_snapshot_of(s, &filter)?;
+        if !v.iter().any(|(id, _)| *id == found.0) {
+            v.push(found);
+        }
+    }
+    Ok(v)
+}
+
 impl SnapshotPath {
     /// Splits `SNAP:PATH`.
     pub fn split(&self) -> (String, Option<String>) {

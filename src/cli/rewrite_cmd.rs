@@ -32,25 +32,7 @@ pub struct Selection {
 
 impl Selection {
     fn resolve(&self, repo: &crate::repo::Repository) -> Result<Vec<(SnapshotId, Manifest)>> {
-        if self.snapshots.is_empty() {
-            let host = self.latest.latest_host.as_ref();
-            return Ok(repo
-                .list_snapshots()?
-                .into_iter()
-                .filter(|(_, m)| host.is_none_or(|h| &m.host == h))
-                .filter(|(_, m)| self.with_tag.as_ref().is_none_or(|t| m.tags.contains(t)))
-                .filter(|(_, m)| self.latest.latest_paths.iter().all(|p| m.paths.contains(p)))
-                .collect());
-        }
-        let latest = self.latest.filter();
-        let mut v: Vec<(SnapshotId, Manifest)> = Vec::new();
-        for s in &self.snapshots {
-            let found = repo.find_snapshot_of(s, &latest)?;
-            if !v.iter().any(|(id, _)| *id == found.0) {
-                v.push(found);
-            }
-        }
-        Ok(v)
+        super::chosen_snapshots(repo, &self.snapshots, self.with_tag.as_ref(), &self.latest)
     }
 }
 
