@@ -991,6 +991,12 @@ fn restore_overwrite_modes_delete_and_dry_run() {
     for n in ["old", "new", "gone", "same"] {
         std::fs::write(src.join(n), format!("snapshot {n}\n")).unwrap();
     }
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("sub/kept"), "kept").unwrap();
+    let sub_time = std::fs::File::open(src.join("sub")).unwrap();
+    sub_time
+        .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000))
+        .unwrap();
     let snap = env.backup(&[&src]);
     let t = env.path("t");
     let spec = format!("{snap}:{}", src.display());
@@ -1020,6 +1026,7 @@ fn restore_overwrite_modes_delete_and_dry_run() {
             .unwrap();
         f.set_modified(same).unwrap();
         std::fs::write(t.join("extra"), "x").unwrap();
+        std::fs::write(t.join("sub/junk"), "j").unwrap();
         std::fs::create_dir_all(t.join("dir/sub")).unwrap();
         std::fs::write(t.join("dir/sub/f"), "y").unwrap();
     };
@@ -1033,7 +1040,7 @@ fn restore_overwrite_modes_delete_and_dry_run() {
     let out = restore(&["--overwrite=never", "--json"]);
     assert!(out.status.success(), "{out:?}");
     let s = common::summary_of(&String::from_utf8_lossy(&out.stdout));
-    assert_eq!(s["summary"]["skipped"], 3, "{s}");
+    assert_eq!(s["summary"]["skipped"], 4, "{s}");
     assert_eq!(
         (read("old"), read("new"), read("gone"), read("same")),
         (
@@ -1085,8 +1092,14 @@ fn restore_overwrite_modes_delete_and_dry_run() {
     // --delete: the target is the snapshot again.
     let out = restore(&["--overwrite", "--delete", "--json"]);
     let s = common::summary_of(&String::from_utf8_lossy(&out.stdout));
-    assert_eq!(s["summary"]["deleted"], 2, "{s}");
+    assert_eq!(s["summary"]["deleted"], 3, "{s}");
     assert_eq!(without_times(&t), without_times(&src));
+    // Deleting sub/junk did not leave sub with the time of the deletion.
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(t.join("sub")).unwrap().mtime(),
+        1_500_000_000
+    );
     assert_eq!(
         restore(&["--overwrite", "--delete", "--include", "old"])
             .status
@@ -1097,7 +1110,7 @@ fn restore_overwrite_modes_delete_and_dry_run() {
     let fresh = env.path("fresh");
     let out = env.run(&["restore", &spec, "-t", fresh.to_str().unwrap(), "-n"]);
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("would restore 4 files"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("would restore 5 files"));
     assert!(!fresh.exists());
 }
 

@@ -422,6 +422,11 @@ pub fn restore(
         files::make_dir(&*dirs.get(item.dir())?, &item.name, &item.path)?;
         summary.dirs += 1;
     }
+    // What the snapshot lacks goes before anything is written, so that the
+    // directories' times, set last, are the snapshot's.
+    if !in_snapshot.is_empty() {
+        delete_extra(&dirs, &in_snapshot, &mut summary)?;
+    }
 
     // Files: find what is already in place, size each file, plan the blobs.
     let mut plan: HashMap<u32, PackWork> = HashMap::new();
@@ -652,9 +657,6 @@ pub fn restore(
             }
             summary.files_verified += 1;
         }
-    }
-    if !in_snapshot.is_empty() {
-        delete_extra(&dirs, &in_snapshot, &mut summary)?;
     }
     // Durable before the marker goes: one sync of the target's file system
     // (a per-file fsync would cost far more).
