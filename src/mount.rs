@@ -627,10 +627,17 @@ fn node_attr(ino: u64, node: &Node) -> FileAttr {
         },
         uid: node.uid,
         gid: node.gid,
-        rdev: u32::try_from(node.rdev).unwrap_or(0),
+        rdev: kernel_dev(node.rdev),
         blksize: 4096,
         flags: 0,
     }
+}
+
+/// A device number as FUSE hands it to the kernel (`new_encode_dev`), from
+/// the `st_rdev` a backup recorded (glibc's encoding).
+fn kernel_dev(rdev: u64) -> u32 {
+    let (major, minor) = (crate::util::dev_major(rdev), crate::util::dev_minor(rdev));
+    ((minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)) as u32
 }
 
 impl Filesystem for SnapshotFs {
@@ -931,4 +938,19 @@ fn unmount(dir: &Path) {
         }
     }
     tracing::warn!(dir = %dir.display(), "could not unmount: run `fusermount3 -u {}`", dir.display());
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn device_numbers_reach_the_kernel_in_its_encoding() {
+        // /dev/sda1 (8,1) reads the same in both; a minor above 255 does not.
+        assert_eq!(super::kernel_dev(libc::makedev(8, 1)), 0x801);
+        let big = libc::makedev(259, 70000);
+        let k = super::kernel_dev(big);
+        // The kernel's new_decode_dev.
+        let major = (k & 0xfff00) >> 8;
+        let minor = (k & 0xff) | ((k >> 12) & 0xfff00);
+        assert_eq!((major, minor), (259, 70000));
+    }
 }

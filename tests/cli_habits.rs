@@ -324,6 +324,9 @@ fn find_names_paths_blobs_and_packs() {
     std::fs::write(src.join("NOTES.txt"), b"top").unwrap();
     std::fs::write(src.join("b/deep/notes.txt"), b"deep").unwrap();
     let first = env.backup(&[&src]);
+    // The packs of the first backup (a backup may write several: each
+    // saver thread fills its own).
+    let first_packs: Vec<String> = walk_files(&env.repo.join("data"));
     std::fs::create_dir_all(src.join("c")).unwrap();
     std::fs::write(src.join("c/new.conf"), b"new = 2\n").unwrap();
     let second = env.backup(&[&src]);
@@ -388,19 +391,13 @@ fn find_names_paths_blobs_and_packs() {
             (second.clone(), vec![format!("{s}/x.conf")]),
         ]
     );
-    // --pack: every file and directory with a blob in it. The first
-    // backup's pack holds x.conf and the unchanged directories b and b/deep,
-    // not what the second backup added.
-    let packs: Vec<String> = walk_files(&env.repo.join("data"));
-    let pack_of_all = packs
-        .iter()
-        .find(|p| {
-            let f = found_paths(&env, &["--pack", p, "-s", &second]);
-            f.first()
-                .is_some_and(|(_, paths)| paths.contains(&format!("{s}/x.conf")))
-        })
-        .expect("a pack holds x.conf");
-    let by_pack = found_paths(&env, &["--pack", pack_of_all, "-s", &second]);
+    // --pack: every file and directory with a blob in them. The first
+    // backup's packs hold x.conf and the unchanged directories b and
+    // b/deep, not what the second backup added.
+    let mut args = vec!["--pack"];
+    args.extend(first_packs.iter().map(String::as_str));
+    args.extend(["-s", second.as_str()]);
+    let by_pack = found_paths(&env, &args);
     let paths = &by_pack[0].1;
     for p in ["b", "b/deep", "b/deep/notes.txt", "x.conf"] {
         assert!(paths.contains(&format!("{s}/{p}")), "{p}: {by_pack:?}");
