@@ -48,7 +48,9 @@ vfirst=$($V -r $VR snapshots --json | python3 -c 'import json,sys; print(json.lo
 vbig=$($V -r $VR snapshots --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[-1]["id"])')
 rfirst=$(restic -r $RR --no-cache snapshots --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["short_id"])')
 rbig=$(restic -r $RR --no-cache snapshots --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[-1]["short_id"])')
-# find --blob: the files holding the first data blob of README.
+# find --blob: the files holding README's blob (one chunk: 727 bytes), by
+# each tool's own id of it (vouch's is keyed; restic's is its SHA-256).
+rblob=$(sha256sum $D/linux-6.1/README | cut -c1-64)
 blob=$($V -r $VR cat tree "$vfirst:$D/linux-6.1" | python3 -c '
 import json,sys
 t=json.load(sys.stdin)["tree"]["nodes"]
@@ -56,7 +58,7 @@ print(next(n for n in t if bytes(n["name"])==b"README")["content"][0]["blob"])')
 if [[ -n $blob ]]; then
   for round in $(seq $ROUNDS); do
     t "vouch find-blob" $V -r $VR find --blob "$blob"
-    t "restic find-blob" restic -r $RR --no-cache find --blob "$blob"
+    t "restic find-blob" restic -r $RR --no-cache find --blob "$rblob"
   done
 fi
 # Reading through the mounts.
