@@ -23,7 +23,7 @@ hosts/<host>/<time> and tags/<tag>/<time> as symlinks to them, each with
 modes, times and extended attributes. Without --allow-other only the
 mounting user can enter. Needs /dev/fuse, and fusermount3 (Debian's fuse3)
 when not run as root. The repository holds a shared lock while mounted:
-prune waits.
+no prune can run until it is unmounted.
 
 EXIT STATUS
   0  unmounted cleanly (Ctrl-C, SIGTERM or fusermount3 -u)
