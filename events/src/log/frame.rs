@@ -20,8 +20,12 @@ pub(crate) enum Frame<'a> {
     Truncated,
     /// A length no writer produces.
     BadLength(u32),
-    /// The body does not match its hash.
-    BadHash,
+    /// The body does not match its hash; the frame's length fields were
+    /// plausible and its bytes are all there (`len`, header included).
+    BadHash {
+        /// Bytes the frame claims, header included.
+        len: usize,
+    },
 }
 
 /// Reads the frame at the start of `buf`.
@@ -47,7 +51,7 @@ pub(crate) fn read_frame(buf: &[u8]) -> Frame<'_> {
     let body = &buf[RECORD_HEADER_LEN..total];
     let hash = EventHash::of(body);
     if hash.0 != h {
-        return Frame::BadHash;
+        return Frame::BadHash { len: total };
     }
     Frame::Record {
         hash,
@@ -86,7 +90,7 @@ mod tests {
         assert_eq!(read_frame(&buf[..10]), Frame::Truncated);
         let mut bad = buf.clone();
         bad[40] ^= 1;
-        assert_eq!(read_frame(&bad), Frame::BadHash);
+        assert_eq!(read_frame(&bad), Frame::BadHash { len: 41 });
         let zeros = [0u8; 64];
         assert_eq!(read_frame(&zeros), Frame::BadLength(0));
     }

@@ -165,6 +165,8 @@ struct Cursor {
     /// Whether records before `next_seq` may still come (set when a
     /// segment is located): they are skipped without decoding their event.
     skipping: bool,
+    /// While skipping: the seq of the record at `pos`.
+    at_seq: u64,
     /// When set, every record returned is also appended here as its exact
     /// frame (header and body), for [`LogReader::frames`].
     capture: Option<Vec<u8>>,
@@ -181,6 +183,7 @@ impl Cursor {
             pos: 0,
             prev_hash: None,
             skipping: false,
+            at_seq: 0,
             capture: None,
         }
     }
@@ -223,6 +226,7 @@ impl Cursor {
             return Ok(false);
         }
         check_header(&seg, &data)?;
+        self.at_seq = seg.first_seq;
         self.segment = Some(seg);
         self.data = data;
         self.base = 0;
@@ -290,6 +294,26 @@ impl Cursor {
         }
     }
 
+    /// Damage at the current position: the seq is the damaged record's
+    /// (while passing over records before the wanted one, an earlier seq
+    /// than the one asked for).
+    fn damage_at(&self, message: &str) -> EventError {
+        EventError::Corrupt {
+            path: self
+                .segment
+                .as_ref()
+                .map(|s| s.path.clone())
+                .unwrap_or_default(),
+            offset: self.base + self.pos as u64,
+            seq: if self.skipping {
+                self.at_seq.min(self.next_seq)
+            } else {
+                self.next_seq
+            },
+            message: message.to_owned(),
+        }
+    }
+
     /// The next envelope, or `None` at the current end of the log. A
     /// damaged record is an error, never an end; `durable` says the writer
     /// has acknowledged `next_seq`, so even a record cut short is damage.
@@ -307,9 +331,11 @@ impl Cursor {
                         // is read, not its event. Same checks, same errors:
                         // the event itself never fails to decode (it
                         // becomes `Event::Unknown`).
-                        if decode_persisted(body)?.seq < self.next_seq {
+                        let seq = decode_persisted(body)?.seq;
+                        if seq < self.next_seq {
                             self.pos += len;
                             self.prev_hash = Some(hash);
+                            self.at_seq = seq + 1;
                             continue;
                         }
                         self.skipping = false;
@@ -345,6 +371,28 @@ impl Cursor {
                     self.prev_hash = Some(hash);
                     return Ok(Some(env));
                 }
+                // A damaged record before the wanted seq, whose framing
+                // the next record confirms (it is whole, matches its
+                // checksum and carries the seq after): passed over, so
+                // that old damage (which the scrub and `vouch events
+                // verify` report) does not stop readers of later events,
+                // such as the read model catching up. Reading the damaged
+                // record itself is still an error.
+                Frame::BadHash { len } if self.skipping && self.at_seq < self.next_seq => {
+                    let confirmed = match read_frame(&self.data[self.pos + len..]) {
+                        Frame::Record { body, .. } => {
+                            decode_persisted(body).is_ok_and(|p| p.seq == self.at_seq + 1)
+                        }
+                        _ => false,
+                    };
+                    if !confirmed {
+                        return Err(self.damage_at("record does not match its checksum"));
+                    }
+                    self.pos += len;
+                    self.at_seq += 1;
+                    // The chain across the damaged record cannot be checked.
+                    self.prev_hash = None;
+                }
                 // The end of what is there now: new data or a new segment.
                 other => {
                     let damage = match other {
@@ -353,7 +401,7 @@ impl Cursor {
                         Frame::BadLength(l) => {
                             Some((format!("impossible record length {l}"), false))
                         }
-                        Frame::BadHash => {
+                        Frame::BadHash { .. } => {
                             Some(("record does not match its checksum".to_string(), false))
                         }
                         Frame::Record { .. } => unreachable!("handled above"),
@@ -385,16 +433,7 @@ impl Cursor {
                         None if short => "; the writer had acknowledged it".to_string(),
                         None => String::new(),
                     };
-                    return Err(EventError::Corrupt {
-                        path: self
-                            .segment
-                            .as_ref()
-                            .map(|s| s.path.clone())
-                            .unwrap_or_default(),
-                        offset: self.base + self.pos as u64,
-                        seq: self.next_seq,
-                        message: format!("{what}{following}"),
-                    });
+                    return Err(self.damage_at(&format!("{what}{following}")));
                 }
             }
         }

@@ -134,7 +134,7 @@ pub(crate) fn walk_records(
                     what: format!("impossible record length {l}"),
                 }
             }
-            Frame::BadHash => {
+            Frame::BadHash { .. } => {
                 break WalkEnd::Damaged {
                     offset: pos,
                     what: "record does not match its checksum".into(),

@@ -817,3 +817,60 @@ fn an_import_refuses_a_gap_a_damaged_record_and_a_used_directory() {
     let used = LogImporter::create(src.path(), 1 << 20).expect_err("not empty");
     assert!(used.to_string().contains("not empty"), "{used}");
 }
+
+/// Found by the chaos runner (`vouch chaos run --scenario disk`): one
+/// flipped bit in an old record made every read from a later seq fail, so
+/// the service's read model stopped catching up and `/api/v1/events`
+/// answered 500 for new events, although the damaged record was behind
+/// them all. A reader now passes over a damaged record before the seq it
+/// wants when the next record confirms the framing; reading the damaged
+/// record itself, or a record whose length is damaged, is still an error,
+/// naming the damaged record's seq.
+#[test]
+fn regression_chaos_old_damage_does_not_stop_readers_of_later_events() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let seg = log_of_five(dir.path());
+    let recs = records(&seg);
+    let mut data = fs::read(&seg).expect("read");
+    let (off, len) = recs[1];
+    data[off + len - 1] ^= 0x01; // inside seq 2's payload
+    fs::write(&seg, &data).expect("write");
+    let reader = LogReader::new(dir.path());
+    let later: Vec<u64> = reader
+        .replay_from(4)
+        .expect("replay")
+        .map(|e| e.expect("seq 4 and 5 read").seq)
+        .collect();
+    assert_eq!(later, vec![4, 5]);
+    let from3: Vec<u64> = reader
+        .replay_from(3)
+        .expect("replay")
+        .map(|e| e.expect("seq 3 on read").seq)
+        .collect();
+    assert_eq!(from3, vec![3, 4, 5]);
+    // The damaged record itself, and anything asking for it, fails.
+    for from in [1, 2] {
+        let results: Vec<_> = reader.replay_from(from).expect("replay").collect();
+        assert!(
+            matches!(
+                results.last(),
+                Some(Err(EventError::Corrupt { seq: 2, .. }))
+            ),
+            "from {from}: {results:?}"
+        );
+    }
+    // A damaged length cannot be passed over: the error names the seq of
+    // the damaged record, not the one asked for.
+    let mut data = fs::read(&seg).expect("read");
+    data[off + len - 1] ^= 0x01;
+    data[off..off + 4].copy_from_slice(&7u32.to_le_bytes());
+    fs::write(&seg, &data).expect("write");
+    let results: Vec<_> = reader.replay_from(4).expect("replay").collect();
+    assert!(
+        matches!(
+            results.first(),
+            Some(Err(EventError::Corrupt { seq: 2, .. }))
+        ),
+        "{results:?}"
+    );
+}
