@@ -509,6 +509,7 @@ impl EventLog {
         let fault = self.sync_faults.clone();
         let result = match &mut self.active {
             Some((seg, file, len)) => match file.write_all(&buf).and_then(|()| {
+                super::crash::at("log-batch-written");
                 #[cfg(test)]
                 if let Some(h) = &hook {
                     h();
@@ -541,6 +542,7 @@ impl EventLog {
         };
         self.buf = buf;
         result?;
+        super::crash::at("log-batch-synced");
         let receipt = AppendReceipt {
             first_seq: self.next_seq,
             last_seq: seq - 1,
@@ -557,6 +559,7 @@ impl EventLog {
             self.poisoned = true;
             return Err(e);
         }
+        super::crash::at("log-head-written");
         self.next_seq = seq;
         self.last_hash = hash;
         self.checkpoint(receipt.last_seq, hash, now);
