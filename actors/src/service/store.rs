@@ -86,9 +86,9 @@ pub struct AppendStatus {
 
 impl AppendStatus {
     /// Whether appends have failed for at least `after` at `now_unix_ns`:
-    /// the service cannot record anything and will not recover by itself
-    /// (a poisoned writer stays poisoned), so it should stop and be
-    /// restarted (the log is reopened and its tail repaired).
+    /// the service cannot record anything and has not recovered by itself
+    /// (a poisoned writer is reopened at most once a second, and that has
+    /// kept failing), so it should stop and be restarted.
     pub fn should_escalate(&self, now_unix_ns: i64, after: std::time::Duration) -> bool {
         self.failing_since_unix_ns
             .is_some_and(|t| now_unix_ns.saturating_sub(t) >= crate::duration_to_ns(after))

@@ -88,7 +88,8 @@ pub struct EventLog {
     dir: PathBuf,
     options: LogOptions,
     clock: Arc<dyn Clock>,
-    _lock: File,
+    /// The directory's lock (released only to reopen in place).
+    lock: Option<File>,
     active: Option<(SegmentFile, File, u64)>,
     next_seq: u64,
     last_hash: EventHash,
@@ -402,7 +403,7 @@ impl EventLog {
             dir,
             options,
             clock,
-            _lock: lock,
+            lock: Some(lock),
             active,
             next_seq,
             last_hash,
@@ -601,6 +602,99 @@ impl EventLog {
 
     pub(crate) fn notifier(&self) -> Arc<Notifier> {
         self.notifier.clone()
+    }
+
+    /// Whether appends are refused until the log is reopened (a failed
+    /// append could not be undone, or one panicked).
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    /// Reopens a poisoned writer in place: the directory is opened again
+    /// as [`EventLog::open`] does after a crash (an unacknowledged tail
+    /// the failed append left is cut, kept aside and recorded), keeping
+    /// the notifier readers and subscriptions wait on. Acknowledged events
+    /// are never cut here, whatever the options say. On error the writer
+    /// stays poisoned (and keeps its lock) and may be reopened again later.
+    pub fn reopen(&mut self) -> Result<()> {
+        // What the failed append left beyond the last acknowledged event
+        // is cut first (and kept aside): its callers were told it failed,
+        // so it must not come back as acknowledged, as whole records
+        // beyond the durable head would after a crash.
+        let cut = self.cut_unacknowledged()?;
+        let options = LogOptions {
+            allow_cut_acknowledged: false,
+            ..self.options.clone()
+        };
+        // The new writer takes the directory's lock: this one lets go.
+        self.lock = None;
+        match EventLog::open(&self.dir, options, self.clock.clone()) {
+            Ok(mut fresh) => {
+                fresh.options = self.options.clone();
+                fresh.notifier = self.notifier.clone();
+                fresh.notifier.publish(fresh.last_seq());
+                #[cfg(test)]
+                {
+                    fresh.before_sync = self.before_sync.take();
+                }
+                #[cfg(feature = "failpoints")]
+                {
+                    fresh.sync_faults = self.sync_faults.clone();
+                }
+                tracing::warn!(dir = %self.dir.display(), next_seq = fresh.next_seq, bytes_cut = cut.as_ref().map_or(0, |r| r.bytes), "event log reopened after a write it could not undo");
+                *self = fresh;
+                if let Some(r) = cut {
+                    self.append_one(&r.into())?;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.lock = lock_dir(&self.dir).ok();
+                Err(e)
+            }
+        }
+    }
+
+    /// Cuts the active segment back to the end of the last acknowledged
+    /// event, setting the bytes after it aside; what to record, if
+    /// anything was cut.
+    fn cut_unacknowledged(&mut self) -> Result<Option<LogRepaired>> {
+        let Some((seg, _, _)) = &self.active else {
+            return Ok(None);
+        };
+        let path = seg.path.clone();
+        let data = fs::read(&path)
+            .map_err(|e| EventError::io(format!("reading {}", path.display()), e))?;
+        let mut end = crate::format::SEGMENT_HEADER_LEN.min(data.len());
+        let mut seq = seg.first_seq;
+        walk_records(&data, seg.first_seq, None, |off, _, body| {
+            if seq < self.next_seq {
+                end = off + crate::format::RECORD_HEADER_LEN + body.len();
+            }
+            seq += 1;
+        });
+        if end >= data.len() {
+            return Ok(None);
+        }
+        let side = set_aside_tail(&path, &data[end..], self.next_seq)?;
+        let f = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|e| EventError::io(format!("opening {}", path.display()), e))?;
+        f.set_len(end as u64)
+            .and_then(|()| f.sync_data())
+            .map_err(|e| EventError::io(format!("truncating {}", path.display()), e))?;
+        tracing::warn!(segment = %path.display(), offset = end, kept_in = %side.display(), "event log: the bytes of an append that failed were cut");
+        Ok(Some(LogRepaired {
+            from_seq: self.next_seq,
+            bytes: (data.len() - end) as u64,
+            acknowledged_seq: self.next_seq.saturating_sub(1),
+            lost_acknowledged: false,
+            reason: "an append failed and could not be undone at once (the disk failed); its \
+                     bytes were cut when the log was reopened, and its callers had been told it \
+                     failed"
+                .into(),
+        }))
     }
 
     /// Marks the writer unusable (after a panic in the middle of an
