@@ -655,10 +655,17 @@ impl EventLog {
         }
     }
 
-    /// Cuts the active segment back to the end of the last acknowledged
-    /// event, setting the bytes after it aside; what to record, if
-    /// anything was cut.
+    /// Brings the log back to what this writer acknowledged: `HEAD` says
+    /// its last acknowledged event again (a head write whose sync failed
+    /// may have landed with a seq nobody was told of), and the active
+    /// segment is cut back to the end of that event, the bytes after it
+    /// set aside; what to record, if anything was cut. `HEAD` first: a cut
+    /// that then fails leaves a log whose head is still a lower bound.
     fn cut_unacknowledged(&mut self) -> Result<Option<LogRepaired>> {
+        self.head.write(AckHead {
+            seq: self.next_seq.saturating_sub(1),
+            hash: self.last_hash,
+        })?;
         let Some((seg, _, _)) = &self.active else {
             return Ok(None);
         };
