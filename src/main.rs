@@ -81,6 +81,7 @@ fn main() {
             | vouch::cli::Command::Events(_)
             | vouch::cli::Command::Agent(_)
             | vouch::cli::Command::Dr(_)
+            | vouch::cli::Command::Chaos(_)
             | vouch::cli::Command::Generate(_)
     ) {
         let json = cli.json;

@@ -9,6 +9,7 @@
 
 pub mod powercut;
 pub mod proxy;
+pub mod runner;
 pub mod s3_faults;
 
 use std::fs::OpenOptions;

@@ -5,6 +5,7 @@ mod agent_cmd;
 mod backup_cmd;
 #[cfg(feature = "bench")]
 mod bench_cmd;
+mod chaos_cmd;
 mod copy_cmd;
 pub mod defaults;
 mod dr_cmd;
@@ -168,6 +169,9 @@ pub enum Command {
     Dr(dr_cmd::DrArgs),
     /// Shell completions and man pages (the package ships them).
     Generate(generate_cmd::GenerateArgs),
+    /// Break a deployment on purpose and check that nothing was lost (runs
+    /// the chaos harness, `vouch-chaos`).
+    Chaos(chaos_cmd::ChaosArgs),
 }
 
 /// Shared handle for subcommands.
@@ -468,13 +472,15 @@ pub fn run(cli: Cli) -> Result<i32> {
         | Command::Events(_)
         | Command::Agent(_)
         | Command::Dr(_)
+        | Command::Chaos(_)
         | Command::Generate(_) => Err(Error::InvalidArgument(
-            "serve, token, events, agent, dr and generate run through cli::run_service".into(),
+            "serve, token, events, agent, dr, chaos and generate run through cli::run_service"
+                .into(),
         )),
     }
 }
 
-/// Runs `serve`, `token`, `events`, `agent`, `dr` or `generate` (errors at the binary's edge, as
+/// Runs `serve`, `token`, `events`, `agent`, `dr`, `chaos` or `generate` (errors at the binary's edge, as
 /// `anyhow`). Returns `None` for any other command.
 pub fn run_service(
     command: Command,
@@ -484,6 +490,7 @@ pub fn run_service(
     match command {
         Command::Dr(a) => Some(dr_cmd::run(a, repo, json)),
         Command::Generate(a) => Some(generate_cmd::run(a)),
+        Command::Chaos(a) => Some(chaos_cmd::run(a)),
         Command::Serve(a) => Some(serve::serve(a)),
         Command::Token(a) => Some(serve::token(a)),
         Command::Events(a) => Some(events_cmd::run(a, json)),

@@ -1,0 +1,124 @@
+//! The CI lane of the chaos harness: `vouch-chaos run` with fixed seeds
+//! against the real `vouch` binary (a service, agents, their repositories),
+//! every scenario, about six minutes in all. Each run must end with every
+//! invariant held, faults of several kinds injected, and the invariants
+//! that every run reaches actually checked. A failure prints the report,
+//! whose replay command reruns the same schedule.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The `vouch` binary the workspace built beside this one (`cargo test
+/// --workspace` builds it for the root package's tests).
+fn vouch() -> PathBuf {
+    let chaos = PathBuf::from(env!("CARGO_BIN_EXE_vouch-chaos"));
+    let vouch = chaos.with_file_name("vouch");
+    assert!(
+        vouch.exists(),
+        "{} is missing: run the workspace's tests (`cargo test --workspace`), which build it",
+        vouch.display()
+    );
+    vouch
+}
+
+fn run(seed: u64, duration: &str) -> Value {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let report = dir.path().join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_vouch-chaos"))
+        .args(["run", "--seed", &seed.to_string(), "--duration", duration])
+        .args(["--agents", "2", "--quiet", "--json"])
+        .arg("--vouch")
+        .arg(vouch())
+        .arg("--work-dir")
+        .arg(dir.path().join("work"))
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .expect("vouch-chaos runs");
+    let md = std::fs::read_to_string(report.with_extension("md")).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "seed {seed}: exit {:?}\n{md}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("a JSON report on stdout");
+    assert_eq!(v["verdict"], "held", "{md}");
+    for must in [
+        "acknowledged-events",
+        "snapshots-restore",
+        "proof-rules",
+        "jobs-once",
+        "clean-failures",
+    ] {
+        let inv = v["invariants"]
+            .as_array()
+            .and_then(|a| a.iter().find(|i| i["name"] == must))
+            .unwrap_or_else(|| panic!("no invariant {must} in the report"));
+        assert!(
+            inv["checks"].as_u64().unwrap_or(0) > 0,
+            "{must} was never checked\n{md}"
+        );
+    }
+    v
+}
+
+#[test]
+fn fixed_seeds_keep_every_invariant() {
+    let mut kinds = std::collections::BTreeSet::new();
+    for seed in [4, 17] {
+        let v = run(seed, "150s");
+        for f in v["faults"].as_array().into_iter().flatten() {
+            if f["injected"] == true {
+                kinds.insert(f["fault"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+    }
+    assert!(kinds.len() >= 5, "only {kinds:?} were injected");
+}
+
+#[test]
+fn list_and_replay_name_what_they_do() {
+    let out = Command::new(env!("CARGO_BIN_EXE_vouch-chaos"))
+        .args(["list", "--json"])
+        .output()
+        .expect("vouch-chaos runs");
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let names: Vec<&str> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(names, ["crash", "disk", "clock", "network", "concurrency"]);
+    // A replay of a file that is no report says so, exit 2.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{}").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_vouch-chaos"))
+        .arg("replay")
+        .arg(&bad)
+        .output()
+        .expect("vouch-chaos runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("replay"));
+    // A schedule is shown without running anything.
+    let plan = |seed: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_vouch-chaos"))
+            .args(["run", "--seed", seed, "--duration", "10m", "--dry-run"])
+            .output()
+            .expect("vouch-chaos runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(plan("5"), plan("5"));
+    assert_ne!(plan("5"), plan("6"));
+    assert!(plan("5").contains("kill-server") || plan("5").contains("bit-rot-pack"));
+}
