@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use vouch_events::{
     Event, JobKind, Plan, PlanId, Point, PointState, Projections, RepositoryId, SnapshotId,
-    VerifyDepth,
+    VerifyDepth, CLOCK_TOLERANCE_NS,
 };
 
 use super::command::JobCommand;
@@ -426,7 +426,7 @@ pub fn periodic_checks(p: &Projections, now_ns: i64) -> Vec<JobCommand> {
             };
             if let Some(every) = def.verification.every {
                 let last = newest.last_verification.as_ref().map(|v| v.at.unix_ns);
-                let stale = last.is_none_or(|t| now_ns.saturating_sub(t) >= duration_to_ns(every));
+                let stale = last.is_none_or(|t| stale_since(t, now_ns, every));
                 if stale && !job_open(JobKind::Verify) {
                     out.push(JobCommand::Verify {
                         point: newest.id,
@@ -442,8 +442,7 @@ pub fn periodic_checks(p: &Projections, now_ns: i64) -> Vec<JobCommand> {
                     .find(|pt| matches!(pt.state, PointState::Verified | PointState::Recoverable));
                 if let Some(pt) = candidate {
                     let last = pt.last_restore_test.as_ref().map(|r| r.at.unix_ns);
-                    let stale =
-                        last.is_none_or(|t| now_ns.saturating_sub(t) >= duration_to_ns(every));
+                    let stale = last.is_none_or(|t| stale_since(t, now_ns, every));
                     if stale && !job_open(JobKind::RestoreTest) {
                         out.push(JobCommand::RestoreTest {
                             point: pt.id,
@@ -458,6 +457,16 @@ pub fn periodic_checks(p: &Projections, now_ns: i64) -> Vec<JobCommand> {
         }
     }
     out
+}
+
+/// Whether a check recorded at `last` is due again at `now` every `every`:
+/// when that long has passed, or when `last` lies in the future beyond the
+/// clock tolerance (the wall clock stepped back since, e.g. after running
+/// ahead: without this, periodic checks would stall for the size of the
+/// step; found by the chaos runner).
+fn stale_since(last: i64, now_ns: i64, every: std::time::Duration) -> bool {
+    now_ns.saturating_sub(last) >= duration_to_ns(every)
+        || last > now_ns.saturating_add(CLOCK_TOLERANCE_NS)
 }
 
 /// The rolling read-back window: every pack of a repository is read back
@@ -524,7 +533,9 @@ pub fn read_back_due(p: &Projections, now_ns: i64, cfg: &ReadBackWindow) -> Vec<
                 intact.max(damaged)
             });
             let is_due = match last_read {
-                Some(t) => t < turn_started,
+                // A read recorded in the future (the clock stepped back
+                // since) does not hold off the slice's turns.
+                Some(t) => t < turn_started || t > now_ns.saturating_add(CLOCK_TOLERANCE_NS),
                 None => behind == 0,
             };
             if is_due {
@@ -992,6 +1003,52 @@ mod tests {
         assert_eq!(restore_samples(&history(vec![]), 90_000), vec![None]);
         let sampled = history(vec![(1000, restore_passed(1, false))]);
         assert_eq!(restore_samples(&sampled, 3600), vec![Some(100)]);
+    }
+
+    /// Found by the chaos runner: checks recorded while the wall clock ran
+    /// two hours ahead held off the next ones for two hours once the clock
+    /// came back (verifications, restore tests and the read-back of the
+    /// slice holding a damaged pack that had been put back). A check
+    /// recorded in the future beyond the clock tolerance is due.
+    #[test]
+    fn checks_recorded_in_the_future_do_not_hold_off_the_next() {
+        let Event::PlanCreated(mut c) = plan("main") else {
+            unreachable!()
+        };
+        c.definition.verification.every = Some(Duration::from_secs(60));
+        c.definition.restore_test.every = Some(Duration::from_secs(60));
+        let kinds = |p: &Projections, now: i64| {
+            let checks = periodic_checks(p, now * S);
+            (
+                checks
+                    .iter()
+                    .filter(|c| matches!(c, JobCommand::Verify { .. }))
+                    .count(),
+                checks
+                    .iter()
+                    .filter(|c| matches!(c, JobCommand::RestoreTest { .. }))
+                    .count(),
+            )
+        };
+        // Committed at 100 s; verified and restore-tested while the clock
+        // said 7300 s (two hours ahead).
+        let h = vec![
+            (0, c.into()),
+            (100, commit(1, "main", "p-main", 100, 5)),
+            (7300, verify_passed(1)),
+            (7301, restore_passed(1, true)),
+        ];
+        let p = state(&h);
+        assert_eq!(kinds(&p, 7330), (0, 0), "fresh at the time they claim");
+        assert_eq!(kinds(&p, 7100), (0, 0), "within the tolerance");
+        assert_eq!(kinds(&p, 130), (1, 1), "the clock came back: due");
+        // The read-back of a slice read in the future is due too.
+        let r = state(&[(0, plan("main")), (10_000, read(&[0], 4, false))]);
+        assert_eq!(due(&r, 2_810), vec![("main".into(), vec![0])]);
+        assert!(
+            due(&r, 10_010).is_empty(),
+            "read this turn, by its own clock"
+        );
     }
 
     /// Found by `cargo mutants` (`open_jobs` emptied, or its `!` deleted):

@@ -63,6 +63,14 @@ struct RunArgs {
     /// Print the schedule the seed makes (the faults and when), run nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Watch a deployment you run instead of starting one
+    /// (`http://HOST:PORT`; plain HTTP, e.g. through an SSH tunnel): nothing
+    /// is injected, the API-level invariants are checked for --duration.
+    #[arg(long, requires = "token_file", value_name = "URL")]
+    server: Option<String>,
+    /// The token for --server (a viewer token suffices).
+    #[arg(long, requires = "server", value_name = "FILE")]
+    token_file: Option<PathBuf>,
     #[command(flatten)]
     common: CommonArgs,
 }
@@ -118,6 +126,9 @@ fn main() -> ExitCode {
                 print_schedule(seed, a.duration, &scenarios);
                 return ExitCode::SUCCESS;
             }
+            if let (Some(url), Some(token_file)) = (&a.server, &a.token_file) {
+                return watch(url, token_file, a.duration, &a.common);
+            }
             go(seed, a.duration, scenarios, a.agents, a.common)
         }
         Command::Replay { file, common } => {
@@ -138,6 +149,43 @@ fn main() -> ExitCode {
                 key.agents,
                 common,
             )
+        }
+    }
+}
+
+fn watch(url: &str, token_file: &PathBuf, duration: Duration, c: &CommonArgs) -> ExitCode {
+    let addr = url
+        .strip_prefix("http://")
+        .map(|rest| rest.trim_end_matches('/'))
+        .and_then(|hp| {
+            use std::net::ToSocketAddrs;
+            hp.to_socket_addrs().ok().and_then(|mut a| a.next())
+        });
+    let Some(server) = addr else {
+        eprintln!(
+            "vouch chaos: --server takes http://HOST:PORT (plain HTTP; reach an HTTPS service \
+             through a local listener or an SSH tunnel)"
+        );
+        return ExitCode::from(2);
+    };
+    let token = match std::fs::read_to_string(token_file) {
+        Ok(t) => t.trim().to_owned(),
+        Err(e) => {
+            eprintln!("vouch chaos: reading {}: {e}", token_file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let opts = runner::AttachOptions {
+        server,
+        token,
+        duration,
+        sample_every: Duration::from_secs(3),
+    };
+    match runner::attach(opts) {
+        Ok(report) => emit(&report, c),
+        Err(e) => {
+            eprintln!("vouch chaos: {e}");
+            ExitCode::from(3)
         }
     }
 }
@@ -192,7 +240,7 @@ fn go(
 ) -> ExitCode {
     scenarios.sort();
     scenarios.dedup();
-    let work = c.work_dir.unwrap_or_else(|| {
+    let work = c.work_dir.clone().unwrap_or_else(|| {
         let secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -216,7 +264,7 @@ fn go(
         seed,
         duration,
         scenarios,
-        vouch: c.vouch.unwrap_or_else(runner::default_vouch),
+        vouch: c.vouch.clone().unwrap_or_else(runner::default_vouch),
         work: work.clone(),
         agents,
         recovery_limit: c.recovery_limit,
@@ -224,7 +272,7 @@ fn go(
         real_tree: if c.no_real_tree {
             None
         } else {
-            c.real_tree.or_else(runner::default_real_tree)
+            c.real_tree.clone().or_else(runner::default_real_tree)
         },
         sample_every: Duration::from_secs(3),
         progress: !c.quiet,
@@ -243,7 +291,12 @@ fn go(
             return ExitCode::from(3);
         }
     };
-    let json = serde_json::to_string_pretty(&report).unwrap_or_default();
+    emit(&report, &c)
+}
+
+/// Writes the report where asked; the exit code of its verdict.
+fn emit(report: &report::Report, c: &CommonArgs) -> ExitCode {
+    let json = serde_json::to_string_pretty(report).unwrap_or_default();
     let md = report.markdown();
     if let Some(path) = &c.report {
         let written = std::fs::write(path, &json)

@@ -52,17 +52,25 @@ pub fn demands() -> Vec<(&'static str, &'static str)> {
     ]
 }
 
-/// Heals, settles, checks; the per-invariant results.
-pub fn finish(run: &mut Run) -> Vec<InvariantResult> {
-    settle(run);
-    // The whole log once more: every event seen during the run must still
-    // be there with its hash.
+/// The checks of an attached run: the log read again, alerts and jobs.
+pub fn attached(
+    client: &super::http::Client,
+    obs: &observe::Shared,
+    t0: Instant,
+) -> Vec<InvariantResult> {
+    reread_log(client, obs, t0);
+    results(&lock(obs))
+}
+
+/// Reads the whole log again: every event seen before must still be there
+/// with its hash; then the alert and job checks over the log.
+fn reread_log(client: &super::http::Client, obs: &observe::Shared, t0: Instant) {
     let fresh = observe::Shared::default();
-    let reread = observe::read_events(run.client(), &fresh, run.t0);
-    let at = run.now_s();
+    let reread = observe::read_events(client, &fresh, t0);
+    let at = t0.elapsed().as_secs_f64();
     {
         let fresh = lock(&fresh);
-        let mut o = lock(&run.obs);
+        let mut o = lock(obs);
         if !reread {
             o.violated(
                 inv::EVENTS,
@@ -95,6 +103,15 @@ pub fn finish(run: &mut Run) -> Vec<InvariantResult> {
         check_alerts(&mut o, at);
         check_jobs(&mut o, at);
     }
+}
+
+/// Heals, settles, checks; the per-invariant results.
+pub fn finish(run: &mut Run) -> Vec<InvariantResult> {
+    settle(run);
+    // The whole log once more: every event seen during the run must still
+    // be there with its hash.
+    reread_log(run.client(), &run.obs, run.t0);
+    let at = run.now_s();
     let stopped = run.dep.stop_all();
     {
         let mut o = lock(&run.obs);
@@ -110,7 +127,25 @@ pub fn finish(run: &mut Run) -> Vec<InvariantResult> {
     verify_log(run);
     check_repositories(run);
     check_logs(run);
-    let o = lock(&run.obs);
+    keep_data(run);
+    results(&lock(&run.obs))
+}
+
+/// A data directory on a tmpfs goes with it: copied beside it first, so
+/// that the run can be inspected afterwards.
+fn keep_data(run: &Run) {
+    if run.dep.opts.tmpfs_bytes.is_some() {
+        let to = run.opts.work.join("data-after-run");
+        let _ = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&run.dep.data)
+            .arg(&to)
+            .status();
+    }
+}
+
+/// Every invariant's result from what was observed.
+fn results(o: &Observed) -> Vec<InvariantResult> {
     demands()
         .into_iter()
         .map(|(name, demands)| {

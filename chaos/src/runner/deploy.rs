@@ -167,8 +167,12 @@ impl Deployment {
             ));
             env.push(("FAKETIME_NO_CACHE".into(), "1".into()));
             // A step of the wall clock, as NTP or an operator makes it: the
-            // monotonic clock goes on.
+            // monotonic clock goes on, and the times files carry stay what
+            // they are (libfaketime would shift every stat() by the
+            // offset, which no real clock step does: restore tests then
+            // see every restored mtime differ from the manifest).
             env.push(("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()));
+            env.push(("NO_FAKE_STAT".into(), "1".into()));
         }
         if fiu && self.opts.fiu {
             libs.push(FIU_RUN_LIB.to_owned());

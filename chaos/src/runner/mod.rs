@@ -355,7 +355,9 @@ pub fn run(opts: RunOptions) -> Result<Report, RunError> {
         let due = t0 + Duration::from_millis(step.at_ms);
         while Instant::now() < due {
             run.tend();
-            std::thread::sleep(Duration::from_millis(200).min(due - Instant::now().min(due)));
+            std::thread::sleep(
+                Duration::from_millis(200).min(due.saturating_duration_since(Instant::now())),
+            );
         }
         run.tend();
         execute(&mut run, step);
@@ -369,6 +371,73 @@ pub fn run(opts: RunOptions) -> Result<Report, RunError> {
     let _ = sampler.join();
     let checks = checks::finish(&mut run);
     Ok(Report::new(&run, &schedule, checks))
+}
+
+/// What `vouch chaos run --server URL --token-file F` watches.
+#[derive(Clone, Debug)]
+pub struct AttachOptions {
+    /// The service (plain HTTP: a loopback listener, or a tunnel to one).
+    pub server: std::net::SocketAddr,
+    /// An admin or viewer token.
+    pub token: String,
+    /// How long to watch.
+    pub duration: Duration,
+    /// How often to sample.
+    pub sample_every: Duration,
+}
+
+/// Watches a deployment the runner does not control: it injects nothing
+/// (the operator breaks what they want meanwhile) and checks what can be
+/// checked from the API: events never lost or changed, the proof rules at
+/// every sample, alerts and jobs once. The other invariants need the
+/// processes and files and are reported as not checked.
+pub fn attach(opts: AttachOptions) -> Result<Report, RunError> {
+    let client = http::Client {
+        addr: opts.server,
+        token: opts.token,
+        timeout: Duration::from_secs(10),
+    };
+    match client.get_json("/api/v1/whoami") {
+        Ok(_) => {}
+        Err(e) => {
+            return Err(RunError::Deployment(format!(
+                "the service at {} does not answer with this token: {e}",
+                opts.server
+            )))
+        }
+    }
+    let t0 = Instant::now();
+    let obs = Shared::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = observe::sampler(
+        client.clone(),
+        obs.clone(),
+        t0,
+        opts.sample_every,
+        stop.clone(),
+    );
+    std::thread::sleep(opts.duration);
+    stop.store(true, Ordering::Relaxed);
+    let _ = sampler.join();
+    let invariants = checks::attached(&client, &obs, t0);
+    let o = lock(&obs);
+    Ok(Report::from_parts(report::Parts {
+        replay: report::ReplayKey {
+            seed: 0,
+            duration_s: opts.duration.as_secs(),
+            scenarios: Vec::new(),
+            agents: 0,
+        },
+        replay_command: "(attached to a deployment: nothing was injected, nothing to replay)"
+            .into(),
+        work_dir: String::new(),
+        took_s: t0.elapsed().as_secs_f64(),
+        planned_faults: 0,
+        faults: Vec::new(),
+        observed: &o,
+        invariants,
+        notes: vec![format!("attached to http://{}", opts.server)],
+    }))
 }
 
 fn execute(run: &mut Run, step: &Planned) {

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::checks::InvariantResult;
-use super::observe::{lock, Incident};
+use super::observe::{lock, Incident, Observed};
 use super::scenario::{Planned, Scenario};
 use super::{FaultRecord, Run};
 
@@ -21,6 +21,28 @@ pub struct ReplayKey {
     pub scenarios: Vec<Scenario>,
     /// Agents.
     pub agents: usize,
+}
+
+/// What a report is made of.
+pub struct Parts<'a> {
+    /// How to run it again.
+    pub replay: ReplayKey,
+    /// The command line that does.
+    pub replay_command: String,
+    /// Where the files stayed.
+    pub work_dir: String,
+    /// Seconds it took.
+    pub took_s: f64,
+    /// Faults the seed planned.
+    pub planned_faults: usize,
+    /// The faults.
+    pub faults: Vec<FaultRecord>,
+    /// What the sampler and the checks saw.
+    pub observed: &'a Observed,
+    /// The invariants' results.
+    pub invariants: Vec<InvariantResult>,
+    /// Notes.
+    pub notes: Vec<String>,
 }
 
 /// A run's report.
@@ -66,18 +88,33 @@ pub struct Report {
 impl Report {
     /// Gathers a finished run.
     pub fn new(run: &Run, schedule: &[Planned], invariants: Vec<InvariantResult>) -> Report {
-        let o = lock(&run.obs);
-        let mut rec: Vec<f64> = run.faults.iter().filter_map(|f| f.recovery_s).collect();
-        rec.sort_by(f64::total_cmp);
         let replay = ReplayKey {
             seed: run.opts.seed,
             duration_s: run.opts.duration.as_secs(),
             scenarios: run.opts.scenarios.clone(),
             agents: run.opts.agents,
         };
+        let o = lock(&run.obs);
+        Report::from_parts(Parts {
+            replay_command: replay_command(&replay),
+            replay,
+            work_dir: run.opts.work.display().to_string(),
+            took_s: run.now_s(),
+            planned_faults: schedule.iter().filter(|p| p.fault.is_some()).count(),
+            faults: run.faults.clone(),
+            observed: &o,
+            invariants,
+            notes: run.notes.clone(),
+        })
+    }
+
+    /// A report of what was observed.
+    pub fn from_parts(p: Parts<'_>) -> Report {
+        let mut rec: Vec<f64> = p.faults.iter().filter_map(|f| f.recovery_s).collect();
+        rec.sort_by(f64::total_cmp);
         // An invariant no check reached (no damage injected) is shown as
         // such; only a violation breaks the verdict.
-        let verdict = if invariants.iter().all(|i| i.violations.is_empty()) {
+        let verdict = if p.invariants.iter().all(|i| i.violations.is_empty()) {
             "held"
         } else {
             "violated"
@@ -85,21 +122,21 @@ impl Report {
         Report {
             verdict: verdict.into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            replay_command: replay_command(&replay),
-            replay,
-            work_dir: run.opts.work.display().to_string(),
-            took_s: run.now_s(),
-            planned_faults: schedule.iter().filter(|p| p.fault.is_some()).count(),
-            injected_faults: run.faults.iter().filter(|f| f.injected).count(),
-            faults: run.faults.clone(),
-            incidents: o.incidents.clone(),
-            invariants,
-            samples: o.samples,
-            unreachable_samples: o.unreachable,
-            events_seen: o.events.len(),
+            replay_command: p.replay_command,
+            replay: p.replay,
+            work_dir: p.work_dir,
+            took_s: p.took_s,
+            planned_faults: p.planned_faults,
+            injected_faults: p.faults.iter().filter(|f| f.injected).count(),
+            faults: p.faults,
+            incidents: p.observed.incidents.clone(),
+            invariants: p.invariants,
+            samples: p.observed.samples,
+            unreachable_samples: p.observed.unreachable,
+            events_seen: p.observed.events.len(),
             recovery_max_s: rec.last().copied(),
             recovery_median_s: rec.get(rec.len() / 2).copied(),
-            notes: run.notes.clone(),
+            notes: p.notes,
         }
     }
 
@@ -111,13 +148,28 @@ impl Report {
     /// The report as Markdown.
     pub fn markdown(&self) -> String {
         let mut m = String::new();
+        let what = if self.replay.scenarios.is_empty() {
+            format!(
+                "- attached: watched for {} s, nothing injected",
+                self.replay.duration_s
+            )
+        } else {
+            format!(
+                "- seed {}, {} s of faults, scenarios {}, {} agents",
+                self.replay.seed,
+                self.replay.duration_s,
+                self.replay
+                    .scenarios
+                    .iter()
+                    .map(|s| s.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.replay.agents
+            )
+        };
         m.push_str(&format!(
-            "# vouch chaos run: {}\n\n- seed {}, {} s of faults, scenarios {}, {} agents\n- {} faults planned, {} injected; {} samples ({} could not reach the service); {} events seen\n- recovery after faults: median {}, longest {}\n- took {:.0} s; files and logs in `{}`\n- replay: `{}`\n\n",
+            "# vouch chaos run: {}\n\n{what}\n- {} faults planned, {} injected; {} samples ({} could not reach the service); {} events seen\n- recovery after faults: median {}, longest {}\n- took {:.0} s; files and logs in `{}`\n- replay: `{}`\n\n",
             self.verdict,
-            self.replay.seed,
-            self.replay.duration_s,
-            self.replay.scenarios.iter().map(|s| s.name()).collect::<Vec<_>>().join(", "),
-            self.replay.agents,
             self.planned_faults,
             self.injected_faults,
             self.samples,
@@ -156,9 +208,11 @@ impl Report {
                 }
             }
         }
-        m.push_str(
-            "\n## Faults\n\n| # | at (s) | fault | target | outcome |\n|---|---|---|---|---|\n",
-        );
+        if !self.faults.is_empty() {
+            m.push_str(
+                "\n## Faults\n\n| # | at (s) | fault | target | outcome |\n|---|---|---|---|---|\n",
+            );
+        }
         for f in &self.faults {
             m.push_str(&format!(
                 "| {} | {:.1} | {}{} | {} | {} |\n",
