@@ -321,7 +321,7 @@ fn deploy_options(opts: &RunOptions) -> DeployOptions {
         fiu: wants(Scenario::Disk)
             && Path::new(deploy::FIU_RUN_LIB).exists()
             && Path::new(deploy::FIU_POSIX_LIB).exists(),
-        tmpfs_bytes: (wants(Scenario::Disk) && crate::is_root()).then_some(1 << 30),
+        tmpfs_bytes: (wants(Scenario::Disk) && crate::is_root()).then_some(3 << 30),
     }
 }
 

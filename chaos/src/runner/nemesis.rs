@@ -124,8 +124,18 @@ pub fn tend(run: &mut Run) {
             continue;
         }
         let h = run.heals.remove(i);
+        let gone = !h.path.exists();
         let put_back = h.put_back();
         let mut o = lock(&run.obs);
+        if detected.is_none() && gone {
+            // Pruned (or repacked) before its slice's turn: nothing is
+            // left to find, nothing to put back, and no point needs it.
+            o.incidents[id]
+                .what
+                .push_str(" (its file was deleted by prune before it was read back)");
+            o.incidents[id].healed_at_s = Some(now);
+            continue;
+        }
         if detected.is_none() {
             let what = o.incidents[id].what.clone();
             o.checked(inv::DAMAGE, 1);
