@@ -15,18 +15,7 @@
 /// random kill; the names are listed in `docs/format.md`. Without the
 /// variable it costs one cached lookup.
 pub fn crash(name: &str) {
-    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    if AT
-        .get_or_init(|| std::env::var("VOUCH_FAILPOINT").ok())
-        .as_deref()
-        == Some(name)
-    {
-        eprintln!("vouch: failpoint {name}: killing this process");
-        // SAFETY: sends SIGKILL to this process; nothing is read or written.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
-    }
+    vouch_events::crash_point(name);
 }
 
 #[cfg(test)]

@@ -58,6 +58,9 @@ pub use event::{
 };
 pub use format::{ChainCheckpoint, EventHash, PersistedEnvelope, GENESIS_HASH};
 pub use ids::{AgentId, AlertId, JobId, PlanId, PointId, RepositoryId, SnapshotId};
+/// Kills the process at a named commit step when `VOUCH_FAILPOINT` names it
+/// (the crash tests and the chaos runner; the engine's steps use it too).
+pub use log::crash::at as crash_point;
 pub use log::{
     last_record, latest_checkpoint, read_log_head, scrub, verify_chain, verify_log, AppendReceipt,
     ChainKey, ChainProblem, ChainReport, EventLog, ImportedLog, LogImporter, LogOptions, LogReader,

@@ -427,13 +427,35 @@ pub fn periodic_checks(p: &Projections, now_ns: i64) -> Vec<JobCommand> {
             if let Some(every) = def.verification.every {
                 let last = newest.last_verification.as_ref().map(|v| v.at.unix_ns);
                 let stale = last.is_none_or(|t| stale_since(t, now_ns, every));
-                if stale && !job_open(JobKind::Verify) {
-                    out.push(JobCommand::Verify {
-                        point: newest.id,
-                        plan: Some(plan.id.clone()),
-                        repository: newest.repository.clone(),
-                        depth: def.verification.depth,
-                    });
+                // Else an older point whose verification failed is read in
+                // full again once as often: damage that was repaired (a
+                // pack restored from a copy) clears, damage that stands is
+                // confirmed, instead of the failure standing until
+                // retention forgets the point (found by the chaos runner).
+                let failed = points.iter().find(|pt| {
+                    pt.id != newest.id
+                        && pt.open_verification_failure.is_some()
+                        && pt
+                            .last_verification
+                            .as_ref()
+                            .is_none_or(|v| stale_since(v.at.unix_ns, now_ns, every))
+                });
+                if !job_open(JobKind::Verify) {
+                    if stale {
+                        out.push(JobCommand::Verify {
+                            point: newest.id,
+                            plan: Some(plan.id.clone()),
+                            repository: newest.repository.clone(),
+                            depth: def.verification.depth,
+                        });
+                    } else if let Some(pt) = failed {
+                        out.push(JobCommand::Verify {
+                            point: pt.id,
+                            plan: Some(plan.id.clone()),
+                            repository: pt.repository.clone(),
+                            depth: VerifyDepth::ReadAll,
+                        });
+                    }
                 }
             }
             if let Some(every) = def.restore_test.every {
@@ -1003,6 +1025,55 @@ mod tests {
         assert_eq!(restore_samples(&history(vec![]), 90_000), vec![None]);
         let sampled = history(vec![(1000, restore_passed(1, false))]);
         assert_eq!(restore_samples(&sampled, 3600), vec![Some(100)]);
+    }
+
+    /// Found by the chaos runner: a point whose verification failed on a
+    /// damaged pack kept its failure (and its alert) after the pack was
+    /// put back, since only a plan's newest point is verified
+    /// periodically. Such a point is read in full again, as often, when
+    /// the newest point is fresh.
+    #[test]
+    fn a_point_whose_verification_failed_is_verified_again() {
+        let Event::PlanCreated(mut c) = plan("main") else {
+            unreachable!()
+        };
+        c.definition.verification.every = Some(Duration::from_secs(60));
+        let failed: Event = vouch_events::VerificationFailed {
+            point: SnapshotId([1; 32]),
+            job: None,
+            depth: VerifyDepth::ReadAll,
+            bytes_read: 1,
+            damaged: vec!["pack 00: bad".into()],
+        }
+        .into();
+        let h = vec![
+            (0, c.into()),
+            (10, commit(1, "main", "p-main", 10, 5)),
+            (20, failed),
+            (30, commit(2, "main", "p-main", 30, 5)),
+            (95, verify_passed(2)),
+        ];
+        let p = state(&h);
+        let verifies = |now: i64| -> Vec<(SnapshotId, VerifyDepth)> {
+            periodic_checks(&p, now * S)
+                .into_iter()
+                .filter_map(|c| match c {
+                    JobCommand::Verify { point, depth, .. } => Some((point, depth)),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(
+            verifies(100),
+            vec![(SnapshotId([1; 32]), VerifyDepth::ReadAll)]
+        );
+        // Not before its own verification is as old as the plan asks.
+        assert_eq!(verifies(79), Vec::new());
+        // The newest point first, when it is due.
+        assert_eq!(
+            verifies(160),
+            vec![(SnapshotId([2; 32]), VerifyDepth::Structure)]
+        );
     }
 
     /// Found by the chaos runner: checks recorded while the wall clock ran

@@ -229,37 +229,7 @@ impl Run {
     pub fn workload_step(&mut self, seed: u64) {
         let mut rng = Rng::new(seed);
         let i = rng.below(self.plans.len() as u64) as usize;
-        let id = self.plans[i].id.clone();
-        let Ok(jobs) = self
-            .client()
-            .get_json(&format!("/api/v1/jobs?plan={id}&kind=backup&limit=5"))
-        else {
-            return;
-        };
-        let busy = jobs
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|j| matches!(j["state"].as_str(), Some("scheduled") | Some("running")));
-        if busy {
-            return;
-        }
-        if let Err(e) = self.plans[i].tree.mutate(&mut rng) {
-            self.notes
-                .push(format!("changing the tree of {id} failed: {e}"));
-            return;
-        }
-        match self
-            .client()
-            .post_json(&format!("/api/v1/plans/{id}/run"), &json!({}))
-        {
-            Ok((202, job)) => {
-                if let Some(j) = job["id"].as_str() {
-                    self.plans[i].jobs.push(j.to_owned());
-                }
-            }
-            Ok(_) | Err(_) => {}
-        }
+        nemesis::run_plan(self, i, rng.next_u64());
     }
 
     /// Between steps (see [`nemesis::tend`]).

@@ -205,21 +205,23 @@ fn ready_text(what: &str, took: Option<Duration>) -> String {
     }
 }
 
-fn kill_agent(run: &mut Run, rng: &mut Rng) {
+/// An agent still in service, chosen by `rng`; none (recorded as a fault
+/// that could not run) when every agent was retired.
+fn pick_agent(run: &mut Run, kind: FaultKind, rng: &mut Rng) -> Option<usize> {
     let live: Vec<usize> = (0..run.dep.agents.len())
         .filter(|i| !run.dep.agents[*i].retired)
         .collect();
     if live.is_empty() {
-        run.record(
-            FaultKind::KillAgent,
-            "-".into(),
-            "no agent".into(),
-            None,
-            false,
-        );
-        return;
+        run.record(kind, "-".into(), "no agent".into(), None, false);
+        return None;
     }
-    let i = live[rng.below(live.len() as u64) as usize];
+    Some(live[rng.below(live.len() as u64) as usize])
+}
+
+fn kill_agent(run: &mut Run, rng: &mut Rng) {
+    let Some(i) = pick_agent(run, FaultKind::KillAgent, rng) else {
+        return;
+    };
     // Its plan gets a run first, so the kill often lands mid-job.
     run_plan_of_agent(run, i);
     std::thread::sleep(Duration::from_millis(rng.below(3_000)));
@@ -249,17 +251,19 @@ fn kill_agent(run: &mut Run, rng: &mut Rng) {
 /// no backup of it is pending).
 fn run_local_plan(run: &mut Run) {
     if let Some(i) = run.plans.iter().position(|p| p.agent.is_none()) {
-        run_plan(run, i);
+        run_plan(run, i, run.now_s().to_bits());
     }
 }
 
 fn run_plan_of_agent(run: &mut Run, agent: usize) {
     if let Some(i) = run.plans.iter().position(|p| p.agent == Some(agent)) {
-        run_plan(run, i);
+        run_plan(run, i, run.now_s().to_bits());
     }
 }
 
-fn run_plan(run: &mut Run, i: usize) {
+/// Changes plan `i`'s tree and runs it, when no backup of it is pending
+/// (so that every backup reads a tree nothing changes under it).
+pub(crate) fn run_plan(run: &mut Run, i: usize, seed: u64) {
     let id = run.plans[i].id.clone();
     let idle = run
         .client()
@@ -274,8 +278,9 @@ fn run_plan(run: &mut Run, i: usize) {
     if !idle {
         return;
     }
-    let seed = run.now_s().to_bits();
-    if run.plans[i].tree.mutate(&mut Rng::new(seed)).is_err() {
+    if let Err(e) = run.plans[i].tree.mutate(&mut Rng::new(seed)) {
+        run.notes
+            .push(format!("changing the tree of {id} failed: {e}"));
         return;
     }
     if let Ok((202, job)) = run
@@ -337,20 +342,9 @@ fn crash_at_step(run: &mut Run, rng: &mut Rng) {
 }
 
 fn agent_crash_at_step(run: &mut Run, rng: &mut Rng) {
-    let live: Vec<usize> = (0..run.dep.agents.len())
-        .filter(|i| !run.dep.agents[*i].retired)
-        .collect();
-    if live.is_empty() {
-        run.record(
-            FaultKind::AgentCrashAtStep,
-            "-".into(),
-            "no agent".into(),
-            None,
-            false,
-        );
+    let Some(i) = pick_agent(run, FaultKind::AgentCrashAtStep, rng) else {
         return;
-    }
-    let i = live[rng.below(live.len() as u64) as usize];
+    };
     let step = AGENT_STEPS[rng.below(AGENT_STEPS.len() as u64) as usize];
     run.dep.kill_agent(i);
     if run
@@ -577,7 +571,7 @@ fn disk_full(run: &mut Run, rng: &mut Rng) {
     let hold = Duration::from_secs(10 + rng.below(20));
     run_local_plan(run);
     if let Some(i) = run.plans.iter().position(|p| p.agent.is_some()) {
-        run_plan(run, i);
+        run_plan(run, i, run.now_s().to_bits());
     }
     std::thread::sleep(hold);
     let _ = fs::remove_file(&ballast);
@@ -799,6 +793,11 @@ fn network(run: &mut Run, kind: FaultKind, rng: &mut Rng) {
         run.dep.proxy.reset_all();
         "every agent connection reset".to_owned()
     } else {
+        if kind == NetRefuse {
+            // Open connections would outlive the refusal: cut them, so
+            // that every agent has to connect again meanwhile.
+            run.dep.proxy.reset_all();
+        }
         run.dep.proxy.set(faults.clone());
         std::thread::sleep(hold);
         run.dep.proxy.set(Faults::default());
@@ -996,7 +995,7 @@ fn revoke_agent(run: &mut Run, rng: &mut Rng) {
     let i = run.dep.agents.len() - 1;
     let root = run.opts.work.join("trees").join(&name);
     let mut trng = Rng::new(rng.next_u64());
-    let Ok(tree) = Tree::generate(&root, 60, &mut trng) else {
+    let Ok(tree) = Tree::generate(&root, 200, &mut trng) else {
         return;
     };
     let plan = format!("plan-{name}");
@@ -1014,7 +1013,21 @@ fn revoke_agent(run: &mut Run, rng: &mut Rng) {
         Ok((202, j)) => j["id"].as_str().unwrap_or_default().to_owned(),
         _ => String::new(),
     };
-    std::thread::sleep(Duration::from_millis(rng.below(2_500)));
+    // Revoked while the agent works on it: as soon as the job runs (its
+    // lease granted), after 0 to 300 ms more.
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        let state = run
+            .client()
+            .get_json(&format!("/api/v1/jobs/{job}"))
+            .ok()
+            .and_then(|j| j["state"].as_str().map(str::to_owned));
+        if state.as_deref() != Some("scheduled") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(rng.below(300)));
     let state_then = run
         .client()
         .get_json(&format!("/api/v1/jobs/{job}"))

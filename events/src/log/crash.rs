@@ -1,4 +1,6 @@
-//! Crash points on the log's commit steps (in every build).
+//! Crash points on commit steps (in every build): the log's own, and the
+//! engine's through `vouch::failpoint::crash`, one lookup of
+//! `VOUCH_FAILPOINT` for the process.
 
 /// A named crash point on the log's commit steps: when the environment
 /// variable `VOUCH_FAILPOINT` names it, the process kills itself with
@@ -7,7 +9,7 @@
 /// `docs/events.md`). The chaos runner restarts the service with one set
 /// to hit windows too short for a random kill. Without the variable it
 /// costs one cached lookup.
-pub(crate) fn at(name: &str) {
+pub fn at(name: &str) {
     static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     if AT
         .get_or_init(|| std::env::var("VOUCH_FAILPOINT").ok())

@@ -2,7 +2,7 @@
 //! records; one writer with group commit; readers that replay and follow.
 
 mod checkpoint;
-mod crash;
+pub(crate) mod crash;
 #[cfg(feature = "failpoints")]
 mod failpoints;
 mod frame;
