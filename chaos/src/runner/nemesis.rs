@@ -725,10 +725,12 @@ fn clock_step(run: &mut Run, kind: FaultKind, rng: &mut Rng) {
     }
     let offsets: [i64; 6] = [90, -90, 600, -600, 7200, -3600];
     let offset = offsets[rng.below(offsets.len() as u64) as usize];
-    let (file, target) = if kind == FaultKind::ClockStepServer || run.dep.agents.is_empty() {
+    let (file, target) = if kind == FaultKind::ClockStepServer {
         (run.dep.clock_file.clone(), "vouch serve".to_owned())
     } else {
-        let i = rng.below(run.dep.agents.len() as u64) as usize;
+        let Some(i) = pick_agent(run, kind, rng) else {
+            return;
+        };
         run_plan_of_agent(run, i);
         (
             run.dep.agents[i].clock_file.clone(),
