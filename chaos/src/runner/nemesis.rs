@@ -475,20 +475,13 @@ fn damage_pack(run: &mut Run, kind: FaultKind, rng: &mut Rng) {
             Err(_) => return,
         }
     };
-    let inc = Incident {
-        id: 0,
-        what: what.clone(),
-        repository: Some(repo.clone()),
-        pack: Some(name.clone()),
-        file_name: name,
-        in_log: false,
-        injected_at_s: run.now_s(),
-        detected_at_s: None,
-        detected_by: None,
-        affected: None,
-        healed_at_s: None,
-        alerts: Vec::new(),
-    };
+    let inc = Incident::injected(
+        what.clone(),
+        Some(repo.clone()),
+        Some(name.clone()),
+        name,
+        run.now_s(),
+    );
     let damaged = fs::read(&pack).unwrap_or_default();
     register(run, inc, pack, None, original, damaged);
     run.record(kind, repo.clone(), what, None, true);
@@ -533,20 +526,7 @@ fn damage_log(run: &mut Run, rng: &mut Rng) {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let what = format!("bit {bit} of byte {off} of log segment {name} flipped");
-    let inc = Incident {
-        id: 0,
-        what: what.clone(),
-        repository: None,
-        pack: None,
-        file_name: name.clone(),
-        in_log: true,
-        injected_at_s: run.now_s(),
-        detected_at_s: None,
-        detected_by: None,
-        affected: None,
-        healed_at_s: None,
-        alerts: Vec::new(),
-    };
+    let inc = Incident::injected(what.clone(), None, None, name.clone(), run.now_s());
     let was = original[off as usize];
     register(run, inc, seg, Some(off), vec![was], vec![was ^ (1 << bit)]);
     run.record(

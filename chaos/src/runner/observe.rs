@@ -84,8 +84,32 @@ pub struct Incident {
     pub affected: Option<Vec<String>>,
     /// When the runner put the bytes back.
     pub healed_at_s: Option<f64>,
-    /// Alerts raised for it (ids).
-    pub alerts: Vec<String>,
+}
+
+impl Incident {
+    /// Damage just injected at `at_s`, not found yet; its id is given when
+    /// it is registered.
+    pub fn injected(
+        what: String,
+        repository: Option<String>,
+        pack: Option<String>,
+        file_name: String,
+        at_s: f64,
+    ) -> Incident {
+        Incident {
+            id: 0,
+            what,
+            in_log: repository.is_none(),
+            repository,
+            pack,
+            file_name,
+            injected_at_s: at_s,
+            detected_at_s: None,
+            detected_by: None,
+            affected: None,
+            healed_at_s: None,
+        }
+    }
 }
 
 /// Everything observed; shared between the runner and its sampler.
@@ -430,20 +454,13 @@ mod tests {
     #[test]
     fn damage_is_detected_by_the_read_back_that_names_its_pack() {
         let mut o = Observed::default();
-        o.incidents.push(Incident {
-            id: 1,
-            what: "bit rot".into(),
-            repository: Some("default".into()),
-            pack: Some("ab".into()),
-            file_name: "ab".into(),
-            in_log: false,
-            injected_at_s: 1.0,
-            detected_at_s: None,
-            detected_by: None,
-            affected: None,
-            healed_at_s: None,
-            alerts: vec![],
-        });
+        o.incidents.push(Incident::injected(
+            "bit rot".into(),
+            Some("default".into()),
+            Some("ab".into()),
+            "ab".into(),
+            1.0,
+        ));
         let other = json!({"repository": "default", "damaged_packs": ["cd"], "damaged": []});
         notice_damage(&mut o, 5, "repository.read_back", &other, 2.0);
         assert!(o.incidents[0].detected_at_s.is_none());
