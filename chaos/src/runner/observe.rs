@@ -3,7 +3,7 @@
 //! damage it injected and when the service noticed, and the proof rules
 //! checked on every sample of points and plans.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -79,6 +79,8 @@ pub struct Incident {
     pub detected_at_s: Option<f64>,
     /// The event (type and seq) that told.
     pub detected_by: Option<String>,
+    /// That event's seq.
+    pub detected_seq: Option<u64>,
     /// The points the service said it touches (none: every point of the
     /// repository).
     pub affected: Option<Vec<String>>,
@@ -106,6 +108,7 @@ impl Incident {
             injected_at_s: at_s,
             detected_at_s: None,
             detected_by: None,
+            detected_seq: None,
             affected: None,
             healed_at_s: None,
         }
@@ -131,6 +134,11 @@ pub struct Observed {
     pub unreachable: u64,
     /// Recoverable points whose proof was checked, by id (state seen).
     pub proven_points: BTreeMap<String, String>,
+    /// (incident, point) pairs a sample found recoverable although the
+    /// damage touches the point and no full check read it since: a
+    /// violation when the next sample finds the same (the read model may
+    /// lag the log by a moment).
+    pub suspicious: BTreeSet<(usize, String)>,
 }
 
 impl Observed {
@@ -178,6 +186,8 @@ fn keeps_data(kind: &str) -> bool {
                 | "job.abandoned"
                 | "backup.committed"
                 | "repository.read_back"
+                | "verification.passed"
+                | "restore_test.passed"
                 | "verification.failed"
                 | "restore_test.failed"
                 | "point.vanished"
@@ -293,6 +303,7 @@ fn notice_damage(o: &mut Observed, seq: u64, kind: &str, data: &Value, at: f64) 
         if found && inc.detected_at_s.is_none() {
             inc.detected_at_s = Some(at);
             inc.detected_by = Some(format!("{kind} (seq {seq})"));
+            inc.detected_seq = Some(seq);
         }
     }
 }
@@ -353,14 +364,23 @@ pub fn sample(client: &Client, obs: &Shared, t0: Instant) {
             );
         }
     }
-    // Points touched by damage the service knows of are not recoverable.
+    drop(o);
+    // Points touched by damage the service knows of are not recoverable,
+    // unless a full check of the point that began after the detection
+    // passed (the damage is in bytes the point does not use). The log is
+    // read again first: the checks that made a point recoverable are in
+    // it by now.
+    read_events(client, obs, t0);
+    let mut o = lock(obs);
     let open: Vec<Incident> = o
         .incidents
         .iter()
         .filter(|i| i.detected_at_s.is_some() && i.healed_at_s.is_none() && !i.in_log)
         .cloned()
         .collect();
+    let mut now_suspicious = BTreeSet::new();
     for inc in open {
+        let cleared = fully_read_since(&o, inc.detected_seq.unwrap_or(0));
         for p in &recoverable {
             let id = p["id"].as_str().unwrap_or_default();
             let touched = match &inc.affected {
@@ -368,19 +388,52 @@ pub fn sample(client: &Client, obs: &Shared, t0: Instant) {
                 None => p["repository"].as_str() == inc.repository.as_deref(),
             };
             o.checked(inv::DAMAGE, 1);
-            if touched {
+            if !touched || cleared.contains(id) {
+                continue;
+            }
+            let key = (inc.id, id.to_owned());
+            if o.suspicious.contains(&key) {
                 o.violated(
                     inv::DAMAGE,
                     at,
                     format!(
-                        "point {id} is recoverable although the service found damage it touches ({}, {})",
+                        "point {id} is recoverable although the service found damage it touches ({}, {}) and no full check of it began since",
                         inc.what,
                         inc.detected_by.clone().unwrap_or_default()
                     ),
                 );
             }
+            now_suspicious.insert(key);
         }
     }
+    o.suspicious = now_suspicious;
+}
+
+/// The points a full check cleared that began after seq `since`: a
+/// `ReadAll` verification or a complete restore test that passed, whose
+/// job's `job.started` is after `since` (a check that began before may have
+/// read the bytes before they were damaged).
+pub fn fully_read_since(o: &Observed, since: u64) -> BTreeSet<String> {
+    let mut started = BTreeSet::new();
+    let mut cleared = BTreeSet::new();
+    for (_, e) in o.events.range(since + 1..) {
+        let job = e.data["job"].as_str().unwrap_or_default();
+        let full = match e.kind.as_str() {
+            "job.started" => {
+                started.insert(job.to_owned());
+                false
+            }
+            "verification.passed" => e.data["depth"] == "ReadAll",
+            "restore_test.passed" => e.data["evidence"]["complete"] == true,
+            _ => false,
+        };
+        if full && started.contains(job) {
+            if let Some(point) = e.data["point"].as_str() {
+                cleared.insert(point.to_owned());
+            }
+        }
+    }
+    cleared
 }
 
 /// Why a recoverable point's detail does not show the proof the rules
@@ -472,5 +525,53 @@ mod tests {
         notice_damage(&mut o, 7, "repository.read_back", &it, 3.0);
         assert_eq!(o.incidents[0].detected_at_s, Some(3.0));
         assert_eq!(o.incidents[0].affected, Some(vec!["p1".to_owned()]));
+    }
+
+    fn seen(o: &mut Observed, seq: u64, kind: &str, data: Value) {
+        let e = SeenEvent {
+            hash: String::new(),
+            kind: kind.to_owned(),
+            data,
+            recorded_at: String::new(),
+        };
+        o.events.insert(seq, e);
+    }
+
+    #[test]
+    fn only_a_full_check_that_began_after_the_detection_clears_a_point() {
+        let mut o = Observed::default();
+        // Job a began before the detection (seq 10), b and c after; c read
+        // only a sample.
+        seen(&mut o, 8, "job.started", json!({"job": "a"}));
+        seen(&mut o, 11, "job.started", json!({"job": "b"}));
+        seen(&mut o, 12, "job.started", json!({"job": "c"}));
+        let passed = |job: &str, point: &str, depth: &str| json!({"job": job, "point": point, "depth": depth});
+        seen(
+            &mut o,
+            13,
+            "verification.passed",
+            passed("a", "p1", "ReadAll"),
+        );
+        seen(
+            &mut o,
+            14,
+            "verification.passed",
+            passed("c", "p3", "ReadSample"),
+        );
+        seen(
+            &mut o,
+            15,
+            "verification.passed",
+            passed("b", "p2", "ReadAll"),
+        );
+        let complete = json!({"job": "c", "point": "p4", "evidence": {"complete": true}});
+        seen(&mut o, 16, "restore_test.passed", complete);
+        let sampled = json!({"job": "b", "point": "p5", "evidence": {"complete": false}});
+        seen(&mut o, 17, "restore_test.passed", sampled);
+        let cleared = fully_read_since(&o, 10);
+        let want: BTreeSet<String> = ["p2", "p4"].into_iter().map(String::from).collect();
+        assert_eq!(cleared, want);
+        // Seen from before job a began, its check counts too.
+        assert!(fully_read_since(&o, 7).contains("p1"));
     }
 }

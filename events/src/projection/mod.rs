@@ -134,7 +134,9 @@ fn leading_str(payload: &[u8]) -> Option<&str> {
 /// 6: copies (`copy.committed`: `Point::copy`, `PointOrigin::Copied`).
 /// 7: change figures and anomaly paths on points (`Point::changes`,
 ///    `Point::anomaly_paths`).
-pub const PROJECTION_SNAPSHOT_VERSION: u16 = 7;
+/// 8: the seq each running check started at (a check cannot clear a
+///    suspicion recorded while it was reading).
+pub const PROJECTION_SNAPSHOT_VERSION: u16 = 8;
 
 /// A digest of the projection's source code, computed by the build
 /// script: a snapshot folded by other rules is not trusted (its derived

@@ -304,6 +304,16 @@ impl Point {
         self.suspect.as_ref().map(|c| c.reason.clone())
     }
 
+    /// A full read of the point that began at seq `began` passed: it clears
+    /// a suspicion recorded before that, not one recorded while it was
+    /// reading (the damage may be in bytes it had read before they were
+    /// damaged).
+    fn clear_suspicion_read_since(&mut self, began: u64) {
+        if self.suspect.as_ref().is_some_and(|c| c.at.seq < began) {
+            self.suspect = None;
+        }
+    }
+
     /// The state the facts of this point support (see `docs/events.md`).
     pub fn derive_state(&self) -> PointState {
         let state = self.state_from_known_facts();
@@ -373,6 +383,15 @@ impl Point {
     }
 }
 
+/// A check job that started: its point, and the seq of its `job.started`.
+/// Its verdict is about what it read from then on, so it cannot clear a
+/// suspicion recorded before that (damage found while it was reading).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct RunningCheck {
+    point: SnapshotId,
+    started_seq: u64,
+}
+
 /// The lifecycle of every point.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PointsProjection {
@@ -382,7 +401,7 @@ pub struct PointsProjection {
     job_points: BTreeMap<JobId, SnapshotId>,
     /// Check jobs that started and have not reached a verdict or an end:
     /// one that fails or is abandoned from here caps its point.
-    running_checks: BTreeMap<JobId, SnapshotId>,
+    running_checks: BTreeMap<JobId, RunningCheck>,
     /// Index: the points of each plan. Derived from `points` (a point's
     /// plan never changes), so it is not part of snapshots (`serde(skip)`
     /// leaves their bytes as they were) and is rebuilt when one is read
@@ -703,7 +722,11 @@ impl PointsProjection {
             }
             Event::JobStarted(e) => {
                 if let Some(point) = self.job_points.get(&e.job) {
-                    self.running_checks.insert(e.job.clone(), *point);
+                    let check = RunningCheck {
+                        point: *point,
+                        started_seq: at.seq,
+                    };
+                    self.running_checks.insert(e.job.clone(), check);
                 }
                 None
             }
@@ -775,6 +798,7 @@ impl PointsProjection {
                 {
                     return bad(Some(e.point), msg);
                 }
+                let began = self.began(&e.job, at);
                 let p = self.points.get_mut(&e.point)?;
                 if p.last_verification.as_ref().is_some_and(|v| !v.passed) {
                     return bad(
@@ -796,7 +820,7 @@ impl PointsProjection {
                     p.unproven = None;
                 }
                 if outcome.is_complete() {
-                    p.suspect = None;
+                    p.clear_suspicion_read_since(began);
                     p.open_restore_failure = None;
                     p.last_complete_restore = Some(at);
                 }
@@ -846,7 +870,7 @@ impl PointsProjection {
                 }
                 p.expired = Some((at, e.rule.clone()));
                 p.state = p.derive_state();
-                self.running_checks.retain(|_, pt| *pt != e.point);
+                self.running_checks.retain(|_, c| c.point != e.point);
                 None
             }
             Event::PointLocked(e) => {
@@ -904,6 +928,7 @@ impl PointsProjection {
                 message,
             });
         }
+        let began = self.began(job, at);
         if let Some(job) = job {
             self.running_checks.remove(job);
         }
@@ -911,7 +936,7 @@ impl PointsProjection {
         if outcome.passed {
             p.unproven = None;
             if outcome.depth.covers(&VerifyDepth::ReadAll) {
-                p.suspect = None;
+                p.clear_suspicion_read_since(began);
             }
             if p.open_verification_failure
                 .as_ref()
@@ -940,7 +965,7 @@ impl PointsProjection {
     /// A check job ended (failed or abandoned) after it started, without a
     /// verdict: its point is capped at `unknown` until a later check passes.
     fn check_ended_without_verdict(&mut self, at: Recorded, job: &JobId, reason: String) {
-        let Some(point) = self.running_checks.remove(job) else {
+        let Some(RunningCheck { point, .. }) = self.running_checks.remove(job) else {
             return;
         };
         let Some(p) = self.points.get_mut(&point) else {
@@ -1009,6 +1034,15 @@ impl PointsProjection {
             self.job_points.insert(job.clone(), *point);
         }
         None
+    }
+
+    /// The seq from which the check whose verdict is recorded `at` read the
+    /// repository: its job's `job.started`, else (a verdict with no job, or
+    /// a job whose start is not in the log) the verdict itself.
+    fn began(&self, job: &Option<JobId>, at: Recorded) -> u64 {
+        job.as_ref()
+            .and_then(|j| self.running_checks.get(j))
+            .map_or(at.seq, |c| c.started_seq)
     }
 
     /// Why a point cannot take a check result, if it cannot.

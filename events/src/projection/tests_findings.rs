@@ -1500,3 +1500,55 @@ fn an_unlock_clears_the_lock_and_needs_one() {
     assert!(p.inconsistencies.is_empty(), "{:?}", p.inconsistencies);
     assert_eq!(state(&p, 1), PointState::Expired);
 }
+
+// ---- found by the chaos harness -------------------------------------------
+
+/// A full check's verdict with its job.
+fn with_job(e: Event, job: &str) -> Event {
+    match e {
+        Event::VerificationPassed(mut v) => {
+            v.job = Some(JobId::new(job));
+            v.into()
+        }
+        Event::RestoreTestPassed(mut r) => {
+            r.job = Some(JobId::new(job));
+            r.into()
+        }
+        other => other,
+    }
+}
+
+#[test]
+fn regression_chaos_a_full_check_that_began_before_the_damage_was_found_does_not_clear_it() {
+    for (kind, verdict) in [
+        (JobKind::Verify, vp(1)),
+        (JobKind::RestoreTest, restored(1, 3, true, true)),
+    ] {
+        // The check starts, the read-back finds damage in a pack of the
+        // point while it reads, then the check passes: it may have read
+        // those bytes before they were damaged.
+        let mut events = recoverable_history();
+        events.extend(check_job("c", 1, kind));
+        events.push(read_back(&["01"], Some(vec![1])));
+        events.push(with_job(verdict.clone(), "c"));
+        let p = given(&events);
+        assert_eq!(state(&p, 1), PointState::Unknown, "{kind:?}");
+        assert!(p.points.points[&sid(1)].suspect.is_some(), "{kind:?}");
+        // A full check that starts after the read-back does clear it.
+        let mut later = events.clone();
+        later.extend(check_job("d", 1, kind));
+        later.push(with_job(verdict.clone(), "d"));
+        let p = given(&later);
+        assert!(p.points.points[&sid(1)].suspect.is_none(), "{kind:?}");
+        assert_eq!(state(&p, 1), PointState::Recoverable, "{kind:?}");
+        // A verdict with no job (the CLI's) counts from where it is
+        // recorded, as before.
+        let mut jobless = recoverable_history();
+        jobless.push(read_back(&["01"], Some(vec![1])));
+        jobless.push(verdict);
+        assert!(
+            given(&jobless).points.points[&sid(1)].suspect.is_none(),
+            "{kind:?}"
+        );
+    }
+}
