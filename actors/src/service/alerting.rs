@@ -272,12 +272,35 @@ const VANISHED_NAMED: usize = 10;
 /// warning otherwise), a clock step (warning); one-off facts stay open for
 /// [`ONE_OFF_ALERT_FOR`].
 pub fn fact_incidents(facts: &AlertFacts, now_ns: i64) -> Vec<Incident> {
+    let mut out = vanished_incidents(&facts.vanished, &|_| false);
+    out.extend(one_off_incidents(facts, now_ns));
+    out
+}
+
+/// A point the read model knows as forgotten by retention (its manifest is
+/// meant to go).
+pub fn forgotten_in(p: &Projections, point: &SnapshotId) -> bool {
+    p.points
+        .points
+        .get(point)
+        .is_some_and(|pt| pt.expired.is_some())
+}
+
+/// Points whose manifest is gone: one critical alert per repository. A
+/// point `forgotten` says retention forgot is left out: a check scheduled
+/// before the forget and run after the prune finds its manifest gone, as
+/// meant, and such an alert could never resolve (found by the chaos
+/// harness).
+pub fn vanished_incidents(
+    vanished: &BTreeMap<SnapshotId, (RepositoryId, String)>,
+    forgotten: &dyn Fn(&SnapshotId) -> bool,
+) -> Vec<Incident> {
     let mut out = Vec::new();
     // One alert per repository, however many of its points vanished (a
     // replaced or emptied repository loses all of them at once: one page,
     // not thousands).
     let mut by_repository: BTreeMap<&RepositoryId, Vec<(&SnapshotId, &str)>> = BTreeMap::new();
-    for (point, (repository, reason)) in &facts.vanished {
+    for (point, (repository, reason)) in vanished.iter().filter(|(p, _)| !forgotten(p)) {
         by_repository
             .entry(repository)
             .or_default()
@@ -310,6 +333,13 @@ pub fn fact_incidents(facts: &AlertFacts, now_ns: i64) -> Vec<Incident> {
             labels: labels(&[("repository", repository.to_string())]),
         });
     }
+    out
+}
+
+/// The one-off facts (a log repair, a clock step, ...) of
+/// [`fact_incidents`], and the other rules over the log's facts.
+fn one_off_incidents(facts: &AlertFacts, now_ns: i64) -> Vec<Incident> {
+    let mut out = Vec::new();
     let fresh = |at: i64| now_ns.saturating_sub(at) < duration_to_ns(ONE_OFF_ALERT_FOR);
     for (at, r) in facts.repairs.iter().filter(|(at, _)| fresh(*at)) {
         out.push(Incident {
@@ -363,7 +393,10 @@ pub fn fact_incidents(facts: &AlertFacts, now_ns: i64) -> Vec<Incident> {
                 rfc3339(c.previous_unix_ns)
             ),
             rule: "ClockStepped",
-            labels: BTreeMap::new(),
+            // Each step is its own alert: two open at once must not be one
+            // in Alertmanager, whose identity is the labels (found by the
+            // chaos harness: three steps within a day were one alert there).
+            labels: labels(&[("stepped_at", rfc3339(*at))]),
         });
     }
     // A security-center check that failed stays open until it is
@@ -1199,10 +1232,12 @@ impl Alerter {
             &self.append_health.status(),
             self.read_health.unavailable().as_deref(),
         );
-        let mut from_facts = fact_incidents(&self.facts, now);
+        let mut from_facts = one_off_incidents(&self.facts, now);
         from_facts.extend(health.iter().cloned());
+        let vanished = self.facts.vanished.clone();
         let query = self.read.send(Query::new(self.seen_seq, move |p| {
             let mut wanted = incidents_with(p, now, lost, &since);
+            wanted.extend(vanished_incidents(&vanished, &|pt| forgotten_in(p, pt)));
             wanted.append(&mut from_facts);
             let statuses: Vec<(PlanId, Protection)> = policy::active_plans(p)
                 .map(|pl| (pl.id.clone(), p.plan_protection(&pl.id, now).status))
@@ -2589,5 +2624,28 @@ mod tests {
             ));
         }
         assert!(fact_incidents(&f, S).is_empty());
+    }
+
+    #[test]
+    fn each_clock_step_is_an_alert_of_its_own_identity() {
+        let mut f = AlertFacts::default();
+        for (seq, at) in [(1, S), (2, 5 * S)] {
+            f.apply(&env(
+                seq,
+                at,
+                vouch_events::ClockStepped {
+                    previous_unix_ns: at + 60 * S,
+                    now_unix_ns: at,
+                }
+                .into(),
+            ));
+        }
+        let steps: Vec<Incident> = fact_incidents(&f, 6 * S)
+            .into_iter()
+            .filter(|i| i.rule == "ClockStepped")
+            .collect();
+        assert_eq!(steps.len(), 2);
+        assert_ne!(steps[0].labels, steps[1].labels);
+        assert_eq!(steps[0].labels["stepped_at"], rfc3339(S));
     }
 }

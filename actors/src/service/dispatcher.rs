@@ -1071,7 +1071,7 @@ impl Dispatcher {
                     None => {
                         let abandoned = JobAbandoned {
                             job: job.id.clone(),
-                            reason: "its plan is gone, or the log does not say what it was to do"
+                            reason: "its plan is gone, its point was forgotten, or the log does not say what it was to do"
                                 .into(),
                         };
                         tracing::warn!(job = %job.id, "scheduled job cannot be rebuilt; abandoned");
@@ -1103,7 +1103,7 @@ impl Dispatcher {
                     "retry: its run was lost",
                 ));
             } else {
-                tracing::warn!(job = %job.id, "abandoned job is not retried (no attempts left or its plan is gone)");
+                tracing::warn!(job = %job.id, "abandoned job is not retried (no attempts left, its plan is gone or its point was forgotten)");
             }
             let id = job.id;
             self.record(ctx, events, move |act, ctx, res| {
@@ -1149,7 +1149,7 @@ fn repository_of(p: &Projections, point: &SnapshotId) -> RepositoryId {
 
 /// The command of a job as the log describes it: its kind, plan and point,
 /// and the spec of its latest `job.scheduled` (none when its plan is gone,
-/// or when a log from before `job.scheduled` v2 does not say enough, e.g. a
+/// when it checks a point retention forgot, or when a log from before `job.scheduled` v2 does not say enough, e.g. a
 /// read-back's slices). A v1 spec is empty: the plan's current definition
 /// fills in depth and sample.
 pub fn rebuild_command(
@@ -1165,6 +1165,14 @@ pub fn rebuild_command(
     let v2 = spec.filter(|s| s.repository.is_some());
     let repository =
         |fallback: RepositoryId| v2.and_then(|s| s.repository.clone()).unwrap_or(fallback);
+    // A check of a point retention forgot has nothing left to check (its
+    // manifest goes with the next prune): not run again.
+    if matches!(j.kind, JobKind::Verify | JobKind::RestoreTest)
+        && j.point
+            .is_some_and(|pt| super::alerting::forgotten_in(p, &pt))
+    {
+        return None;
+    }
     match j.kind {
         JobKind::Backup => plan.map(|pl| JobCommand::Backup {
             plan: pl.id.clone(),
@@ -1528,5 +1536,56 @@ mod tests {
         let p = projections(events(definition(None)));
         let job = &p.jobs.jobs[&JobId::new("c")];
         assert!(rebuild_command(&p, job, Some(&spec)).is_none());
+    }
+
+    /// Found by the chaos harness: a verification cut short by a restart
+    /// was run again after retention forgot its point, found the manifest
+    /// gone and recorded it vanished. A check of a forgotten point is not
+    /// rebuilt; one of a live point is.
+    #[test]
+    fn a_check_of_a_point_retention_forgot_is_not_rebuilt_after_a_restart() {
+        let point = SnapshotId([9; 32]);
+        for kind in [JobKind::Verify, JobKind::RestoreTest] {
+            let mut events: Vec<Event> = vec![
+                PlanCreated {
+                    plan: PlanId::new("p"),
+                    definition: definition(None),
+                }
+                .into(),
+                BackupCommitted {
+                    job: None,
+                    plan: Some(PlanId::new("p")),
+                    repository: RepositoryId::new("main"),
+                    snapshot: point,
+                    snapshot_time_unix_ns: 1,
+                    summary: BackupSummary::default(),
+                    changes: None,
+                }
+                .into(),
+                JobScheduled {
+                    job: JobId::new("v"),
+                    kind,
+                    plan: Some(PlanId::new("p")),
+                    point: Some(point),
+                    due_unix_ns: 3,
+                    attempt: 1,
+                    spec: JobSpec::default(),
+                }
+                .into(),
+            ];
+            let p = projections(events.clone());
+            let job = &p.jobs.jobs[&JobId::new("v")];
+            assert!(rebuild_command(&p, job, None).is_some(), "{kind:?}");
+            events.push(
+                vouch_events::PointForgotten {
+                    point,
+                    rule: "keep-last 1".into(),
+                }
+                .into(),
+            );
+            let p = projections(events);
+            let job = &p.jobs.jobs[&JobId::new("v")];
+            assert!(rebuild_command(&p, job, None).is_none(), "{kind:?}");
+        }
     }
 }

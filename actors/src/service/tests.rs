@@ -2086,3 +2086,71 @@ async fn agent_jobs_wait_for_their_agent_not_for_the_servers_slots() {
         .await;
     }
 }
+
+/// Found by the chaos harness: a verification scheduled before retention
+/// forgot its point ran after the forget (retried after a restart) and
+/// recorded `point.vanished` once the prune had deleted the manifest. The
+/// manifest of a forgotten point is meant to go: no `PointVanished` alert
+/// (it could never resolve). A live point that vanishes still alerts.
+#[actix::test]
+async fn a_forgotten_point_whose_manifest_is_gone_raises_no_vanished_alert() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let worker = ScriptedWorker {
+        answer: Box::new(|_, _| Ok(JobOutput::default())),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let clock = crate::ManualClock::new(T0);
+    let svc = service_with(dir.path(), worker, Arc::new(clock), slow_config()).await;
+    let forgotten = SnapshotId([0x41; 32]);
+    let live = SnapshotId([0x42; 32]);
+    let mut live_commit = commit(live);
+    if let Event::BackupCommitted(c) = &mut live_commit {
+        c.repository = RepositoryId::new("other");
+    }
+    let vanished = |point: SnapshotId, repo: &str| -> Event {
+        vouch_events::PointVanished {
+            point,
+            repository: RepositoryId::new(repo),
+            reason: "verification: manifest missing".into(),
+        }
+        .into()
+    };
+    svc.append(vec![
+        commit(forgotten),
+        live_commit,
+        vouch_events::PointForgotten {
+            point: forgotten,
+            rule: "not kept by the plan's keep rules".into(),
+        }
+        .into(),
+    ])
+    .await
+    .expect("append");
+    svc.append(vec![vanished(forgotten, "default")])
+        .await
+        .expect("append");
+    svc.append(vec![vanished(live, "other")])
+        .await
+        .expect("append");
+    let raised = wait_for(&svc, "the live point's PointVanished", |events| {
+        let vanished: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::AlertRaised(a) if a.rule == "PointVanished" => Some(a.clone()),
+                _ => None,
+            })
+            .collect();
+        vanished
+            .iter()
+            .any(|a| a.labels.get("repository").map(String::as_str) == Some("other"))
+            .then_some(vanished)
+    })
+    .await;
+    assert_eq!(raised.len(), 1, "{raised:#?}");
+    assert!(
+        !raised[0].message.contains(&forgotten.to_hex()),
+        "{}",
+        raised[0].message
+    );
+}
