@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::json;
 
 use super::deploy::signal;
-use super::observe::{inv, lock, Incident};
+use super::observe::{inv, lock, read_events, Incident};
 use super::scenario::{FaultKind, AGENT_STEPS, SERVER_STEPS};
 use super::workload::Tree;
 use super::Run;
@@ -1021,8 +1021,14 @@ fn revoke_agent(run: &mut Run, rng: &mut Rng) {
         .ok()
         .and_then(|j| j["state"].as_str().map(str::to_owned))
         .unwrap_or_else(|| "unknown".into());
-    let revoked_at = SystemTime::now();
     let revoked = run.dep.vouch_token(&["revoke", &name]).is_ok();
+    // The service reloads its tokens about once a second (docs/agents.md):
+    // a commit recorded within REVOCATION_GRACE of the revocation may
+    // still be the credential's; one recorded after the log's end as read
+    // then is not. The log's order, not its clock, decides: the clock
+    // nemesis may have stepped the service's clock.
+    std::thread::sleep(REVOCATION_GRACE);
+    let fence = read_events(run.client(), &run.obs, run.t0).then(|| lock(&run.obs).next_seq);
     // The job must end without a commit after the revocation.
     let started = Instant::now();
     let mut end_state = String::from("still open after 90 s");
@@ -1037,16 +1043,12 @@ fn revoke_agent(run: &mut Run, rng: &mut Rng) {
         std::thread::sleep(Duration::from_millis(500));
     }
     std::thread::sleep(Duration::from_secs(2));
-    // The service reloads its tokens about once a second (docs/agents.md):
-    // a commit recorded within REVOCATION_GRACE of the revocation may
-    // still be the credential's; a later one is not.
-    let late_commit = lock(&run.obs)
-        .of_type("backup.committed")
-        .filter(|(_, e)| e.data["job"].as_str() == Some(job.as_str()))
-        .any(|(_, e)| {
-            humantime::parse_rfc3339_weak(&e.recorded_at)
-                .is_ok_and(|t| t > revoked_at + REVOCATION_GRACE)
-        });
+    read_events(run.client(), &run.obs, run.t0);
+    let late_commit = fence.is_some_and(|fence| {
+        lock(&run.obs)
+            .of_type("backup.committed")
+            .any(|(seq, e)| e.data["job"].as_str() == Some(job.as_str()) && seq >= fence)
+    });
     if late_commit {
         let at = run.now_s();
         lock(&run.obs).violated(
