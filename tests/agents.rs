@@ -531,6 +531,37 @@ fn agent_lost_fires_when_an_agent_stops_polling_and_resolves_when_it_returns() {
     );
 }
 
+/// Found by the chaos harness: the backup of a plan whose agent never
+/// takes it (revoked, gone) stayed `running` after the plan was removed,
+/// until the service stopped. Removing a plan cancels its backups: the
+/// job ends, and the agent's board no longer offers it.
+#[test]
+fn removing_a_plan_cancels_its_backup_waiting_for_an_agent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = serve(dir.path(), "");
+    let data = dir.path().join("data");
+    let agent_dir = dir.path().join("agent");
+    enroll(&svc, &data, &agent_dir, "web-1");
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(&src).expect("src");
+    create_plan(&svc, "web", &format!("agent:web-1:{}", src.display()));
+    let job_id = run_plan(&svc, "web");
+    eventually("the job to wait for its agent", || {
+        (job(&svc, &job_id)["state"] == "running").then_some(())
+    });
+    let (status, body) = json_call(&svc, "DELETE", "/api/v1/plans/web", &svc.token, None);
+    assert_eq!(status, 204, "{body}");
+    let ended = eventually("the removed plan's backup to end", || {
+        let j = job(&svc, &job_id);
+        matches!(j["state"].as_str(), Some("failed" | "abandoned")).then_some(j)
+    });
+    assert!(ended.to_string().contains("cancel"), "{ended}");
+    // Nothing is left for the agent to take.
+    let (status, body) = json_call(&svc, "GET", "/api/v1/agents", &svc.token, None);
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.to_string().contains(&job_id), "{body}");
+}
+
 /// Through the fault proxy: 50 ms of latency, a stall (blackhole) and a
 /// network cut (every connection reset) in the middle of the uploads. The
 /// agent's client retries, the lease survives, and the committed point

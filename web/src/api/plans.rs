@@ -250,16 +250,48 @@ pub(crate) async fn delete(
     tracing::info!(plan = %id, "removing plan");
     let pid = PlanId::new(id.as_str());
     let audit = audited(&who, "plan.remove", &id);
-    ctx.service()?
+    let handle = ctx.service()?;
+    let removed = pid.clone();
+    let receipt = handle
         .append_decided(move |p| -> Result<Vec<vouch_events::Event>, WebError> {
-            live_plan(p, &pid)?;
+            live_plan(p, &removed)?;
             Ok(vec![
-                PlanRemoved { plan: pid.clone() }.into(),
+                PlanRemoved {
+                    plan: removed.clone(),
+                }
+                .into(),
                 audit.clone(),
             ])
         })
         .await??;
+    cancel_backups_of(&handle, pid, receipt.last_seq).await;
     Ok(HttpResponse::NoContent().finish())
+}
+
+/// Cancels the backups of a removed plan that are scheduled or running (one
+/// offered to an agent that never takes it would otherwise stay `running`
+/// until the service stops). Checks of its points go on: the points stay.
+/// A job that ends meanwhile is no error.
+async fn cancel_backups_of(handle: &vouch_actors::service::ServiceHandle, plan: PlanId, seq: u64) {
+    use vouch_events::{JobKind, JobState};
+    let open = handle
+        .query(seq, move |p| {
+            p.jobs
+                .jobs
+                .values()
+                .filter(|j| j.plan.as_ref() == Some(&plan) && j.kind == JobKind::Backup)
+                .filter(|j| matches!(j.state, JobState::Scheduled | JobState::Running))
+                .map(|j| j.id.clone())
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+    for job in open {
+        tracing::info!(job = %job, "cancelling the backup of a removed plan");
+        if let Err(e) = handle.cancel(job.clone()).await {
+            tracing::debug!(job = %job, error = %e, "not cancelled");
+        }
+    }
 }
 
 /// Schedules a backup of the plan now.
