@@ -264,7 +264,7 @@ pub(crate) async fn delete(
             ])
         })
         .await??;
-    cancel_backups_of(&handle, pid, receipt.last_seq).await;
+    cancel_backups_of(handle, pid, receipt.last_seq).await;
     Ok(HttpResponse::NoContent().finish())
 }
 
