@@ -7,6 +7,7 @@
 //! Randomness comes from a seeded generator so that every failure can be
 //! replayed with the seed it prints.
 
+pub mod loopfs;
 pub mod powercut;
 pub mod proxy;
 pub mod runner;

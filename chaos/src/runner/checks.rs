@@ -131,10 +131,10 @@ pub fn finish(run: &mut Run) -> Vec<InvariantResult> {
     results(&lock(&run.obs))
 }
 
-/// A data directory on a tmpfs goes with it: copied beside it first, so
-/// that the run can be inspected afterwards.
+/// A data directory on a file system of its own goes with it: copied
+/// beside it first, so that the run can be inspected afterwards.
 fn keep_data(run: &Run) {
-    if run.dep.opts.tmpfs_bytes.is_some() {
+    if run.dep.opts.own_fs_bytes.is_some() {
         let to = run.opts.work.join("data-after-run");
         let _ = std::process::Command::new("cp")
             .arg("-a")

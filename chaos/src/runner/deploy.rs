@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::loopfs::LoopXfs;
 use crate::proxy::FaultProxy;
 use crate::runner::http::Client;
 use crate::runner::RunError;
@@ -35,9 +36,13 @@ pub struct DeployOptions {
     pub faketime: bool,
     /// Run the service under libfiu (fsync EIO).
     pub fiu: bool,
-    /// Put the data directory on a tmpfs of this many bytes (root only),
-    /// so that a ballast file can fill it.
-    pub tmpfs_bytes: Option<u64>,
+    /// Put the data directory on a file system of its own of this many
+    /// bytes (root only), so that a ballast file can fill it: a tmpfs, or
+    /// with `power_cut` an XFS in a loop-mounted image.
+    pub own_fs_bytes: Option<u64>,
+    /// The data directory's own file system can lose power (an XFS in a
+    /// loop-mounted image: `xfs_io shutdown`).
+    pub power_cut: bool,
 }
 
 /// One agent: its name, directory, tree and process.
@@ -76,7 +81,13 @@ pub struct Deployment {
     pub agents: Vec<AgentProc>,
     server: Option<Child>,
     // Dropped after the processes (fields drop in order).
-    _tmpfs: Option<Tmpfs>,
+    data_fs: Option<DataFs>,
+}
+
+/// The data directory's own file system.
+enum DataFs {
+    Tmpfs { _mount: Tmpfs },
+    Xfs(LoopXfs),
 }
 
 /// The service's configuration for a run: fast schedules so that every
@@ -106,8 +117,14 @@ impl Deployment {
         let io = |what: &str, e| RunError::Io(what.to_owned(), e);
         fs::create_dir_all(opts.work.join("logs")).map_err(|e| io("creating logs", e))?;
         let data = opts.work.join("data");
-        let tmpfs = match opts.tmpfs_bytes {
-            Some(bytes) => Some(Tmpfs::mount(&data, bytes).map_err(RunError::Chaos)?),
+        let data_fs = match opts.own_fs_bytes {
+            Some(bytes) if opts.power_cut => Some(DataFs::Xfs(
+                LoopXfs::mount(&opts.work.join("data.xfs"), &data, bytes)
+                    .map_err(RunError::Chaos)?,
+            )),
+            Some(bytes) => Some(DataFs::Tmpfs {
+                _mount: Tmpfs::mount(&data, bytes).map_err(RunError::Chaos)?,
+            }),
             None => {
                 fs::create_dir_all(&data).map_err(|e| io("creating data", e))?;
                 None
@@ -134,7 +151,7 @@ impl Deployment {
             clock_file,
             agents: Vec::new(),
             server: None,
-            _tmpfs: tmpfs,
+            data_fs,
         };
         d.start_server(&[])?;
         if d.wait_ready(Duration::from_secs(60)).is_none() {
@@ -254,6 +271,25 @@ impl Deployment {
             std::thread::sleep(Duration::from_millis(100));
         }
         None
+    }
+
+    /// The data directory's file system loses power under the running
+    /// service: stopped without a flush (`xfs_io shutdown`), the service
+    /// killed, then unmounted and mounted again (its log replayed). The
+    /// caller restarts the service.
+    pub fn power_cut(&mut self) -> Result<(), RunError> {
+        let cut = |d: &Deployment| match &d.data_fs {
+            Some(DataFs::Xfs(fs)) => fs.power_cut().map_err(RunError::Chaos),
+            _ => Err(RunError::Deployment(
+                "the data directory is not on a file system that can lose power".into(),
+            )),
+        };
+        cut(self)?;
+        self.kill_server();
+        match &self.data_fs {
+            Some(DataFs::Xfs(fs)) => fs.remount(Duration::from_secs(5)).map_err(RunError::Chaos),
+            _ => Ok(()),
+        }
     }
 
     /// SIGKILL to the service, reaped.

@@ -291,7 +291,9 @@ fn deploy_options(opts: &RunOptions) -> DeployOptions {
         fiu: wants(Scenario::Disk)
             && Path::new(deploy::FIU_RUN_LIB).exists()
             && Path::new(deploy::FIU_POSIX_LIB).exists(),
-        tmpfs_bytes: (wants(Scenario::Disk) && crate::is_root()).then_some(3 << 30),
+        own_fs_bytes: ((wants(Scenario::Disk) || wants(Scenario::Crash)) && crate::is_root())
+            .then_some(3 << 30),
+        power_cut: wants(Scenario::Crash) && crate::loopfs::available(),
     }
 }
 

@@ -67,7 +67,10 @@ const HOLD_AFTER_DETECTION: Duration = Duration::from_secs(10);
 pub fn inject(run: &mut Run, kind: FaultKind, seed: u64) {
     use FaultKind::*;
     let mut rng = Rng::new(seed);
-    let restarts = matches!(kind, KillServer | CrashAtStep | DiskFull | FsyncEio);
+    let restarts = matches!(
+        kind,
+        KillServer | CrashAtStep | PowerCut | DiskFull | FsyncEio
+    );
     if restarts && run.heals.iter().any(|h| is_log(run, h)) {
         run.record(
             kind,
@@ -83,6 +86,7 @@ pub fn inject(run: &mut Run, kind: FaultKind, seed: u64) {
         KillAgent => kill_agent(run, &mut rng),
         CrashAtStep => crash_at_step(run, &mut rng),
         AgentCrashAtStep => agent_crash_at_step(run, &mut rng),
+        PowerCut => power_cut(run, &mut rng),
         BitRotPack | TruncatePack => damage_pack(run, kind, &mut rng),
         BitRotLog => damage_log(run, &mut rng),
         DiskFull => disk_full(run, &mut rng),
@@ -198,6 +202,65 @@ fn kill_server(run: &mut Run) {
         ready_text("killed", took),
         took,
         true,
+    );
+}
+
+/// The power goes out under the data directory while a backup of the
+/// service's own plan writes: what was not synced is lost, what was being
+/// written is torn. The file system comes back (its log replayed), then
+/// the service.
+fn power_cut(run: &mut Run, rng: &mut Rng) {
+    if !run.dep.opts.power_cut {
+        run.record(
+            FaultKind::PowerCut,
+            "data directory".into(),
+            "not run: needs root and xfsprogs (the data directory on a loop-mounted XFS)".into(),
+            None,
+            false,
+        );
+        return;
+    }
+    run_local_plan(run);
+    std::thread::sleep(Duration::from_millis(200 + rng.below(2_500)));
+    let pid = run.dep.server_pid().unwrap_or_default();
+    let running: Vec<String> = run
+        .client()
+        .get_json("/api/v1/jobs?state=running&limit=20")
+        .ok()
+        .and_then(|j| j.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|j| j["kind"].as_str().map(str::to_owned))
+        .collect();
+    let cut = run.dep.power_cut();
+    if let Err(e) = &cut {
+        run.notes.push(format!("power cut: {e}"));
+    }
+    if run.dep.server_pid().is_none() {
+        if let Err(e) = run.dep.start_server(&[]) {
+            run.notes
+                .push(format!("restarting the service failed: {e}"));
+        }
+    }
+    let took = run.await_recovery("a power cut");
+    let what = match cut {
+        Ok(()) => format!(
+            "power lost with {} running; the file system mounted again (its log replayed)",
+            if running.is_empty() {
+                "no job".to_owned()
+            } else {
+                running.join(", ")
+            }
+        ),
+        Err(e) => format!("the power cut failed: {e}"),
+    };
+    let injected = !what.starts_with("the power cut failed");
+    run.record(
+        FaultKind::PowerCut,
+        format!("data directory of vouch serve (pid {pid})"),
+        ready_text(&what, took),
+        took,
+        injected,
     );
 }
 
@@ -539,11 +602,11 @@ fn damage_log(run: &mut Run, rng: &mut Rng) {
 }
 
 fn disk_full(run: &mut Run, rng: &mut Rng) {
-    if run.dep.opts.tmpfs_bytes.is_none() {
+    if run.dep.opts.own_fs_bytes.is_none() {
         run.record(
             FaultKind::DiskFull,
             "data directory".into(),
-            "not run: needs root (the data directory on a small tmpfs)".into(),
+            "not run: needs root (the data directory on a small file system of its own)".into(),
             None,
             false,
         );

@@ -11,7 +11,8 @@ use crate::Rng;
 #[serde(rename_all = "kebab-case")]
 pub enum Scenario {
     /// kill -9 of the service and of agents at random times, and at each
-    /// commit step of backup, retention, prune and log append.
+    /// commit step of backup, retention, prune and log append; the data
+    /// directory's file system losing power (root, xfsprogs).
     Crash,
     /// Bit rot and truncation in packs and log segments; the data
     /// directory full (root: it lies on a small tmpfs); fsync EIO
@@ -52,7 +53,7 @@ impl Scenario {
     /// What it does, one line.
     pub fn describe(self) -> &'static str {
         match self {
-            Scenario::Crash => "kill -9 of the service and agents, at random and at each commit step (backup, retention, prune, log append)",
+            Scenario::Crash => "kill -9 of the service and agents, at random and at each commit step (backup, retention, prune, log append); power lost under the data directory (root, xfsprogs)",
             Scenario::Disk => "bit rot and truncation in packs and log segments, a full data directory (root), fsync EIO (libfiu)",
             Scenario::Clock => "wall-clock steps forward and back on the service and an agent (libfaketime)",
             Scenario::Network => "resets, blackholes, latency, bandwidth limits and refused connections between agents and service",
@@ -64,7 +65,13 @@ impl Scenario {
     pub fn faults(self) -> &'static [FaultKind] {
         use FaultKind::*;
         match self {
-            Scenario::Crash => &[KillServer, KillAgent, CrashAtStep, AgentCrashAtStep],
+            Scenario::Crash => &[
+                KillServer,
+                KillAgent,
+                CrashAtStep,
+                AgentCrashAtStep,
+                PowerCut,
+            ],
             Scenario::Disk => &[BitRotPack, TruncatePack, BitRotLog, DiskFull, FsyncEio],
             Scenario::Clock => &[ClockStepServer, ClockStepAgent],
             Scenario::Network => &[NetReset, NetBlackhole, NetLatency, NetBandwidth, NetRefuse],
@@ -99,6 +106,10 @@ pub enum FaultKind {
     CrashAtStep,
     /// An agent restarted with a failpoint on a backup commit step.
     AgentCrashAtStep,
+    /// The data directory's file system loses power under the service
+    /// mid-backup (an XFS shut down without a flush: unsynced writes lost,
+    /// writes in flight torn), is mounted again, and the service restarts.
+    PowerCut,
     /// One bit flipped in a pack.
     BitRotPack,
     /// A pack cut to half its length.
