@@ -370,6 +370,11 @@ fn check_repositories(run: &mut Run) {
         run.dep.data.join("repository"),
         run.dep.data.join("repository.passphrase"),
     )];
+    if let Some(s3) = &run.dep.s3 {
+        // The end checks read it through the proxy, with no fault set.
+        s3.proxy.set(crate::s3_faults::FaultPlan::default());
+        repos.push((PathBuf::from(&s3.location), s3.passphrase.clone()));
+    }
     for a in &run.dep.agents {
         let d = run.dep.data.join("agents").join(&a.name);
         if d.join("repository").is_dir() {

@@ -14,6 +14,7 @@ use crate::loopfs::LoopXfs;
 use crate::proxy::FaultProxy;
 use crate::runner::http::Client;
 use crate::runner::RunError;
+use crate::s3_faults::S3FaultProxy;
 use crate::Tmpfs;
 
 /// libfaketime's multi-threaded library (Debian's `faketime`).
@@ -43,7 +44,59 @@ pub struct DeployOptions {
     /// The data directory's own file system can lose power (an XFS in a
     /// loop-mounted image: `xfs_io shutdown`).
     pub power_cut: bool,
+    /// An S3 store for a repository of the service's, reached through the
+    /// S3 fault proxy.
+    pub s3: Option<S3Store>,
 }
+
+/// An S3 store (`.ci/s3-server.sh start` prints one), from the
+/// environment: `VOUCH_S3_ENDPOINT` (plain HTTP on a loopback address:
+/// the fault proxy speaks HTTP/1.1 without TLS) and the `AWS_*` keys.
+#[derive(Clone, Debug)]
+pub struct S3Store {
+    /// Where it listens.
+    pub upstream: SocketAddr,
+    /// `AWS_ACCESS_KEY_ID`.
+    pub access_key: String,
+    /// `AWS_SECRET_ACCESS_KEY`.
+    pub secret_key: String,
+}
+
+impl S3Store {
+    /// The store the environment names, if it names one the runner can
+    /// put its proxy in front of.
+    pub fn from_env() -> Option<S3Store> {
+        let endpoint = std::env::var("VOUCH_S3_ENDPOINT").ok()?;
+        let upstream = endpoint
+            .strip_prefix("http://")?
+            .trim_end_matches('/')
+            .parse::<SocketAddr>()
+            .ok()
+            .filter(|a| a.ip().is_loopback())?;
+        Some(S3Store {
+            upstream,
+            access_key: std::env::var("AWS_ACCESS_KEY_ID").ok()?,
+            secret_key: std::env::var("AWS_SECRET_ACCESS_KEY").ok()?,
+        })
+    }
+}
+
+/// The service's S3 repository (`s3`), behind the S3 fault proxy.
+pub struct S3Repo {
+    /// The proxy between the service (and the runner's checks) and the
+    /// store.
+    pub proxy: S3FaultProxy,
+    /// `s3:http://PROXY/BUCKET/PREFIX`.
+    pub location: String,
+    /// Its passphrase file.
+    pub passphrase: PathBuf,
+    /// The environment a `vouch` reaching it needs.
+    pub env: Vec<(String, String)>,
+}
+
+/// How long one S3 request may take before the client gives up on it (and
+/// retries): short, so that a stalled answer costs seconds.
+pub const S3_TIMEOUT: &str = "10s";
 
 /// One agent: its name, directory, tree and process.
 pub struct AgentProc {
@@ -79,6 +132,8 @@ pub struct Deployment {
     pub fiu_prefix: PathBuf,
     /// The agents.
     pub agents: Vec<AgentProc>,
+    /// The S3 repository, when there is a store.
+    pub s3: Option<S3Repo>,
     server: Option<Child>,
     // Dropped after the processes (fields drop in order).
     data_fs: Option<DataFs>,
@@ -130,8 +185,20 @@ impl Deployment {
                 None
             }
         };
+        let s3 = match &opts.s3 {
+            Some(store) => Some(s3_repository(&opts, store)?),
+            None => None,
+        };
         let config = opts.work.join("vouch.toml");
-        fs::write(&config, service_config(&opts.work)).map_err(|e| io("writing config", e))?;
+        let mut text = service_config(&opts.work);
+        if let Some(r) = &s3 {
+            text.push_str(&format!(
+                "\n[[repositories]]\nid = \"s3\"\nlocation = {:?}\npassphrase_file = {:?}\n",
+                r.location,
+                r.passphrase.to_string_lossy()
+            ));
+        }
+        fs::write(&config, text).map_err(|e| io("writing config", e))?;
         let clock_file = opts.work.join("clock-server");
         fs::write(&clock_file, "+0\n").map_err(|e| io("writing clock file", e))?;
         let listen = free_port().map_err(|e| io("finding a free port", e))?;
@@ -150,6 +217,7 @@ impl Deployment {
             proxy,
             clock_file,
             agents: Vec::new(),
+            s3,
             server: None,
             data_fs,
         };
@@ -230,6 +298,7 @@ impl Deployment {
             .arg("--config")
             .arg(&self.config)
             .envs(self.preload_env(&self.clock_file.clone(), true))
+            .envs(self.s3_env())
             .envs(extra.iter().copied())
             .env("VOUCH_LOG", "info")
             .stdin(Stdio::null())
@@ -239,6 +308,12 @@ impl Deployment {
             .map_err(|e| RunError::Io(format!("starting {}", self.opts.vouch.display()), e))?;
         self.server = Some(child);
         Ok(())
+    }
+
+    /// The environment a `vouch` needs to reach the S3 repository (none
+    /// without one).
+    pub fn s3_env(&self) -> Vec<(String, String)> {
+        self.s3.as_ref().map(|r| r.env.clone()).unwrap_or_default()
     }
 
     /// The service's pid, while it runs.
@@ -494,6 +569,53 @@ pub fn signal(pid: u32, sig: i32) {
 }
 
 /// A port on 127.0.0.1 nobody listens on now.
+/// Starts the S3 fault proxy in front of `store` and makes a repository
+/// there (a prefix of its own in the `vouch-chaos` bucket).
+fn s3_repository(opts: &DeployOptions, store: &S3Store) -> Result<S3Repo, RunError> {
+    let proxy = S3FaultProxy::start(store.upstream).map_err(RunError::Chaos)?;
+    let mut name = [0u8; 6];
+    crate::Rng::new(crate::Rng::seed_from_clock()).fill(&mut name);
+    let prefix: String = name.iter().map(|b| format!("{b:02x}")).collect();
+    let location = format!("s3:http://{}/vouch-chaos/run-{prefix}", proxy.addr());
+    let passphrase = opts.work.join("s3.passphrase");
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&passphrase)?;
+        writeln!(f, "chaos-{prefix}-{}", std::process::id())
+    };
+    write().map_err(|e| RunError::Io("writing the S3 repository's passphrase".into(), e))?;
+    let env = vec![
+        ("AWS_ACCESS_KEY_ID".to_owned(), store.access_key.clone()),
+        ("AWS_SECRET_ACCESS_KEY".to_owned(), store.secret_key.clone()),
+        ("VOUCH_S3_TIMEOUT".to_owned(), S3_TIMEOUT.to_owned()),
+    ];
+    let out = Command::new(&opts.vouch)
+        .args(["init", "--repo", &location, "--password-file"])
+        .arg(&passphrase)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| RunError::Io("running vouch init".into(), e))?;
+    if !out.status.success() {
+        return Err(RunError::Deployment(format!(
+            "vouch init {location}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(S3Repo {
+        proxy,
+        location,
+        passphrase,
+        env,
+    })
+}
+
 fn free_port() -> std::io::Result<SocketAddr> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     l.local_addr()

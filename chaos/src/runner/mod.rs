@@ -214,6 +214,7 @@ impl Run {
     pub fn vouch(&self, args: &[&str]) -> Result<(i32, String, String), RunError> {
         let out = Command::new(&self.opts.vouch)
             .args(args)
+            .envs(self.dep.s3_env())
             .stdin(Stdio::null())
             .output()
             .map_err(|e| RunError::Io(format!("running vouch {}", args.join(" ")), e))?;
@@ -239,7 +240,18 @@ impl Run {
 
     /// Creates a plan of the run's shape for `source`.
     pub fn create_plan(&mut self, id: &str, source: &str) -> Result<(), RunError> {
+        self.create_plan_in(id, source, "default")
+    }
+
+    /// Creates a plan of the run's shape for `source` into `repository`.
+    pub fn create_plan_in(
+        &mut self,
+        id: &str,
+        source: &str,
+        repository: &str,
+    ) -> Result<(), RunError> {
         let plan = json!({
+            "repository": repository,
             "id": id,
             "source": source,
             // Never due by itself: the runner starts every backup, so each
@@ -294,6 +306,7 @@ fn deploy_options(opts: &RunOptions) -> DeployOptions {
         own_fs_bytes: ((wants(Scenario::Disk) || wants(Scenario::Crash)) && crate::is_root())
             .then_some(3 << 30),
         power_cut: wants(Scenario::Crash) && crate::loopfs::available(),
+        s3: deploy::S3Store::from_env(),
     }
 }
 
@@ -440,6 +453,17 @@ fn set_up_workload(run: &mut Run) -> Result<(), RunError> {
         run.create_plan("local-real", &t.root.to_string_lossy())?;
         run.plans.push(WorkPlan {
             id: "local-real".into(),
+            tree: t,
+            agent: None,
+            jobs: Vec::new(),
+        });
+    }
+    if run.dep.s3.is_some() {
+        let t = Tree::generate(&trees.join("local-s3"), 40, &mut rng)
+            .map_err(|e| io("generating a tree", e))?;
+        run.create_plan_in("local-s3", &t.root.to_string_lossy(), "s3")?;
+        run.plans.push(WorkPlan {
+            id: "local-s3".into(),
             tree: t,
             agent: None,
             jobs: Vec::new(),

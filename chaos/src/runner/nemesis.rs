@@ -95,6 +95,7 @@ pub fn inject(run: &mut Run, kind: FaultKind, seed: u64) {
         NetReset | NetBlackhole | NetLatency | NetBandwidth | NetRefuse => {
             network(run, kind, &mut rng)
         }
+        S3Faults => s3_faults(run, &mut rng),
         PauseWriterAcrossPrune => pause_writer_across_prune(run, &mut rng),
         ConcurrentClients => concurrent_clients(run, &mut rng),
         RevokeAgent => revoke_agent(run, &mut rng),
@@ -807,6 +808,66 @@ fn clock_step(run: &mut Run, kind: FaultKind, rng: &mut Rng) {
         ),
         None,
         ok,
+    );
+}
+
+/// For 10 to 35 s, every 2nd to 5th request between the service and its
+/// S3 store fails, in turn: 503 SlowDown, the upload reset midway, the
+/// answer truncated, the answer withheld past the client's timeout. A
+/// backup of the S3 plan is asked for first, so that uploads meet them.
+fn s3_faults(run: &mut Run, rng: &mut Rng) {
+    use crate::s3_faults::{FaultPlan, HttpFault};
+    if run.dep.s3.is_none() {
+        run.record(
+            FaultKind::S3Faults,
+            "service ↔ S3".into(),
+            "not run: no S3 store (VOUCH_S3_ENDPOINT and the AWS keys of `.ci/s3-server.sh start`)"
+                .into(),
+            None,
+            false,
+        );
+        return;
+    }
+    if let Some(i) = run.plans.iter().position(|p| p.id == "local-s3") {
+        run_plan(run, i, rng.next_u64());
+    }
+    let mut rotation = vec![
+        HttpFault::SlowDown,
+        HttpFault::ResetUpload,
+        HttpFault::TruncateAnswer,
+        HttpFault::Stall(Duration::from_secs(12)),
+    ];
+    rotation.rotate_left(rng.below(4) as usize);
+    let plan = FaultPlan {
+        every: 2 + rng.below(4),
+        rotation,
+        method: None,
+    };
+    let hold = Duration::from_secs(10 + rng.below(25));
+    let Some(s3) = &run.dep.s3 else {
+        return;
+    };
+    let before = s3.proxy.stats();
+    s3.proxy.set(plan.clone());
+    std::thread::sleep(hold);
+    s3.proxy.set(FaultPlan::default());
+    let after = s3.proxy.stats();
+    run.record(
+        FaultKind::S3Faults,
+        "service ↔ S3 store".into(),
+        format!(
+            "every {}th request failed in turn ({:?}) for {} s: of {} requests, {} answered 503 SlowDown, {} uploads reset, {} answers truncated, {} withheld",
+            plan.every,
+            plan.rotation,
+            hold.as_secs(),
+            after.requests - before.requests,
+            after.slow_downs - before.slow_downs,
+            after.resets - before.resets,
+            after.truncations - before.truncations,
+            after.stalls - before.stalls
+        ),
+        None,
+        true,
     );
 }
 

@@ -22,7 +22,9 @@ pub enum Scenario {
     /// agent (libfaketime).
     Clock,
     /// Resets, blackholes, latency, bandwidth limits and refused
-    /// connections between the agents and the service.
+    /// connections between the agents and the service; 503s, reset
+    /// uploads, truncated and stalled answers between the service and its
+    /// S3 store.
     Network,
     /// A writer paused (SIGSTOP) across a prune; concurrent clients on one
     /// repository; an agent whose credential is revoked mid-job.
@@ -56,7 +58,7 @@ impl Scenario {
             Scenario::Crash => "kill -9 of the service and agents, at random and at each commit step (backup, retention, prune, log append); power lost under the data directory (root, xfsprogs)",
             Scenario::Disk => "bit rot and truncation in packs and log segments, a full data directory (root), fsync EIO (libfiu)",
             Scenario::Clock => "wall-clock steps forward and back on the service and an agent (libfaketime)",
-            Scenario::Network => "resets, blackholes, latency, bandwidth limits and refused connections between agents and service",
+            Scenario::Network => "resets, blackholes, latency, bandwidth limits and refused connections between agents and service; 503s, reset uploads, truncated and stalled answers from S3",
             Scenario::Concurrency => "a writer paused across a prune, concurrent clients on one repository, an agent revoked mid-job",
         }
     }
@@ -74,7 +76,14 @@ impl Scenario {
             ],
             Scenario::Disk => &[BitRotPack, TruncatePack, BitRotLog, DiskFull, FsyncEio],
             Scenario::Clock => &[ClockStepServer, ClockStepAgent],
-            Scenario::Network => &[NetReset, NetBlackhole, NetLatency, NetBandwidth, NetRefuse],
+            Scenario::Network => &[
+                NetReset,
+                NetBlackhole,
+                NetLatency,
+                NetBandwidth,
+                NetRefuse,
+                S3Faults,
+            ],
             Scenario::Concurrency => &[PauseWriterAcrossPrune, ConcurrentClients, RevokeAgent],
         }
     }
@@ -134,6 +143,10 @@ pub enum FaultKind {
     NetBandwidth,
     /// New connections closed at once.
     NetRefuse,
+    /// Requests between the service and its S3 store fail in turn: 503
+    /// SlowDown, an upload reset midway, an answer truncated, an answer
+    /// withheld past the client's timeout.
+    S3Faults,
     /// A CLI backup into the service's repository, SIGSTOPped across a
     /// prune.
     PauseWriterAcrossPrune,
