@@ -89,8 +89,13 @@ fn check(
     }
 }
 
-fn ago(now_ns: i64, then_ns: i64) -> String {
+/// How long ago, to the minute (a reason that changed every second would
+/// be recorded every evaluation); under a minute says so, not `0s`.
+pub(crate) fn ago(now_ns: i64, then_ns: i64) -> String {
     let secs = u64::try_from(now_ns.saturating_sub(then_ns) / 1_000_000_000).unwrap_or(0);
+    if secs < 60 {
+        return "less than a minute".into();
+    }
     humantime::format_duration(Duration::from_secs(secs - secs % 60)).to_string()
 }
 

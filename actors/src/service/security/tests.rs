@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use vouch_events::{CheckStatus, Projections, Recorded, RepositoryId};
 
-use super::checks::{evaluate, rollup, Check, SecurityPolicy};
+use super::checks::{ago, evaluate, rollup, Check, SecurityPolicy};
 use super::facts::*;
 
 const NOW: i64 = 1_800_000_000 * 1_000_000_000;
@@ -409,4 +409,16 @@ fn a_check_no_longer_evaluated_is_retired_once_as_unknown() {
         (CheckStatus::Unknown, super::RETIRED)
     );
     assert!(super::changes(&p.security.checks, &run(&p, &f)).is_empty());
+}
+
+/// Found in the chaos soak: a restore test 49 s old was reported "0s ago"
+/// in a failed check. Ages are shown to the minute, and under a minute
+/// says so.
+#[test]
+fn an_age_under_a_minute_is_not_shown_as_zero() {
+    let s = 1_000_000_000;
+    assert_eq!(ago(NOW, NOW - 49 * s), "less than a minute");
+    assert_eq!(ago(NOW, NOW + 5 * s), "less than a minute");
+    assert_eq!(ago(NOW, NOW - 61 * s), "1m");
+    assert_eq!(ago(NOW, NOW - (2 * 3600 + 59) * s), "2h");
 }
