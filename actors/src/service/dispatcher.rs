@@ -846,29 +846,67 @@ impl Dispatcher {
                 why,
             ));
         }
+        let end = EndOfJob {
+            job,
+            command: run.command,
+            attempt: run.attempt,
+            kind,
+            produced,
+            succeeded: failure.is_none(),
+            retry_due: retry.map(|(due, _, _)| due),
+        };
+        self.record_end(ctx, end, events, 0);
+    }
+
+    /// Records a job's end (`events`), then queues its retry or plans its
+    /// follow-ups. An end the log refuses (a failing disk) is kept and
+    /// recorded again with a backoff until the log takes it: the job would
+    /// otherwise stay `running` in the log, and its retry never run, until
+    /// the next start (found by the chaos lane). When the service stops
+    /// meanwhile, the next start abandons the job, as after a crash.
+    fn record_end(
+        &mut self,
+        ctx: &mut Context<Self>,
+        end: EndOfJob,
+        events: Vec<Event>,
+        tries: u32,
+    ) {
+        let again = events.clone();
         self.record(ctx, events, move |act, ctx, res| {
             let receipt = match res {
                 Ok(r) => r,
+                Err(e) if act.stopping => {
+                    tracing::error!(job = %end.job, error = %e, "could not record the end of a job while stopping; it is abandoned on the next start");
+                    act.after_change(ctx);
+                    return;
+                }
                 Err(e) => {
-                    tracing::error!(job = %job, error = %e, "could not record the end of a job; it is abandoned on the next start");
+                    let delay = END_RECORD_RETRY
+                        .saturating_mul(1 << tries.min(5))
+                        .min(END_RECORD_RETRY_MAX);
+                    tracing::error!(job = %end.job, error = %e, retry_in_ms = delay.as_millis() as u64, "could not record the end of a job; trying again");
+                    ctx.run_later(delay, move |act, ctx| {
+                        act.record_end(ctx, end, again, tries.saturating_add(1));
+                    });
                     act.after_change(ctx);
                     return;
                 }
             };
-            if let Some((due, _, _)) = retry {
+            if let Some(due) = end.retry_due {
                 // Stopping: the log holds the decision; the next start
                 // queues it at its due time.
                 if !act.stopping {
                     act.queue.push_back(Queued {
-                        job,
-                        command: run.command.clone(),
-                        attempt: run.attempt + 1,
+                        job: end.job,
+                        command: end.command.clone(),
+                        attempt: end.attempt + 1,
                         due_unix_ns: due,
                     });
                 }
             }
-            if failure.is_none() {
+            if end.succeeded {
                 let (seq, now) = (receipt.last_seq, act.clock.now_unix_ns());
+                let (kind, produced) = (end.kind, end.produced);
                 act.with_projections(
                     ctx,
                     receipt.last_seq,
@@ -1389,6 +1427,25 @@ impl Handler<Load> for Dispatcher {
         MessageResult((self.running.len(), self.queue.len()))
     }
 }
+
+/// A job's end on its way into the log, with what follows it.
+struct EndOfJob {
+    job: JobId,
+    command: JobCommand,
+    attempt: u32,
+    kind: JobKind,
+    /// The worker's events (follow-ups are planned from them).
+    produced: Vec<Event>,
+    succeeded: bool,
+    /// When its retry is due, if it is retried.
+    retry_due: Option<i64>,
+}
+
+/// The first wait before recording a refused job end again; it doubles up
+/// to [`END_RECORD_RETRY_MAX`].
+const END_RECORD_RETRY: Duration = Duration::from_millis(500);
+/// The longest wait between attempts to record a job's end.
+const END_RECORD_RETRY_MAX: Duration = Duration::from_secs(15);
 
 /// Internal: schedule what the periodic policies or the scheduler found due.
 #[derive(Message)]

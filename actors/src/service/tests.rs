@@ -2154,3 +2154,60 @@ async fn a_forgotten_point_whose_manifest_is_gone_raises_no_vanished_alert() {
         raised[0].message
     );
 }
+
+/// Found by the chaos lane: a job whose end could not be recorded (the
+/// log refused the append: fsync EIO) stayed `running` in the log until
+/// the service restarted, and its retry never ran. The end is recorded
+/// again, with a backoff, once the log takes appends.
+#[actix::test]
+async fn a_job_end_the_log_refused_is_recorded_once_the_log_takes_appends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let health: Arc<std::sync::OnceLock<Arc<super::store::AppendHealth>>> = Arc::default();
+    let refuse = health.clone();
+    let worker = ScriptedWorker {
+        answer: Box::new(move |_, msg| {
+            // The disk fails while the job runs: its end cannot be written.
+            if let Some(h) = refuse.get() {
+                h.refuse_appends(true);
+            }
+            Ok(read_back_ok(&msg.job, &msg.command))
+        }),
+        calls: Arc::new(AtomicU32::new(0)),
+    }
+    .start();
+    let clock = crate::ManualClock::new(T0);
+    let svc = service_with(dir.path(), worker, Arc::new(clock), slow_config()).await;
+    let _ = health.set(svc.append_health_for_tests());
+    let job = svc
+        .enqueue(JobCommand::ReadBack {
+            repository: RepositoryId::new("default"),
+            slices: vec![0],
+            of: 4,
+        })
+        .await
+        .expect("enqueued");
+    // The end was refused at least once.
+    let until = Instant::now() + Duration::from_secs(10);
+    while svc.append_status().healthy {
+        assert!(
+            Instant::now() < until,
+            "the log never refused the job's end"
+        );
+        actix::clock::sleep(Duration::from_millis(20)).await;
+    }
+    actix::clock::sleep(Duration::from_millis(300)).await;
+    health.get().expect("health").refuse_appends(false);
+    let finished = wait_for(&svc, "the job's end recorded", |events| {
+        let read = events
+            .iter()
+            .filter(|e| matches!(e, Event::PacksReadBack(r) if r.job.as_ref() == Some(&job)))
+            .count();
+        let ended = events
+            .iter()
+            .filter(|e| matches!(e, Event::JobFinished(f) if f.job == job))
+            .count();
+        (ended > 0).then_some((read, ended))
+    })
+    .await;
+    assert_eq!(finished, (1, 1), "recorded once, with its result");
+}

@@ -75,6 +75,10 @@ struct PointFacts {
     verify_passes: Vec<(u64, VerifyDepth)>,
     /// Seq, whether the evidence restored nothing, whether it was complete.
     restore_passes: Vec<(u64, bool, bool)>,
+    /// For each passed full read (a `ReadAll` verification, a complete
+    /// restore test that restored something): the seq its job began at
+    /// (its `job.started`), else the verdict's own.
+    full_reads: Vec<u64>,
     forgotten: bool,
 }
 
@@ -171,23 +175,16 @@ impl PointFacts {
         }
         // Caps: a check without a verdict is cleared by any later passed
         // verification or proving restore test; read-back damage by a
-        // later verification that reads all data or a complete restore
-        // test.
+        // verification that reads all data or a complete restore test
+        // whose job began after it.
         for &(c, k) in &self.negatives {
             let cleared = match k {
                 Neg::CheckJob => {
                     self.verify_passes.iter().any(|&(p, _)| p > c)
                         || self.restore_passes.iter().any(|&(p, vac, _)| p > c && !vac)
                 }
-                Neg::ReadBack => {
-                    self.verify_passes
-                        .iter()
-                        .any(|&(p, d)| p > c && d.covers(&VerifyDepth::ReadAll))
-                        || self
-                            .restore_passes
-                            .iter()
-                            .any(|&(p, vac, complete)| p > c && !vac && complete)
-                }
+                // ... by a full read whose job began after it.
+                Neg::ReadBack => self.full_reads.iter().any(|&b| b > c),
                 _ => true,
             };
             if !cleared {
@@ -222,6 +219,8 @@ pub struct Facts {
     plan_caps: HashMap<PlanId, u64>,
     /// Job id -> (kind, point, plan, started without a verdict yet).
     jobs: HashMap<String, (JobKind, Option<SnapshotId>, Option<PlanId>, bool)>,
+    /// Check jobs running: the seq of their `job.started`.
+    check_started: HashMap<String, u64>,
 }
 
 /// The point id a payload starts with (the documented rule for unknown
@@ -295,6 +294,12 @@ impl Facts {
                     entry.3 = false;
                 }
             }
+            // Where the check that reached this verdict began reading: a
+            // full read clears read-back damage recorded before that only.
+            let began = verdict_job
+                .filter(|_| !skipped)
+                .and_then(|j| f.check_started.remove(j.as_str()))
+                .unwrap_or(seq);
             match &env.event {
                 Event::BackupCommitted(e) => {
                     f.points.entry(e.snapshot).or_insert(PointFacts {
@@ -314,12 +319,18 @@ impl Facts {
                 Event::VerificationPassed(e) if !skipped => {
                     if let Some(p) = f.points.get_mut(&e.point) {
                         p.verify_passes.push((seq, e.depth));
+                        if e.depth.covers(&VerifyDepth::ReadAll) {
+                            p.full_reads.push(began);
+                        }
                     }
                 }
                 Event::RestoreTestPassed(e) if !skipped => {
                     if let Some(p) = f.points.get_mut(&e.point) {
                         let vacuous = e.evidence.files == 0 || e.evidence.digests_compared == 0;
                         p.restore_passes.push((seq, vacuous, e.evidence.complete));
+                        if !vacuous && e.evidence.complete {
+                            p.full_reads.push(began);
+                        }
                     }
                 }
                 Event::VerificationFailed(e) => {
@@ -352,7 +363,13 @@ impl Facts {
                 Event::JobStarted(e) => {
                     if let Some(j) = jobs.get_mut(e.job.as_str()) {
                         j.3 = true;
+                        if j.1.is_some() && j.0 != JobKind::Copy {
+                            f.check_started.insert(e.job.to_string(), seq);
+                        }
                     }
+                }
+                Event::JobFinished(e) => {
+                    f.check_started.remove(e.job.as_str());
                 }
                 Event::JobFailed(_) | Event::JobAbandoned(_) => {
                     let id = match &env.event {
@@ -360,6 +377,7 @@ impl Facts {
                         Event::JobAbandoned(e) => e.job.to_string(),
                         _ => unreachable!(),
                     };
+                    f.check_started.remove(&id);
                     if let Some(&(kind, Some(point), _, true)) = jobs.get(&id) {
                         if matches!(kind, JobKind::Verify | JobKind::RestoreTest) {
                             neg(f, &point, Neg::CheckJob);

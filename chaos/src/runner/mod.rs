@@ -240,18 +240,19 @@ impl Run {
 
     /// Creates a plan of the run's shape for `source`.
     pub fn create_plan(&mut self, id: &str, source: &str) -> Result<(), RunError> {
-        self.create_plan_in(id, source, "default")
+        self.create_plan_in(id, source, None)
     }
 
-    /// Creates a plan of the run's shape for `source` into `repository`.
+    /// Creates a plan of the run's shape for `source` into `repository`
+    /// (none: the service's choice, which for an agent's source is the
+    /// agent's own repository).
     pub fn create_plan_in(
         &mut self,
         id: &str,
         source: &str,
-        repository: &str,
+        repository: Option<&str>,
     ) -> Result<(), RunError> {
-        let plan = json!({
-            "repository": repository,
+        let mut plan = json!({
             "id": id,
             "source": source,
             // Never due by itself: the runner starts every backup, so each
@@ -264,6 +265,9 @@ impl Run {
             "restore_test": {"every": "15s", "max_evidence_age": "1h",
                              "sample_files": 1000, "full_every": null},
         });
+        if let Some(r) = repository {
+            plan["repository"] = json!(r);
+        }
         match self.client().post_json("/api/v1/plans", &plan) {
             Ok((201, _)) => Ok(()),
             Ok((status, body)) => Err(RunError::Deployment(format!(
@@ -461,7 +465,7 @@ fn set_up_workload(run: &mut Run) -> Result<(), RunError> {
     if run.dep.s3.is_some() {
         let t = Tree::generate(&trees.join("local-s3"), 40, &mut rng)
             .map_err(|e| io("generating a tree", e))?;
-        run.create_plan_in("local-s3", &t.root.to_string_lossy(), "s3")?;
+        run.create_plan_in("local-s3", &t.root.to_string_lossy(), Some("s3"))?;
         run.plans.push(WorkPlan {
             id: "local-s3".into(),
             tree: t,
