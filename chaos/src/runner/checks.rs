@@ -46,7 +46,7 @@ pub fn demands() -> Vec<(&'static str, &'static str)> {
         (inv::DAMAGE, "every injected damage is found within the detection window, and no point it touches is `recoverable` while it stands"),
         (inv::PROOF, "at every sample, a `recoverable` point has a passed verification and a proving restore test, and a `protected` plan has a `recoverable` point"),
         (inv::ALERTS, "no alert raised twice or resolved twice; every found damage raised an alert, resolved once the damage was put back"),
-        (inv::RECOVERY, "the service is ready within the recovery limit after every restart, full disk and fsync failure"),
+        (inv::RECOVERY, "the service is ready within the recovery limit after every restart, full disk and fsync failure, and every plan backs up again once the faults are over"),
         (inv::JOBS, "no job started while it ran, and no job committed twice"),
         (inv::CLEAN, "no process panicked, exited by itself or hung; the service stops on SIGTERM"),
     ]
@@ -180,19 +180,44 @@ fn results(o: &Observed) -> Vec<InvariantResult> {
 fn settle(run: &mut Run) {
     let limit = run.opts.detection_window + Duration::from_secs(120);
     let start = Instant::now();
+    // Once every damage is put back, each plan backs up once more: the
+    // service must not only answer after the faults, it must work.
+    let mut last_round: BTreeMap<usize, String> = BTreeMap::new();
     while start.elapsed() < limit {
         run.tend();
         observe::sample(run.client(), &run.obs, run.t0);
+        if run.heals.is_empty() {
+            for i in 0..run.plans.len() {
+                if last_round.contains_key(&i) || !plan_in_service(run, i) {
+                    continue;
+                }
+                let pending = run.plans[i].jobs.last().is_some_and(|j| !ended(run, j));
+                if pending {
+                    continue;
+                }
+                let before = run.plans[i].jobs.len();
+                super::nemesis::run_plan(run, i, run.opts.seed ^ i as u64);
+                if run.plans[i].jobs.len() > before {
+                    if let Some(j) = run.plans[i].jobs.last() {
+                        last_round.insert(i, j.clone());
+                    }
+                }
+            }
+        }
         let backups_done = run
             .plans
             .iter()
             .all(|p| p.jobs.last().is_none_or(|j| ended(run, j)));
+        let asked_all = (0..run.plans.len())
+            .filter(|i| plan_in_service(run, *i))
+            .all(|i| last_round.contains_key(&i));
         let open = open_damage_alerts(&lock(&run.obs));
-        if run.heals.is_empty() && backups_done && open.is_empty() {
+        if run.heals.is_empty() && asked_all && backups_done && open.is_empty() {
             break;
         }
         std::thread::sleep(Duration::from_secs(2));
     }
+    check_last_round(run, &last_round);
     let at = run.now_s();
     let mut o = lock(&run.obs);
     for (id, desc) in open_damage_alerts(&o) {
@@ -204,6 +229,48 @@ fn settle(run: &mut Run) {
                 limit.as_secs()
             ),
         );
+    }
+}
+
+/// Whether plan `i` still has someone to back it up (an agent retired by
+/// a revocation has not).
+fn plan_in_service(run: &Run, i: usize) -> bool {
+    run.plans[i]
+        .agent
+        .is_none_or(|a| !run.dep.agents[a].retired)
+}
+
+/// Every plan backed up once more after the faults (`recovery-time`): a
+/// backup asked for once the damage was put back must succeed.
+fn check_last_round(run: &Run, last_round: &BTreeMap<usize, String>) {
+    let at = run.now_s();
+    let mut problems = Vec::new();
+    for i in (0..run.plans.len()).filter(|i| plan_in_service(run, *i)) {
+        let id = &run.plans[i].id;
+        let Some(job) = last_round.get(&i) else {
+            problems.push(format!(
+                "plan {id} could not be asked for a backup after the faults (one was still pending at the end)"
+            ));
+            continue;
+        };
+        let j = run
+            .client()
+            .get_json(&format!("/api/v1/jobs/{job}"))
+            .unwrap_or(Value::Null);
+        if j["state"] != "succeeded" {
+            problems.push(format!(
+                "plan {id}'s backup after the faults ({job}) ended {}: {}",
+                j["state"].as_str().unwrap_or("unknown"),
+                j["error"]["message"]
+                    .as_str()
+                    .unwrap_or("no error recorded")
+            ));
+        }
+    }
+    let mut o = lock(&run.obs);
+    o.checked(inv::RECOVERY, last_round.len() as u64);
+    for p in problems {
+        o.violated(inv::RECOVERY, at, p);
     }
 }
 
