@@ -1526,6 +1526,44 @@ mod tests {
         p
     }
 
+    /// A plan `p`, its point `point` committed, and job `job` of `kind`
+    /// scheduled on it.
+    fn plan_point_and_job(
+        def: PlanDefinition,
+        point: SnapshotId,
+        job: &str,
+        kind: JobKind,
+        spec: JobSpec,
+    ) -> Vec<Event> {
+        vec![
+            PlanCreated {
+                plan: PlanId::new("p"),
+                definition: def,
+            }
+            .into(),
+            BackupCommitted {
+                job: None,
+                plan: Some(PlanId::new("p")),
+                repository: RepositoryId::new("main"),
+                snapshot: point,
+                snapshot_time_unix_ns: 1,
+                summary: BackupSummary::default(),
+                changes: None,
+            }
+            .into(),
+            JobScheduled {
+                job: JobId::new(job),
+                kind,
+                plan: Some(PlanId::new("p")),
+                point: Some(point),
+                due_unix_ns: 3,
+                attempt: 1,
+                spec,
+            }
+            .into(),
+        ]
+    }
+
     /// A copy job cut short by a restart is rebuilt from the log: its
     /// point, the point's repository as source, the replica it was
     /// scheduled for, and the plan's current lock time; none once the plan
@@ -1543,35 +1581,8 @@ mod tests {
             why: "after backup".into(),
             ..JobSpec::default()
         };
-        let events = |def: PlanDefinition| -> Vec<Event> {
-            vec![
-                PlanCreated {
-                    plan: PlanId::new("p"),
-                    definition: def,
-                }
-                .into(),
-                BackupCommitted {
-                    job: None,
-                    plan: Some(PlanId::new("p")),
-                    repository: RepositoryId::new("main"),
-                    snapshot: point,
-                    snapshot_time_unix_ns: 1,
-                    summary: BackupSummary::default(),
-                    changes: None,
-                }
-                .into(),
-                JobScheduled {
-                    job: JobId::new("c"),
-                    kind: JobKind::Copy,
-                    plan: Some(PlanId::new("p")),
-                    point: Some(point),
-                    due_unix_ns: 3,
-                    attempt: 1,
-                    spec: spec.clone(),
-                }
-                .into(),
-            ]
-        };
+        let events =
+            |def: PlanDefinition| plan_point_and_job(def, point, "c", JobKind::Copy, spec.clone());
         let p = projections(events(definition(Some(replica.clone()))));
         let job = &p.jobs.jobs[&JobId::new("c")];
         match rebuild_command(&p, job, Some(&spec)) {
@@ -1603,33 +1614,8 @@ mod tests {
     fn a_check_of_a_point_retention_forgot_is_not_rebuilt_after_a_restart() {
         let point = SnapshotId([9; 32]);
         for kind in [JobKind::Verify, JobKind::RestoreTest] {
-            let mut events: Vec<Event> = vec![
-                PlanCreated {
-                    plan: PlanId::new("p"),
-                    definition: definition(None),
-                }
-                .into(),
-                BackupCommitted {
-                    job: None,
-                    plan: Some(PlanId::new("p")),
-                    repository: RepositoryId::new("main"),
-                    snapshot: point,
-                    snapshot_time_unix_ns: 1,
-                    summary: BackupSummary::default(),
-                    changes: None,
-                }
-                .into(),
-                JobScheduled {
-                    job: JobId::new("v"),
-                    kind,
-                    plan: Some(PlanId::new("p")),
-                    point: Some(point),
-                    due_unix_ns: 3,
-                    attempt: 1,
-                    spec: JobSpec::default(),
-                }
-                .into(),
-            ];
+            let mut events =
+                plan_point_and_job(definition(None), point, "v", kind, JobSpec::default());
             let p = projections(events.clone());
             let job = &p.jobs.jobs[&JobId::new("v")];
             assert!(rebuild_command(&p, job, None).is_some(), "{kind:?}");
