@@ -81,6 +81,12 @@ pub struct Incident {
     pub detected_by: Option<String>,
     /// That event's seq.
     pub detected_seq: Option<u64>,
+    /// The seq of the first event that made points suspect or failed them
+    /// for it (a read-back naming it, a failed check of a point of its
+    /// repository): from then on the points it touches may not be
+    /// `recoverable`. A job that merely failed on it (a prune, a backup)
+    /// tells the service of no point.
+    pub suspected_seq: Option<u64>,
     /// The points the service said it touches (none: every point of the
     /// repository).
     pub affected: Option<Vec<String>>,
@@ -109,6 +115,7 @@ impl Incident {
             detected_at_s: None,
             detected_by: None,
             detected_seq: None,
+            suspected_seq: None,
             affected: None,
             healed_at_s: None,
         }
@@ -276,7 +283,7 @@ fn notice_damage(o: &mut Observed, seq: u64, kind: &str, data: &Value, at: f64) 
                             .filter_map(|p| p.as_str().map(str::to_owned))
                             .collect::<Vec<_>>()
                     });
-                    if inc.detected_at_s.is_none() {
+                    if inc.suspected_seq.is_none() {
                         inc.affected = affected;
                     } else if let (Some(now), Some(new)) = (inc.affected.as_mut(), affected) {
                         now.extend(new);
@@ -290,7 +297,7 @@ fn notice_damage(o: &mut Observed, seq: u64, kind: &str, data: &Value, at: f64) 
                 if let Some(p) = data["point"].as_str() {
                     if let Some(a) = inc.affected.as_mut() {
                         a.push(p.to_owned());
-                    } else if inc.detected_at_s.is_none() {
+                    } else if inc.suspected_seq.is_none() {
                         inc.affected = Some(vec![p.to_owned()]);
                     }
                 }
@@ -300,6 +307,9 @@ fn notice_damage(o: &mut Observed, seq: u64, kind: &str, data: &Value, at: f64) 
             "job.failed" => data.to_string().contains(&inc.file_name),
             _ => false,
         };
+        if found && kind != "job.failed" && inc.suspected_seq.is_none() {
+            inc.suspected_seq = Some(seq);
+        }
         if found && inc.detected_at_s.is_none() {
             inc.detected_at_s = Some(at);
             inc.detected_by = Some(format!("{kind} (seq {seq})"));
@@ -375,12 +385,12 @@ pub fn sample(client: &Client, obs: &Shared, t0: Instant) {
     let open: Vec<Incident> = o
         .incidents
         .iter()
-        .filter(|i| i.detected_at_s.is_some() && i.healed_at_s.is_none() && !i.in_log)
+        .filter(|i| i.suspected_seq.is_some() && i.healed_at_s.is_none() && !i.in_log)
         .cloned()
         .collect();
     let mut now_suspicious = BTreeSet::new();
     for inc in open {
-        let cleared = fully_read_since(&o, inc.detected_seq.unwrap_or(0));
+        let cleared = fully_read_since(&o, inc.suspected_seq.unwrap_or(0));
         for p in &recoverable {
             let id = p["id"].as_str().unwrap_or_default();
             let touched = match &inc.affected {
@@ -573,5 +583,27 @@ mod tests {
         assert_eq!(cleared, want);
         // Seen from before job a began, its check counts too.
         assert!(fully_read_since(&o, 7).contains("p1"));
+    }
+
+    #[test]
+    fn a_job_that_failed_on_the_damage_detects_it_but_names_no_point() {
+        let mut o = Observed::default();
+        o.incidents.push(Incident::injected(
+            "cut".into(),
+            Some("default".into()),
+            Some("ab".into()),
+            "ab".into(),
+            1.0,
+        ));
+        let failed = json!({"job": "prune-1", "message": "pack ab is shorter than its index says"});
+        notice_damage(&mut o, 5, "job.failed", &failed, 2.0);
+        assert_eq!(o.incidents[0].detected_at_s, Some(2.0));
+        assert_eq!(o.incidents[0].suspected_seq, None);
+        let it =
+            json!({"repository": "default", "damaged_packs": ["ab"], "affected_points": ["p1"]});
+        notice_damage(&mut o, 9, "repository.read_back", &it, 3.0);
+        assert_eq!(o.incidents[0].detected_at_s, Some(2.0), "first noticed");
+        assert_eq!(o.incidents[0].suspected_seq, Some(9));
+        assert_eq!(o.incidents[0].affected, Some(vec!["p1".to_owned()]));
     }
 }
