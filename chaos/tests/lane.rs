@@ -145,3 +145,53 @@ fn list_and_replay_name_what_they_do() {
         "{p5}"
     );
 }
+
+/// SIGTERM to a run stops its deployment: exit 130, and no process of it
+/// is left running.
+#[test]
+fn an_interrupted_run_leaves_nothing_running() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let work = dir.path().join("work");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vouch-chaos"))
+        .args(["run", "--seed", "3", "--duration", "10m", "--agents", "1"])
+        .args(["--quiet", "--no-real-tree", "--scenario", "network"])
+        .arg("--vouch")
+        .arg(vouch())
+        .arg("--work-dir")
+        .arg(&work)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("vouch-chaos runs");
+    // Until the deployment runs: the agent's log appears after the
+    // service is ready.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !work.join("logs/host1.log").exists() {
+        assert!(
+            std::time::Instant::now() < until,
+            "the deployment never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().expect("it ends");
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"));
+    let ps = Command::new("ps")
+        .args(["-eo", "args"])
+        .output()
+        .expect("ps");
+    let left: Vec<String> = String::from_utf8_lossy(&ps.stdout)
+        .lines()
+        .filter(|l| l.contains(work.to_str().unwrap_or("-")) && l.contains("vouch"))
+        .map(str::to_owned)
+        .collect();
+    assert!(left.is_empty(), "left running: {left:?}");
+}

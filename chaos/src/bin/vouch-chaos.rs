@@ -110,6 +110,14 @@ struct CommonArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The first SIGINT or SIGTERM stops the deployment and ends the run
+    // (no processes or mounts left behind); a second exits at once.
+    let _ = ctrlc::set_handler(|| {
+        if vouch::util::interrupted() {
+            std::process::exit(130);
+        }
+        vouch::util::set_interrupted();
+    });
     match cli.command {
         Command::List { json } => {
             list(json);
@@ -286,6 +294,10 @@ fn go(
     }
     let report = match runner::run(opts) {
         Ok(r) => r,
+        Err(e @ runner::RunError::Interrupted(_)) => {
+            eprintln!("vouch chaos: {e}");
+            return ExitCode::from(130);
+        }
         Err(e) => {
             eprintln!("vouch chaos: the run could not be made: {e}");
             return ExitCode::from(3);

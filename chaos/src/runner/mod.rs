@@ -43,6 +43,10 @@ pub enum RunError {
     /// The deployment could not be set up.
     #[error("{0}")]
     Deployment(String),
+    /// SIGINT or SIGTERM: the deployment was stopped and the run ended
+    /// without a verdict.
+    #[error("interrupted: the deployment was stopped; its files and logs are in {0}")]
+    Interrupted(PathBuf),
 }
 
 /// What `vouch chaos run` was asked to do.
@@ -205,6 +209,17 @@ impl Run {
         }
     }
 
+    /// After SIGINT or SIGTERM: the sampler and the deployment stopped,
+    /// and the run ends without a verdict.
+    fn stop_if_interrupted(&mut self, sampler: &AtomicBool) -> Result<(), RunError> {
+        if !vouch::util::interrupted() {
+            return Ok(());
+        }
+        sampler.store(true, Ordering::Relaxed);
+        self.dep.stop_all();
+        Err(RunError::Interrupted(self.opts.work.clone()))
+    }
+
     /// The client of the service.
     pub fn client(&self) -> &http::Client {
         &self.dep.client
@@ -343,6 +358,7 @@ pub fn run(opts: RunOptions) -> Result<Report, RunError> {
     for step in &schedule {
         let due = t0 + Duration::from_millis(step.at_ms);
         while Instant::now() < due {
+            run.stop_if_interrupted(&stop)?;
             run.tend();
             std::thread::sleep(
                 Duration::from_millis(200).min(due.saturating_duration_since(Instant::now())),
@@ -353,6 +369,7 @@ pub fn run(opts: RunOptions) -> Result<Report, RunError> {
     }
     let end = t0 + run.opts.duration;
     while Instant::now() < end {
+        run.stop_if_interrupted(&stop)?;
         run.tend();
         std::thread::sleep(Duration::from_millis(200));
     }

@@ -221,8 +221,14 @@ fn power_cut(run: &mut Run, rng: &mut Rng) {
         );
         return;
     }
-    run_local_plan(run);
-    std::thread::sleep(Duration::from_millis(200 + rng.below(2_500)));
+    // Every plan of the service's own is asked for a backup, so that
+    // writes are in flight when the power goes.
+    for i in 0..run.plans.len() {
+        if run.plans[i].agent.is_none() {
+            run_plan(run, i, rng.next_u64());
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100 + rng.below(900)));
     let pid = run.dep.server_pid().unwrap_or_default();
     let running: Vec<String> = run
         .client()
