@@ -152,7 +152,7 @@ fn list_and_replay_name_what_they_do() {
 fn an_interrupted_run_leaves_nothing_running() {
     let dir = tempfile::tempdir().expect("tempdir");
     let work = dir.path().join("work");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vouch-chaos"))
+    let child = Command::new(env!("CARGO_BIN_EXE_vouch-chaos"))
         .args(["run", "--seed", "3", "--duration", "10m", "--agents", "1"])
         .args(["--quiet", "--no-real-tree", "--scenario", "network"])
         .arg("--vouch")
