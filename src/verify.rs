@@ -305,8 +305,18 @@ fn read_packs(
 /// read as a big-endian number `x`, give `floor(x * of / 2^64)` (see
 /// `docs/events.md`, "Read-back window").
 pub fn pack_slice(id: &PackId, of: u32) -> u32 {
+    name_slice(&id.0, of)
+}
+
+/// The slice of `of` that snapshot `id`'s manifest falls in (the same
+/// rule as [`pack_slice`], over the snapshot's id).
+pub fn snapshot_slice(id: &SnapshotId, of: u32) -> u32 {
+    name_slice(&id.0, of)
+}
+
+fn name_slice(name: &[u8; 32], of: u32) -> u32 {
     let mut head = [0u8; 8];
-    head.copy_from_slice(&id.0[..8]);
+    head.copy_from_slice(&name[..8]);
     let x = u128::from(u64::from_be_bytes(head));
     // x < 2^64 and of < 2^32, so the result is below `of`.
     u32::try_from((x * u128::from(of)) >> 64).unwrap_or(u32::MAX)
@@ -327,8 +337,12 @@ pub struct SliceReadBack {
 
 /// Reads back every indexed pack in `slices` of `of` (each pack hashes to
 /// its name, its header matches the index, every blob decrypts,
-/// decompresses and hashes to its id). A pack the index lists but the
-/// backend lacks is damage. `cancel()` ends it early with
+/// decompresses and hashes to its id), every index file (each maps blobs
+/// of many packs; they are read to load the index anyway), and the
+/// snapshot manifests in those slices. A pack the index lists but the
+/// backend lacks is damage; so is an index file or a manifest that does
+/// not decrypt (damage that names no pack: charged to every slice read).
+/// `cancel()` ends it early with
 /// [`Error::Interrupted`](crate::Error::Interrupted).
 #[tracing::instrument(skip_all, fields(repo = %repo.backend().location(), slices = slices.len(), of))]
 pub fn read_back_slices(
@@ -353,8 +367,9 @@ pub fn read_back_slices(
         return Err(crate::Error::Interrupted);
     }
     crate::util::check_interrupted()?;
+    let metadata = metadata_damage(repo, &index, &wanted, of)?;
     let mut damaged: BTreeMap<u32, Vec<Damage>> = BTreeMap::new();
-    for d in reads.damage {
+    for d in reads.damage.into_iter().chain(metadata) {
         let slice = d
             .pack
             .as_deref()
@@ -377,6 +392,57 @@ pub fn read_back_slices(
         blobs_read: reads.blobs,
         damaged,
     })
+}
+
+/// The index files whose content is damaged, and the manifests in
+/// `wanted` slices whose content is: damage naming no pack. A file that
+/// could not be read at all (the store failing, not its bytes) fails the
+/// read-back instead, to be tried again; one deleted meanwhile (a prune, a
+/// forget) is no damage.
+fn metadata_damage(
+    repo: &Repository,
+    index: &MasterIndex,
+    wanted: &BTreeSet<u32>,
+    of: u32,
+) -> Result<Vec<Damage>> {
+    let mut damage = Vec::new();
+    let mut judge = |what: String, res: Result<()>| -> Result<()> {
+        match res {
+            Ok(()) | Err(crate::Error::NotFound(_)) => Ok(()),
+            Err(crate::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(())
+            }
+            // A newer format is no damage: this build cannot judge it.
+            Err(crate::Error::UnsupportedFormat { .. }) => Ok(()),
+            Err(e @ (crate::Error::CorruptMetadata { .. } | crate::Error::Damaged(_))) => {
+                damage.push(Damage {
+                    pack: None,
+                    blob: None,
+                    problem: format!("{what}: {e}"),
+                });
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    };
+    // The index skipped what did not read; read those again to tell
+    // damage from a failing store.
+    for (file, _) in &index.unreadable {
+        let res = repo.load_index_file(file).map(|_| ());
+        judge(format!("index file {}", file.to_hex()), res)?;
+    }
+    for (name, _) in repo.backend().list(FileKind::Snapshot)? {
+        let Ok(id) = SnapshotId::from_hex(&name) else {
+            continue;
+        };
+        if wanted.contains(&snapshot_slice(&id, of)) {
+            let res = repo.load_snapshot(&id).map(|_| ());
+            judge(format!("snapshot {name}"), res)?;
+        }
+    }
+    Ok(damage)
 }
 
 fn read_back(

@@ -896,3 +896,65 @@ fn a_sampled_verification_reads_every_blob_the_point_added() {
         out.events
     );
 }
+
+/// Found by the chaos harness: the read-back read packs only, so a
+/// damaged index file or manifest of an older point stood unseen (only
+/// checks of that point read its manifest). Both are read back now, and
+/// the damage, naming no pack, makes every point of the repository
+/// suspect.
+#[test]
+fn the_read_back_finds_a_damaged_index_file_and_a_damaged_manifest() {
+    let f = fixture();
+    let a = backup_of(&f.repo, &source(f.dir.path(), "a", 3, "a"), "docs");
+    let files = |kind: &str| -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = std::fs::read_dir(f.dir.path().join("repo").join(kind))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .map(|e| e.unwrap_or_else(|e| panic!("{e}")).path())
+            .filter(|p| p.is_file())
+            .collect();
+        out.sort();
+        out
+    };
+    let read_back = || -> Vec<vouch_events::PacksReadBack> {
+        let out = ok(job(
+            JobCommand::ReadBack {
+                repository: RepositoryId::new(REPO),
+                slices: vec![0],
+                of: 1,
+            },
+            &f.repos,
+            &vouch_actors::SystemClock,
+        ));
+        out.events
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::PacksReadBack(r) if !r.damaged.is_empty() => Some(r),
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(read_back().is_empty(), "an intact repository");
+    for (kind, says) in [("index", "index file"), ("snapshots", "snapshot")] {
+        let file = files(kind)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("no {kind} file"));
+        let original = std::fs::read(&file).unwrap_or_else(|e| panic!("{e}"));
+        flip_byte(&file);
+        let damaged = read_back();
+        assert_eq!(damaged.len(), 1, "{kind}");
+        assert!(
+            damaged[0].damaged.iter().any(|d| d.starts_with(says)),
+            "{kind}: {:?}",
+            damaged[0].damaged
+        );
+        assert!(damaged[0].damaged_packs.is_empty(), "{kind}");
+        assert_eq!(
+            damaged[0].affected_points, None,
+            "{kind}: every point is suspect"
+        );
+        std::fs::write(&file, original).unwrap_or_else(|e| panic!("{e}"));
+        assert!(read_back().is_empty(), "{kind} put back");
+    }
+    let _ = a;
+}

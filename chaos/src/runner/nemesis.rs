@@ -87,7 +87,7 @@ pub fn inject(run: &mut Run, kind: FaultKind, seed: u64) {
         CrashAtStep => crash_at_step(run, &mut rng),
         AgentCrashAtStep => agent_crash_at_step(run, &mut rng),
         PowerCut => power_cut(run, &mut rng),
-        BitRotPack | TruncatePack => damage_pack(run, kind, &mut rng),
+        BitRotRepository | TruncateRepositoryFile => damage_repository(run, kind, &mut rng),
         BitRotLog => damage_log(run, &mut rng),
         DiskFull => disk_full(run, &mut rng),
         FsyncEio => fsync_eio(run, &mut rng),
@@ -506,54 +506,59 @@ fn register(
     });
 }
 
-fn damage_pack(run: &mut Run, kind: FaultKind, rng: &mut Rng) {
+/// Damage to a file of a repository older than 10 s: a pack (three times
+/// in five), an index file or a snapshot manifest; one bit flipped, or the
+/// file cut to half its length.
+fn damage_repository(run: &mut Run, kind: FaultKind, rng: &mut Rng) {
     let repos = repositories(run);
     let (repo, path) = &repos[rng.below(repos.len() as u64) as usize];
-    let packs = files_older_than(&path.join("data"), Duration::from_secs(10));
+    let (dir, what_file) = match rng.below(5) {
+        0 => ("index", "index file"),
+        1 => ("snapshots", "manifest"),
+        _ => ("data", "pack"),
+    };
+    let files = files_older_than(&path.join(dir), Duration::from_secs(10));
     let open: Vec<PathBuf> = run.heals.iter().map(|h| h.path.clone()).collect();
-    let packs: Vec<PathBuf> = packs.into_iter().filter(|p| !open.contains(p)).collect();
-    if packs.is_empty() {
+    let files: Vec<PathBuf> = files.into_iter().filter(|p| !open.contains(p)).collect();
+    if files.is_empty() {
         run.record(
             kind,
             repo.clone(),
-            "no pack older than 10 s yet".into(),
+            format!("no {what_file} older than 10 s yet"),
             None,
             false,
         );
         return;
     }
-    let pack = packs[rng.below(packs.len() as u64) as usize].clone();
-    let Ok(original) = fs::read(&pack) else {
+    let file = files[rng.below(files.len() as u64) as usize].clone();
+    let Ok(original) = fs::read(&file) else {
         return;
     };
-    let name = pack
+    let name = file
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let what = if kind == FaultKind::TruncatePack {
+    let what = if kind == FaultKind::TruncateRepositoryFile {
         let len = original.len() as u64 / 2;
-        if crate::truncate(&pack, len).is_err() {
+        if crate::truncate(&file, len).is_err() {
             return;
         }
         format!(
-            "pack {name} of {repo} cut from {} to {len} bytes",
+            "{what_file} {name} of {repo} cut from {} to {len} bytes",
             original.len()
         )
     } else {
-        match crate::flip_random_bit(&pack, rng) {
-            Ok((off, bit)) => format!("bit {bit} of byte {off} of pack {name} of {repo} flipped"),
+        match crate::flip_random_bit(&file, rng) {
+            Ok((off, bit)) => {
+                format!("bit {bit} of byte {off} of {what_file} {name} of {repo} flipped")
+            }
             Err(_) => return,
         }
     };
-    let inc = Incident::injected(
-        what.clone(),
-        Some(repo.clone()),
-        Some(name.clone()),
-        name,
-        run.now_s(),
-    );
-    let damaged = fs::read(&pack).unwrap_or_default();
-    register(run, inc, pack, None, original, damaged);
+    let pack = (dir == "data").then(|| name.clone());
+    let inc = Incident::injected(what.clone(), Some(repo.clone()), pack, name, run.now_s());
+    let damaged = fs::read(&file).unwrap_or_default();
+    register(run, inc, file, None, original, damaged);
     run.record(kind, repo.clone(), what, None, true);
 }
 

@@ -14,7 +14,8 @@ pub enum Scenario {
     /// commit step of backup, retention, prune and log append; the data
     /// directory's file system losing power (root, xfsprogs).
     Crash,
-    /// Bit rot and truncation in packs and log segments; the data
+    /// Bit rot and truncation in packs, index files, manifests and log
+    /// segments; the data
     /// directory full (root: it lies on a small tmpfs); fsync EIO
     /// (libfiu).
     Disk,
@@ -56,7 +57,7 @@ impl Scenario {
     pub fn describe(self) -> &'static str {
         match self {
             Scenario::Crash => "kill -9 of the service and agents, at random and at each commit step (backup, retention, prune, log append); power lost under the data directory (root, xfsprogs)",
-            Scenario::Disk => "bit rot and truncation in packs and log segments, a full data directory (root), fsync EIO (libfiu)",
+            Scenario::Disk => "bit rot and truncation in packs, index files, manifests and log segments, a full data directory (root), fsync EIO (libfiu)",
             Scenario::Clock => "wall-clock steps forward and back on the service and an agent (libfaketime)",
             Scenario::Network => "resets, blackholes, latency, bandwidth limits and refused connections between agents and service; 503s, reset uploads, truncated and stalled answers from S3",
             Scenario::Concurrency => "a writer paused across a prune, concurrent clients on one repository, an agent revoked mid-job",
@@ -74,7 +75,13 @@ impl Scenario {
                 AgentCrashAtStep,
                 PowerCut,
             ],
-            Scenario::Disk => &[BitRotPack, TruncatePack, BitRotLog, DiskFull, FsyncEio],
+            Scenario::Disk => &[
+                BitRotRepository,
+                TruncateRepositoryFile,
+                BitRotLog,
+                DiskFull,
+                FsyncEio,
+            ],
             Scenario::Clock => &[ClockStepServer, ClockStepAgent],
             Scenario::Network => &[
                 NetReset,
@@ -119,10 +126,12 @@ pub enum FaultKind {
     /// mid-backup (an XFS shut down without a flush: unsynced writes lost,
     /// writes in flight torn), is mounted again, and the service restarts.
     PowerCut,
-    /// One bit flipped in a pack.
-    BitRotPack,
-    /// A pack cut to half its length.
-    TruncatePack,
+    /// One bit flipped in a file of a repository: a pack, an index file or
+    /// a snapshot manifest.
+    BitRotRepository,
+    /// A file of a repository (a pack, an index file, a manifest) cut to
+    /// half its length.
+    TruncateRepositoryFile,
     /// One bit flipped in a segment of the event log.
     BitRotLog,
     /// The data directory's file system filled to the last 64 KiB.
