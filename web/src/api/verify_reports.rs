@@ -634,6 +634,19 @@ mod tests {
         validate(serde_json::from_value(v).expect("shape"))
     }
 
+    /// Found by schemathesis (seed 1): an integral float above 2^52 in
+    /// the body, `3651944619502862.0`, was read as `...862.5` (serde_json's
+    /// fast float parser is not correctly rounded) and refused as no whole
+    /// number. The body is parsed correctly rounded now.
+    #[test]
+    fn a_large_integral_float_in_the_body_is_read_exactly() {
+        let body = format!(
+            r#"{{"points": [{{"point": "{P}", "verdict": "passed", "depth": "structure"}}], "bytes_read": 3651944619502862.0}}"#
+        );
+        let parsed: VerifyReportInput = serde_json::from_str(&body).expect("a whole number");
+        assert_eq!(parsed.bytes_read, 3_651_944_619_502_862);
+    }
+
     const P: &str = "aa00000000000000000000000000000000000000000000000000000000000000";
     const K: &str = "bb00000000000000000000000000000000000000000000000000000000000000";
 
