@@ -105,8 +105,11 @@ pub fn user_name() -> String {
 
 /// Whether the process runs as root.
 pub fn is_root() -> bool {
+    // The effective user never changes in this process: asked once (a
+    // restore asks for every file).
+    static ROOT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    *ROOT.get_or_init(|| unsafe { libc::geteuid() == 0 })
 }
 
 /// User and group name lookups.

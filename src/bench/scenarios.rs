@@ -478,6 +478,7 @@ impl Runner<'_> {
         sc.data.push(data.data().clone());
         let step = "full restore of the latest snapshot";
         let mut st = StepResult::real(step, &data);
+        let mut targets = Vec::new();
         for (tool, repo, archive) in self.tree_repos.clone() {
             let target = self.work().join(format!("restore-{}", tool.name()));
             if target.exists() {
@@ -495,9 +496,17 @@ impl Runner<'_> {
                     d.bytes
                 ));
             }
-            fs::remove_dir_all(&target).ctx(|| format!("removing {}", target.display()))?;
             r.repo_added_mib = 0.0;
             st.push(r);
+            targets.push(target);
+        }
+        // Removed only once every tool has restored: ext4 then scans the
+        // inodes deleted in the last seconds before reusing one
+        // (`recently_deleted`), which made whichever tool restored right
+        // after a removal of 86 000 files pay for it (16 % of a restore's
+        // CPU in a profile).
+        for target in targets {
+            fs::remove_dir_all(&target).ctx(|| format!("removing {}", target.display()))?;
         }
         sc.steps.push(st);
         Ok(sc)

@@ -39,8 +39,9 @@ pub fn make_dir(dir: &OwnedFd, name: &CStr, path: &Path) -> Result<()> {
 
 /// A file ready to receive its extents.
 pub struct Prepared {
-    /// The file restored into, open read-write.
-    pub file: File,
+    /// The file restored into, open read-write (none for a file created
+    /// beforehand by [`create_fresh`]: the writers open it themselves).
+    pub file: Option<File>,
     /// Its `(dev, ino)`: every later open checks it.
     pub id: (u64, u64),
     /// Its length now.
@@ -56,7 +57,27 @@ fn create_new(dir: &OwnedFd, name: &CStr, path: &Path) -> Result<File> {
     Ok(File::from(open_at(dir, name, flags, 0o600, path)?))
 }
 
-fn file_id(f: &File, path: &Path) -> Result<(u64, u64)> {
+/// Creates file `name` in `dir`, which must not exist yet (owner-only until
+/// its metadata is applied).
+pub fn create_fresh(dir: &OwnedFd, name: &CStr, path: &Path) -> Result<File> {
+    create_new(dir, name, path)
+}
+
+impl Prepared {
+    /// A file [`create_fresh`] made: empty, nothing to keep or copy.
+    pub fn created(id: (u64, u64)) -> Prepared {
+        Prepared {
+            file: None,
+            id,
+            len: 0,
+            in_place: false,
+            old: None,
+        }
+    }
+}
+
+/// The `(dev, ino)` of an open file.
+pub fn file_id(f: &File, path: &Path) -> Result<(u64, u64)> {
     let st = super::dirfd::stat_fd(f, path)?;
     Ok((st.st_dev, st.st_ino))
 }
@@ -80,7 +101,7 @@ pub fn prepare_file(
     let new_file = |file: File, old: Option<File>| -> Result<Prepared> {
         let id = file_id(&file, path)?;
         Ok(Prepared {
-            file,
+            file: Some(file),
             id,
             len: 0,
             in_place: false,
@@ -99,18 +120,30 @@ pub fn prepare_file(
     // SAFETY: geteuid cannot fail.
     let ours = resume && st.st_nlink == 1 && st.st_uid == unsafe { libc::geteuid() };
     if ours {
-        let file = open_file_at(dir, name, libc::O_RDWR, id, path)?;
-        return Ok(Prepared {
-            file,
-            id,
-            len: st.st_size as u64,
-            in_place: true,
-            old: None,
-        });
+        // A file the interrupted restore finished already has its mode,
+        // which may forbid writing: then it is replaced like a stranger's.
+        match open_file_at(dir, name, libc::O_RDWR, id, path) {
+            Ok(file) => {
+                return Ok(Prepared {
+                    file: Some(file),
+                    id,
+                    len: st.st_size as u64,
+                    in_place: true,
+                    old: None,
+                })
+            }
+            Err(e) if denied(&e) => {}
+            Err(e) => return Err(e),
+        }
     }
     // Someone else's inode: read it, never write it. A fresh file takes its
-    // name by rename; the old inode lives on under its other links.
-    let old = open_file_at(dir, name, libc::O_RDONLY, id, path)?;
+    // name by rename; the old inode lives on under its other links. One
+    // that cannot even be read is replaced without copying anything.
+    let old = match open_file_at(dir, name, libc::O_RDONLY, id, path) {
+        Ok(f) => Some(f),
+        Err(e) if denied(&e) => None,
+        Err(e) => return Err(e),
+    };
     let tmp = temp_name()?;
     let tmp_path = path.with_file_name(tmp.to_string_lossy().as_ref());
     let file = create_new(dir, &tmp, &tmp_path)?;
@@ -129,7 +162,13 @@ pub fn prepare_file(
         unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
         return Err(err);
     }
-    new_file(file, Some(old))
+    new_file(file, old)
+}
+
+/// Whether an error is the kernel refusing access (`EACCES`, `EPERM`).
+fn denied(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. }
+        if matches!(source.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)))
 }
 
 /// A random name for a temporary file (`.vouch-tmp-<hex>`).
@@ -195,4 +234,80 @@ pub fn link(
         return Err(os_err("linking", path));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// Drops `CAP_DAC_OVERRIDE` and `CAP_DAC_READ_SEARCH` from the calling
+    /// thread only (capabilities are per thread in Linux): root then meets
+    /// file modes like any user.
+    fn drop_dac_override_in_this_thread() {
+        #[repr(C)]
+        struct Header {
+            version: u32,
+            pid: i32,
+        }
+        #[repr(C)]
+        #[derive(Clone, Copy, Default)]
+        struct Data {
+            effective: u32,
+            permitted: u32,
+            inheritable: u32,
+        }
+        let mut h = Header {
+            version: 0x2008_0522,
+            pid: 0,
+        };
+        let mut d = [Data::default(); 2];
+        // SAFETY: header and two data structs, as capget/capset version 3 want.
+        unsafe {
+            assert_eq!(libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()), 0);
+            // Bits 1 and 2 of linux/capability.h.
+            const CAP_DAC_OVERRIDE: u32 = 1;
+            const CAP_DAC_READ_SEARCH: u32 = 2;
+            d[0].effective &= !((1 << CAP_DAC_OVERRIDE) | (1 << CAP_DAC_READ_SEARCH));
+            assert_eq!(libc::syscall(libc::SYS_capset, &mut h, d.as_ptr()), 0);
+        }
+    }
+
+    /// A file an interrupted restore had finished already carries its mode;
+    /// a read-only one cannot be continued in place, and resuming replaced
+    /// it instead of failing with "Permission denied".
+    #[test]
+    fn resuming_over_a_finished_read_only_file_replaces_it() {
+        if !crate::util::is_root() {
+            eprintln!("skipped: needs root (to own the file and drop only the override)");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("done.txt");
+        std::fs::write(&path, b"restored before the interruption").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+        let dirs = super::super::dirfd::Dirs::open(tmp.path()).unwrap();
+        let name = cname(b"done.txt").unwrap();
+        let p = std::thread::scope(|s| {
+            s.spawn(|| {
+                drop_dac_override_in_this_thread();
+                prepare_file(dirs.root(), &name, &path, true, true)
+            })
+            .join()
+            .unwrap()
+        })
+        .expect("resuming over a read-only file of ours");
+        assert!(!p.in_place, "a read-only file cannot be written in place");
+        let old = p
+            .old
+            .expect("the finished file is read to copy its extents");
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut &old, &mut buf).unwrap();
+        assert_eq!(buf, b"restored before the interruption");
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            0,
+            "a fresh file took the name"
+        );
+    }
 }

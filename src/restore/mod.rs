@@ -34,7 +34,7 @@ use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -441,7 +441,6 @@ pub fn restore(
         if item.node.kind != NodeKind::File {
             continue;
         }
-        crate::util::check_interrupted()?;
         let sum: u64 = item.node.content.iter().map(|e| e.length).sum();
         if sum != item.node.size {
             return Err(Error::Damaged(format!(
@@ -469,12 +468,31 @@ pub fn restore(
             }
         }
         file_items.push(i);
-        let parent = dirs.get(item.dir())?;
-        let p = files::prepare_file(&parent, &item.name, &item.path, by_marker, resumed)?;
+    }
+    let threads = crate::util::io_threads(opts.threads);
+    // Into a target that holds nothing of ours, every file is new: they are
+    // created on several threads (creating is most of the kernel's work in
+    // a restore of many small files). Otherwise each is looked at in turn.
+    let created = if resumed {
+        HashMap::new()
+    } else {
+        create_files(&dirs, &items, &file_items, &opts.only_extents, threads)?
+    };
+    for &i in &file_items {
+        let item = &items[i];
+        crate::util::check_interrupted()?;
+        let only = opts.only_extents.get(&item.rel);
+        let p = match created.get(&i) {
+            Some(&id) => files::Prepared::created(id),
+            None => {
+                let parent = dirs.get(item.dir())?;
+                files::prepare_file(&parent, &item.name, &item.path, by_marker, resumed)?
+            }
+        };
         ids.insert(i, p.id);
         // Where old data may be found: the file itself, or the one it replaces.
         let (check, copy_from) = match (&p.old, p.in_place) {
-            (_, true) => (Some(&p.file), None),
+            (_, true) => (p.file.as_ref(), None),
             (Some(old), false) => (Some(old), Some(old)),
             (None, false) => (None, None),
         };
@@ -515,8 +533,8 @@ pub fn restore(
                 _ => false,
             };
             if in_place {
-                if let (Some(from), Some(_)) = (copy_from, ext.blob) {
-                    files::copy_range(from, &p.file, offset, ext.length, &item.path)?;
+                if let (Some(from), Some(to), Some(_)) = (copy_from, &p.file, ext.blob) {
+                    files::copy_range(from, to, offset, ext.length, &item.path)?;
                 }
                 summary.bytes_reused += ext.length;
                 Progress::add(&progress.bytes_done, ext.length);
@@ -535,23 +553,37 @@ pub fn restore(
                     _ if p.in_place && offset < p.len => {
                         // A hole over old data: write zeros.
                         let end = (offset + ext.length).min(p.len);
-                        zero_range(&p.file, offset, end - offset)
-                            .ctx(|| format!("clearing {}", item.path.display()))?;
+                        if let Some(f) = &p.file {
+                            zero_range(f, offset, end - offset)
+                                .ctx(|| format!("clearing {}", item.path.display()))?;
+                        }
                     }
                     _ => {}
                 }
             }
             offset += ext.length;
         }
-        if p.len != item.node.size {
-            p.file
-                .set_len(item.node.size)
+        if let (true, Some(f)) = (p.len != item.node.size, &p.file) {
+            f.set_len(item.node.size)
                 .ctx(|| format!("sizing {}", item.path.display()))?;
         }
     }
 
     // Read packs in parallel, each once, and write blobs where they belong.
-    let threads = crate::util::io_threads(opts.threads);
+    let pending: Vec<AtomicU32> = (0..items.len()).map(|_| AtomicU32::new(0)).collect();
+    for work in plan.values() {
+        for (_, targets) in work {
+            for &(item, _) in targets {
+                pending[item].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    // Files that wait for no blob get their metadata in the serial pass.
+    let no_writes: Vec<bool> = pending
+        .iter()
+        .map(|p| p.load(Ordering::Relaxed) == 0)
+        .collect();
+    let writer_warnings = Mutex::new(Vec::new());
     let written = AtomicU64::new(0);
     let mut packs: Vec<(u32, PackWork)> = plan.into_iter().collect();
     packs.sort_by_key(|(p, _)| *p);
@@ -561,6 +593,8 @@ pub fn restore(
         dirs: &dirs,
         items: &items,
         ids: &ids,
+        pending: &pending,
+        warnings: &writer_warnings,
     };
     std::thread::scope(|s| {
         for _ in 0..threads {
@@ -587,6 +621,9 @@ pub fn restore(
         return Err(e);
     }
     summary.bytes_written = written.load(Ordering::Relaxed);
+    if let Ok(mut w) = writer_warnings.lock() {
+        summary.warnings.append(&mut w);
+    }
 
     // Special files, then metadata: files, links, then directories deepest first.
     for item in items
@@ -609,8 +646,10 @@ pub fn restore(
         )?;
     }
     for &i in &file_items {
-        let f = out.open(i, i, libc::O_RDONLY)?;
-        meta::apply_fd(&f, &items[i].node, &items[i].path, &mut summary.warnings)?;
+        if no_writes[i] {
+            let f = out.open(i, i, libc::O_RDONLY)?;
+            meta::apply_fd(&f, &items[i].node, &items[i].path, &mut summary.warnings)?;
+        }
         summary.files += 1;
         Progress::add(&progress.files_done, 1);
     }
@@ -672,6 +711,78 @@ pub fn restore(
     }
     summary.duration_ms = started.elapsed().as_millis() as u64;
     Ok(summary)
+}
+
+/// Creates the new, empty files `file_items` of a target that holds nothing
+/// of this restore's, on `threads` threads (each takes runs of neighbours,
+/// so that mostly one thread works in a directory at a time); returns each
+/// file's `(dev, ino)`. A file is sized here only when the writes will not
+/// do it (it ends in a hole, or only some of its extents are restored).
+fn create_files(
+    dirs: &Dirs,
+    items: &[Item],
+    file_items: &[usize],
+    only_extents: &HashMap<Vec<u8>, Vec<usize>>,
+    threads: usize,
+) -> Result<HashMap<usize, (u64, u64)>> {
+    const RUN: usize = 64;
+    let next = AtomicUsize::new(0);
+    let failure: Mutex<Option<Error>> = Mutex::new(None);
+    let ids: Mutex<HashMap<usize, (u64, u64)>> =
+        Mutex::new(HashMap::with_capacity(file_items.len()));
+    let fail = |e: Error| {
+        if let Ok(mut f) = failure.lock() {
+            f.get_or_insert(e);
+        }
+    };
+    let create = |i: usize| -> Result<(u64, u64)> {
+        let item = &items[i];
+        let parent = dirs.get(item.dir())?;
+        let p = files::create_fresh(&parent, &item.name, &item.path)?;
+        let writes_size = item.node.content.last().is_some_and(|e| e.blob.is_some())
+            && !only_extents.contains_key(&item.rel);
+        if item.node.size > 0 && !writes_size {
+            p.set_len(item.node.size)
+                .ctx(|| format!("sizing {}", item.path.display()))?;
+        }
+        files::file_id(&p, &item.path)
+    };
+    std::thread::scope(|s| {
+        for _ in 0..threads.min(file_items.len().div_ceil(RUN)).max(1) {
+            s.spawn(|| {
+                let mut mine = Vec::new();
+                loop {
+                    let start = next.fetch_add(RUN, Ordering::Relaxed);
+                    if start >= file_items.len()
+                        || failure.lock().map(|f| f.is_some()).unwrap_or(true)
+                    {
+                        break;
+                    }
+                    if let Err(e) = crate::util::check_interrupted() {
+                        fail(e);
+                        break;
+                    }
+                    for &i in &file_items[start..(start + RUN).min(file_items.len())] {
+                        match create(i) {
+                            Ok(id) => mine.push((i, id)),
+                            Err(e) => {
+                                fail(e);
+                                break;
+                            }
+                        }
+                    }
+                }
+                if let Ok(mut ids) = ids.lock() {
+                    ids.extend(mine);
+                }
+            });
+        }
+    });
+    if let Some(e) = failure.into_inner().ok().flatten() {
+        return Err(e);
+    }
+    ids.into_inner()
+        .map_err(|_| Error::Damaged("a thread creating files panicked".into()))
 }
 
 /// Drops from `items` the entries (not directories) the target has and

@@ -7,7 +7,8 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use super::dirfd::{self, Dirs};
 use super::{Item, PackWork};
@@ -23,6 +24,14 @@ pub(super) struct Out<'a> {
     pub(super) dirs: &'a Dirs,
     pub(super) items: &'a [Item],
     pub(super) ids: &'a HashMap<usize, (u64, u64)>,
+    /// Per item: the blob writes it still waits for. The thread that makes
+    /// the last one applies the file's metadata through the descriptor it
+    /// wrote with (one open per file instead of two, and on every writer
+    /// thread instead of one); a file that needs no write (empty, all
+    /// holes, or already in place) is left to the serial metadata pass.
+    pub(super) pending: &'a [AtomicU32],
+    /// Attributes the target refused, from the writer threads.
+    pub(super) warnings: &'a Mutex<Vec<String>>,
 }
 
 impl Out<'_> {
@@ -37,6 +46,21 @@ impl Out<'_> {
         let item = &self.items[i];
         let parent = self.dirs.get(item.dir())?;
         dirfd::open_file_at(&parent, &item.name, flags, self.id(as_of)?, &item.path)
+    }
+}
+
+impl Out<'_> {
+    /// Applies the metadata of file `i`, whose last blob was just written
+    /// through `f`.
+    fn finish(&self, i: usize, f: &File) -> Result<()> {
+        let mut warnings = Vec::new();
+        super::meta::apply_fd(f, &self.items[i].node, &self.items[i].path, &mut warnings)?;
+        if !warnings.is_empty() {
+            if let Ok(mut w) = self.warnings.lock() {
+                w.extend(warnings);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -131,6 +155,9 @@ pub(super) fn restore_pack(
                     .ctx(|| format!("writing {}", path.display()))?;
                 written.fetch_add(plain.len() as u64, Ordering::Relaxed);
                 Progress::add(&progress.bytes_done, plain.len() as u64);
+                if out.pending[item].fetch_sub(1, Ordering::AcqRel) == 1 {
+                    out.finish(item, &f)?;
+                }
             }
         }
         i = j;
