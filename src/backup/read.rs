@@ -196,6 +196,8 @@ fn read_file(ctx: &ReaderContext, job: &FileJob) -> Result<FileResult> {
     let len = before.len();
     let mut extents = Vec::new();
     let mut bytes_read = 0u64;
+    // Whether the file holds more than `len` bytes, once known.
+    let mut grew = None;
     let size;
     if let Some(fixed) = is_image(ctx, path) {
         // A disk image: holes kept, every chunk at a fixed offset, so that
@@ -211,12 +213,12 @@ fn read_file(ctx: &ReaderContext, job: &FileJob) -> Result<FileResult> {
     } else if job.sparse {
         size = read_sparse(ctx, &mut file, len, &mut extents, &mut bytes_read, None)?;
     } else if len <= ctx.chunker.max_size() as u64 {
-        // Whole file in one buffer sized to the file, never to the maximum.
-        let mut buf = Vec::with_capacity(len as usize);
-        (&mut file)
-            .take(len)
-            .read_to_end(&mut buf)
-            .map_err(io("reading"))?;
+        // Whole file in one buffer sized to the file (never to the
+        // maximum), plus one byte: a read that returns less than asked has
+        // met the end of the file, so one `read` reads a small file and
+        // proves it did not grow, where a separate probe took a second call.
+        let (buf, grew_past) = read_small(&mut file, len).map_err(io("reading"))?;
+        grew = Some(grew_past);
         bytes_read = buf.len() as u64;
         size = bytes_read;
         let cuts = ctx.chunker.cut_all(&buf);
@@ -237,9 +239,14 @@ fn read_file(ctx: &ReaderContext, job: &FileJob) -> Result<FileResult> {
     // One byte past the size read: content the size did not announce (a
     // file that grew, or one whose st_size understates it, as on some
     // pseudo and FUSE file systems) is flagged, never read without bound.
-    // This is the read that would have seen end-of-file anyway.
-    let mut probe = [0u8; 1];
-    let grew = std::os::unix::fs::FileExt::read_at(&file, &mut probe, len).is_ok_and(|n| n > 0);
+    // This is the read that would have seen end-of-file anyway (a small
+    // file's own read already made it).
+    if grew.is_none() {
+        let mut probe = [0u8; 1];
+        grew =
+            Some(std::os::unix::fs::FileExt::read_at(&file, &mut probe, len).is_ok_and(|n| n > 0));
+    }
+    let grew = grew == Some(true);
     let after = file.metadata().map_err(io("stat"))?;
     let changed = grew
         || after.len() != before.len()
@@ -254,6 +261,39 @@ fn read_file(ctx: &ReaderContext, job: &FileJob) -> Result<FileResult> {
         bytes_read,
         changed,
     })
+}
+
+/// Reads a file of `len` bytes whole; returns its first `len` bytes (fewer
+/// if it shrank) and whether it held more. One `read` asks for `len + 1`
+/// bytes: when it returns exactly the `len` that `fstat` announced, fewer
+/// than asked, the file ended there, so a file that did not change costs
+/// one call. Any other short read is followed until `read` returns 0.
+fn read_small(file: &mut File, len: u64) -> std::io::Result<(Vec<u8>, bool)> {
+    let len = len as usize;
+    let mut buf = Vec::with_capacity(len + 1);
+    while buf.len() <= len {
+        let spare = buf.spare_capacity_mut();
+        let asked = spare.len();
+        // SAFETY: `spare` is writable memory of `asked` bytes that `read`
+        // fills; the vector's length then covers only what it wrote.
+        let n = unsafe { libc::read(file.as_raw_fd(), spare.as_mut_ptr().cast(), asked) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        let n = n as usize;
+        // SAFETY: the kernel wrote `n` bytes into the spare capacity.
+        unsafe { buf.set_len(buf.len() + n) };
+        if n == 0 || (buf.len() == len && n < asked) {
+            break;
+        }
+    }
+    let grew = buf.len() > len;
+    buf.truncate(len);
+    Ok((buf, grew))
 }
 
 /// Streams a large file (or a region of one) to the savers; returns the
@@ -650,5 +690,24 @@ mod tests {
             assert_eq!(seek_data_failure(Some(errno)), ReadDensely, "{errno}");
         }
         assert_eq!(seek_data_failure(None), ReadDensely);
+    }
+
+    /// One read of `len + 1` bytes tells a whole file from one that holds
+    /// more than its `fstat` said (grown, or a pseudo file that
+    /// understates its size) and from one that shrank.
+    #[test]
+    fn a_small_file_is_read_whole_and_growth_beyond_its_size_is_seen() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("f");
+        std::fs::write(&path, b"0123456789").unwrap();
+        let read = |len| read_small(&mut File::open(&path).unwrap(), len).unwrap();
+        assert_eq!(read(10), (b"0123456789".to_vec(), false));
+        // More than announced: cut at the announced size, flagged.
+        assert_eq!(read(4), (b"0123".to_vec(), true));
+        // Less than announced: what is there, not flagged as growth.
+        assert_eq!(read(20), (b"0123456789".to_vec(), false));
+        assert_eq!(read(0).1, true);
+        std::fs::write(&path, b"").unwrap();
+        assert_eq!(read(0), (Vec::new(), false));
     }
 }

@@ -69,7 +69,9 @@ impl Prefetcher {
                                 if stopped() {
                                     return;
                                 }
-                                let _ = std::fs::symlink_metadata(e.path());
+                                // Relative to the listed directory: the
+                                // kernel looks up one name, not the path.
+                                let _ = e.metadata();
                             }
                         }
                     })
@@ -528,30 +530,33 @@ impl Walker {
                 return Ok(());
             }
         };
-        let mut names: Vec<OsString> = Vec::new();
+        // The entries keep the directory open: each is then `lstat`ed by
+        // its name relative to it (`DirEntry::metadata`), one lookup
+        // instead of one per component of its path.
+        let mut listed: Vec<(OsString, std::fs::DirEntry)> = Vec::new();
         for entry in entries {
             match entry {
                 Ok(e) => {
                     // d_type, no stat: hand subdirectories to the prefetcher.
-                    let path = e.path();
-                    if e.file_type().is_ok_and(|t| t.is_dir())
-                        && !self.excludes.excluded(&self.source_path(&path))
-                    {
-                        let same_fs = self.one_file_system.then_some(root_dev);
-                        self.prefetch.hint(path, same_fs);
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        let path = e.path();
+                        if !self.excludes.excluded(&self.source_path(&path)) {
+                            let same_fs = self.one_file_system.then_some(root_dev);
+                            self.prefetch.hint(path, same_fs);
+                        }
                     }
-                    names.push(e.file_name())
+                    listed.push((e.file_name(), e))
                 }
                 Err(e) => self.warn(format!("{}: error while listing: {e}", dir.display())),
             }
         }
-        names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-        for name in names {
+        listed.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        for (name, entry) in listed {
             if only.is_some_and(|keep| keep != name.as_os_str()) {
                 continue;
             }
             let path = dir.join(&name);
-            let meta = match std::fs::symlink_metadata(&path) {
+            let meta = match entry.metadata() {
                 Ok(m) => m,
                 Err(e) => {
                     self.warn(format!("{}: vanished or unreadable: {e}", path.display()));
