@@ -706,7 +706,7 @@ mod tests {
         assert_eq!(read(4), (b"0123".to_vec(), true));
         // Less than announced: what is there, not flagged as growth.
         assert_eq!(read(20), (b"0123456789".to_vec(), false));
-        assert_eq!(read(0).1, true);
+        assert!(read(0).1);
         std::fs::write(&path, b"").unwrap();
         assert_eq!(read(0), (Vec::new(), false));
     }
