@@ -280,7 +280,7 @@ pub struct RunOptions {
     pub workdir: PathBuf,
     /// Size of the run.
     pub scale: Scale,
-    /// Peers to run side by side (restic, borg).
+    /// Peers to run side by side (restic, rustic, borg).
     pub peers: Vec<Tool>,
     /// The vouch binary to measure.
     pub vouch: PathBuf,

@@ -1,6 +1,7 @@
 //! The tools under test and how each is invoked. Encryption and zstd are on
 //! for every tool: vouch default (AES-256-GCM, zstd 3), restic (repository
-//! v2, compression auto), borg (repokey-blake2, `-C zstd,3`).
+//! v2, compression auto), rustic (its defaults: restic's format v2, zstd 3),
+//! borg (repokey-blake2, `-C zstd,3`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,6 +24,24 @@ pub enum Tool {
     Restic,
     /// borg from PATH.
     Borg,
+    /// rustic from PATH, or where `install-peers.sh` builds it.
+    Rustic,
+}
+
+/// rustic's binary: on `PATH`, else where `../shared/bench/install-peers.sh`
+/// puts it (`$VOUCH_BENCH_DIR/rustic/bin`, default `/var/tmp/vouch-bench`).
+pub fn rustic_binary() -> PathBuf {
+    let on_path = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("rustic"))
+            .find(|c| c.is_file())
+    });
+    on_path.unwrap_or_else(|| {
+        let dir = std::env::var_os("VOUCH_BENCH_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/var/tmp/vouch-bench"));
+        dir.join("rustic/bin/rustic")
+    })
 }
 
 impl std::str::FromStr for Tool {
@@ -31,10 +50,11 @@ impl std::str::FromStr for Tool {
         match s {
             "restic" => Ok(Tool::Restic),
             "borg" => Ok(Tool::Borg),
+            "rustic" => Ok(Tool::Rustic),
             _ => Err(BenchError::Unknown {
                 kind: "peer",
                 name: s.into(),
-                known: "restic, borg".into(),
+                known: "restic, rustic, borg".into(),
             }),
         }
     }
@@ -47,17 +67,30 @@ impl Tool {
             Tool::Vouch(_) => "vouch",
             Tool::Restic => "restic",
             Tool::Borg => "borg",
+            Tool::Rustic => "rustic",
+        }
+    }
+
+    fn program(&self) -> Command {
+        match self {
+            Tool::Vouch(bin) => Command::new(bin),
+            Tool::Restic => Command::new("restic"),
+            Tool::Borg => Command::new("borg"),
+            Tool::Rustic => Command::new(rustic_binary()),
         }
     }
 
     fn command(&self, work: &Path) -> Command {
-        let mut c = match self {
-            Tool::Vouch(bin) => Command::new(bin),
-            Tool::Restic => Command::new("restic"),
-            Tool::Borg => Command::new("borg"),
-        };
+        let mut c = self.program();
+        if *self == Tool::Rustic {
+            // Global options go before the subcommand.
+            c.arg("--no-progress")
+                .args(["--log-level", "warn", "--cache-dir"])
+                .arg(work.join("cache/rustic"));
+        }
         c.env("VOUCH_PASSWORD", PASSPHRASE)
             .env("RESTIC_PASSWORD", PASSPHRASE)
+            .env("RUSTIC_PASSWORD", PASSPHRASE)
             .env("BORG_PASSPHRASE", PASSPHRASE)
             .env("BORG_UNKNOWN_UNENCRYPTED_REPO_ACCESS_IS_OK", "yes")
             .env("BORG_RELOCATED_REPO_ACCESS_IS_OK", "yes")
@@ -66,7 +99,8 @@ impl Tool {
             .env("BORG_SECURITY_DIR", work.join("cache/borg-security"))
             .env("RESTIC_CACHE_DIR", work.join("cache/restic"))
             .env_remove("VOUCH_REPOSITORY")
-            .env_remove("RESTIC_REPOSITORY");
+            .env_remove("RESTIC_REPOSITORY")
+            .env_remove("RUSTIC_REPOSITORY");
         c
     }
 
@@ -76,6 +110,7 @@ impl Tool {
         match self {
             Tool::Vouch(_) => c.arg("-r").arg(repo).args(["init", "-q"]),
             Tool::Restic => c.arg("-r").arg(repo).args(["init", "-q"]),
+            Tool::Rustic => c.arg("-r").arg(repo).arg("init"),
             Tool::Borg => c.args(["init", "-e", "repokey-blake2"]).arg(repo),
         };
         c
@@ -87,6 +122,7 @@ impl Tool {
         match self {
             Tool::Vouch(_) => c.arg("-r").arg(repo).args(["backup", "-q"]).arg(source),
             Tool::Restic => c.arg("-r").arg(repo).args(["backup", "-q"]).arg(source),
+            Tool::Rustic => c.arg("-r").arg(repo).arg("backup").arg(source),
             Tool::Borg => c
                 .args(["create", "--lock-wait", "3600", "-C", "zstd,3"])
                 .arg(format!("{}::{archive}", repo.display()))
@@ -104,6 +140,11 @@ impl Tool {
                 .arg(repo)
                 .args(["restore", "-q", "latest", "--target"])
                 .arg(target),
+            Tool::Rustic => c
+                .arg("-r")
+                .arg(repo)
+                .args(["restore", "latest"])
+                .arg(target),
             Tool::Borg => c
                 .arg("extract")
                 .arg(format!("{}::{archive}", repo.display()))
@@ -118,6 +159,7 @@ impl Tool {
         match self {
             Tool::Vouch(_) => c.arg("-r").arg(repo).args(["verify", "-q", "--read-data"]),
             Tool::Restic => c.arg("-r").arg(repo).args(["check", "-q", "--read-data"]),
+            Tool::Rustic => c.arg("-r").arg(repo).args(["check", "--read-data"]),
             Tool::Borg => c.args(["check", "--verify-data"]).arg(repo),
         };
         c
@@ -127,7 +169,7 @@ impl Tool {
     pub fn verify_name(&self) -> &'static str {
         match self {
             Tool::Vouch(_) => "verify --read-data",
-            Tool::Restic => "check --read-data",
+            Tool::Restic | Tool::Rustic => "check --read-data",
             Tool::Borg => "check --verify-data",
         }
     }
@@ -145,12 +187,12 @@ impl Tool {
                 "repository v2, compression auto, AES-256 + Poly1305",
             ),
             Tool::Borg => (&["--version"], "repokey-blake2, -C zstd,3"),
+            Tool::Rustic => (
+                &["--version"],
+                "defaults: repository v2, zstd 3, AES-256 + Poly1305",
+            ),
         };
-        let mut c = match self {
-            Tool::Vouch(bin) => Command::new(bin),
-            Tool::Restic => Command::new("restic"),
-            Tool::Borg => Command::new("borg"),
-        };
+        let mut c = self.program();
         let version = c
             .args(args)
             .output()
@@ -176,6 +218,7 @@ impl Tool {
     pub fn ok_exit(&self, code: i32) -> bool {
         match self {
             Tool::Vouch(_) | Tool::Restic => code == 0 || code == 3,
+            Tool::Rustic => code == 0,
             Tool::Borg => code == 0 || code == 1,
         }
     }
@@ -218,6 +261,10 @@ mod tests {
         );
         let envs: Vec<_> = v.init(w, r).get_envs().map(|(k, _)| k.to_owned()).collect();
         assert!(envs.iter().any(|k| k == "VOUCH_PASSWORD"));
+        assert_eq!(
+            args(&Tool::Rustic.restore(w, r, Path::new("/t"), "a"))[5..],
+            ["-r", "/w/repo", "restore", "latest", "/t"]
+        );
         assert!("kopia".parse::<Tool>().is_err());
         assert_eq!("borg".parse::<Tool>().unwrap(), Tool::Borg);
     }

@@ -85,12 +85,12 @@ pub struct RunArgs {
     /// small (a few minutes), medium (the documented run), large (hours).
     #[arg(long, value_enum, default_value_t = Scale::Small)]
     pub scale: Scale,
-    /// Peers to run side by side: restic, borg (comma-separated).
+    /// Peers to run side by side: restic, rustic, borg (comma-separated).
     #[arg(
         long,
         value_delimiter = ',',
         value_parser = clap::builder::TypedValueParser::try_map(
-            clap::builder::PossibleValuesParser::new(["restic", "borg"]),
+            clap::builder::PossibleValuesParser::new(["restic", "rustic", "borg"]),
             |s| s.parse::<Tool>()
         )
     )]
