@@ -279,21 +279,25 @@ fn read_packs(
     let found = Mutex::new(PackReads::default());
     std::thread::scope(|s| {
         for _ in 0..threads {
-            s.spawn(|| loop {
-                if crate::util::interrupted() || stop() {
-                    return;
-                }
-                let next = queue.lock().ok().and_then(|mut q| q.next());
-                let Some(id) = next else { return };
-                let listed = by_pack.get(&id).map(Vec::as_slice).unwrap_or(&[]);
-                let (damage, bad, bytes, blobs) = read_back(repo, index, &id, listed);
-                Progress::add(&progress.bytes_done, bytes);
-                if let Ok(mut f) = found.lock() {
-                    f.damage.extend(damage);
-                    f.bad_blobs.extend(bad);
-                    f.packs += 1;
-                    f.bytes += bytes;
-                    f.blobs += blobs;
+            s.spawn(|| {
+                // One buffer per thread, reused for every pack.
+                let mut buf = Vec::new();
+                loop {
+                    if crate::util::interrupted() || stop() {
+                        return;
+                    }
+                    let next = queue.lock().ok().and_then(|mut q| q.next());
+                    let Some(id) = next else { return };
+                    let listed = by_pack.get(&id).map(Vec::as_slice).unwrap_or(&[]);
+                    let (damage, bad, bytes, blobs) = read_back(repo, index, &id, listed, &mut buf);
+                    Progress::add(&progress.bytes_done, bytes);
+                    if let Ok(mut f) = found.lock() {
+                        f.damage.extend(damage);
+                        f.bad_blobs.extend(bad);
+                        f.packs += 1;
+                        f.bytes += bytes;
+                        f.blobs += blobs;
+                    }
                 }
             });
         }
@@ -450,6 +454,7 @@ fn read_back(
     index: &MasterIndex,
     id: &PackId,
     indexed: &[BlobEntry],
+    buf: &mut Vec<u8>,
 ) -> (Vec<Damage>, Vec<BlobId>, u64, u64) {
     let mut damage = Vec::new();
     let all_bad = |problem: String, damage: &mut Vec<Damage>| {
@@ -460,8 +465,8 @@ fn read_back(
         });
         indexed.iter().map(|e| e.id).collect::<Vec<_>>()
     };
-    let bytes = match repo.backend().read(FileKind::Pack, &id.to_hex()) {
-        Ok(b) => b,
+    let bytes = match repo.backend().read_pack_into(&id.to_hex(), buf) {
+        Ok(()) => &buf[..],
         Err(e) => {
             let bad = all_bad(format!("pack unreadable: {e}"), &mut damage);
             return (damage, bad, 0, 0);
@@ -469,7 +474,7 @@ fn read_back(
     };
     let n = bytes.len() as u64;
     let mut bad = Vec::new();
-    if PackId::hash_of(&bytes) != *id {
+    if PackId::hash_of(bytes) != *id {
         damage.push(Damage {
             pack: Some(id.to_hex()),
             blob: None,
@@ -477,7 +482,7 @@ fn read_back(
         });
     }
     let salt = index.pack(id).map(|p| p.salt).unwrap_or_default();
-    match pack::read_whole(repo.key(), *id, &bytes) {
+    match pack::read_whole(repo.key(), *id, bytes) {
         Ok(rec) => {
             let listed: HashSet<_> = rec.blobs.iter().map(|b| (b.id, b.offset)).collect();
             for e in indexed {

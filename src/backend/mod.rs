@@ -10,7 +10,7 @@ pub mod storage;
 
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -102,9 +102,29 @@ pub trait Backend: Send + Sync {
     fn list(&self, kind: FileKind) -> Result<Vec<(String, u64)>>;
     /// Whole file.
     fn read(&self, kind: FileKind, name: &str) -> Result<Vec<u8>>;
+    /// [`Backend::read`] of a pack into `buf` (replacing its contents),
+    /// so that a reader of many packs reuses one buffer.
+    fn read_pack_into(&self, name: &str, buf: &mut Vec<u8>) -> Result<()> {
+        *buf = self.read(FileKind::Pack, name)?;
+        Ok(())
+    }
     /// `length` bytes at `offset`; an error if the file is shorter.
     fn read_range(&self, kind: FileKind, name: &str, offset: u64, length: usize)
         -> Result<Vec<u8>>;
+    /// [`Backend::read_range`] into `buf` (replacing its contents), so that
+    /// a reader of many ranges reuses one buffer instead of mapping fresh
+    /// pages for each.
+    fn read_range_into(
+        &self,
+        kind: FileKind,
+        name: &str,
+        offset: u64,
+        length: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
+        *buf = self.read_range(kind, name, offset, length)?;
+        Ok(())
+    }
     /// Atomically creates or replaces a file.
     fn write(&self, kind: FileKind, name: &str, data: &[u8], sync: WriteSync) -> Result<()>;
     /// Removes a file; removing a missing file is not an error.
@@ -416,6 +436,17 @@ impl Backend for LocalBackend {
         fs::read(&p).ctx(|| format!("reading {}", p.display()))
     }
 
+    fn read_pack_into(&self, name: &str, buf: &mut Vec<u8>) -> Result<()> {
+        let p = self.path(FileKind::Pack, name);
+        let f = File::open(&p).ctx(|| format!("reading {}", p.display()))?;
+        buf.clear();
+        // Read to the end, whatever the size said: the content is what is
+        // checked against the pack's name.
+        (&f).read_to_end(buf)
+            .ctx(|| format!("reading {}", p.display()))?;
+        Ok(())
+    }
+
     fn read_range(
         &self,
         kind: FileKind,
@@ -423,14 +454,25 @@ impl Backend for LocalBackend {
         offset: u64,
         length: usize,
     ) -> Result<Vec<u8>> {
-        let p = self.path(kind, name);
-        let mut f = File::open(&p).ctx(|| format!("opening {}", p.display()))?;
-        f.seek(SeekFrom::Start(offset))
-            .ctx(|| format!("seeking in {}", p.display()))?;
-        let mut buf = vec![0u8; length];
-        f.read_exact(&mut buf)
-            .ctx(|| format!("reading {length} bytes at {offset} of {}", p.display()))?;
+        let mut buf = Vec::new();
+        self.read_range_into(kind, name, offset, length, &mut buf)?;
         Ok(buf)
+    }
+
+    fn read_range_into(
+        &self,
+        kind: FileKind,
+        name: &str,
+        offset: u64,
+        length: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
+        let p = self.path(kind, name);
+        let f = File::open(&p).ctx(|| format!("opening {}", p.display()))?;
+        // Zeroes only what the buffer grows by; the read overwrites it all.
+        buf.resize(length, 0);
+        std::os::unix::fs::FileExt::read_exact_at(&f, buf, offset)
+            .ctx(|| format!("reading {length} bytes at {offset} of {}", p.display()))
     }
 
     fn write(&self, kind: FileKind, name: &str, data: &[u8], sync: WriteSync) -> Result<()> {

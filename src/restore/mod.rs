@@ -595,24 +595,29 @@ pub fn restore(
         ids: &ids,
         pending: &pending,
         warnings: &writer_warnings,
+        written: &written,
+        progress: &progress,
     };
     std::thread::scope(|s| {
         for _ in 0..threads {
-            s.spawn(|| loop {
-                if failure.lock().map(|f| f.is_some()).unwrap_or(true) {
-                    return;
-                }
-                let next = queue.lock().ok().and_then(|mut q| q.next());
-                let Some((pack_pos, blobs)) = next else {
-                    return;
-                };
-                if let Err(e) =
-                    restore_pack(repo, &index, pack_pos, blobs, &out, &written, &progress)
-                {
-                    if let Ok(mut f) = failure.lock() {
-                        f.get_or_insert(e);
+            s.spawn(|| {
+                // One buffer per thread for the packs' ranges.
+                let mut scratch = Vec::new();
+                loop {
+                    if failure.lock().map(|f| f.is_some()).unwrap_or(true) {
+                        return;
                     }
-                    return;
+                    let next = queue.lock().ok().and_then(|mut q| q.next());
+                    let Some((pack_pos, blobs)) = next else {
+                        return;
+                    };
+                    if let Err(e) = restore_pack(repo, &index, pack_pos, blobs, &out, &mut scratch)
+                    {
+                        if let Ok(mut f) = failure.lock() {
+                            f.get_or_insert(e);
+                        }
+                        return;
+                    }
                 }
             });
         }

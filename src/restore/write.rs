@@ -32,6 +32,10 @@ pub(super) struct Out<'a> {
     pub(super) pending: &'a [AtomicU32],
     /// Attributes the target refused, from the writer threads.
     pub(super) warnings: &'a Mutex<Vec<String>>,
+    /// Bytes written.
+    pub(super) written: &'a AtomicU64,
+    /// Counters.
+    pub(super) progress: &'a Progress,
 }
 
 impl Out<'_> {
@@ -118,8 +122,7 @@ pub(super) fn restore_pack(
     pack_pos: u32,
     mut blobs: PackWork,
     out: &Out<'_>,
-    written: &AtomicU64,
-    progress: &Progress,
+    scratch: &mut Vec<u8>,
 ) -> Result<()> {
     let pack = &index.packs()[pack_pos as usize];
     blobs.sort_by_key(|(e, _)| e.offset);
@@ -138,10 +141,16 @@ pub(super) fn restore_pack(
             end = blobs[j].0.offset as u64 + blobs[j].0.length as u64;
             j += 1;
         }
-        let bytes = repo
-            .backend()
-            .read_range(FileKind::Pack, &name, start, (end - start) as usize)
+        repo.backend()
+            .read_range_into(
+                FileKind::Pack,
+                &name,
+                start,
+                (end - start) as usize,
+                scratch,
+            )
             .map_err(|e| Error::Damaged(format!("pack {} unreadable: {e}", pack.id)))?;
+        let bytes = &*scratch;
         for (entry, targets) in &blobs[i..j] {
             let from = (entry.offset as u64 - start) as usize;
             let sealed = bytes
@@ -153,8 +162,8 @@ pub(super) fn restore_pack(
                 let path = &out.items[item].path;
                 f.write_all_at(&plain, offset)
                     .ctx(|| format!("writing {}", path.display()))?;
-                written.fetch_add(plain.len() as u64, Ordering::Relaxed);
-                Progress::add(&progress.bytes_done, plain.len() as u64);
+                out.written.fetch_add(plain.len() as u64, Ordering::Relaxed);
+                Progress::add(&out.progress.bytes_done, plain.len() as u64);
                 if out.pending[item].fetch_sub(1, Ordering::AcqRel) == 1 {
                     out.finish(item, &f)?;
                 }
