@@ -524,7 +524,7 @@ impl Runner<'_> {
         };
         let mut sc = ScenarioResult::new("verify");
         sc.notes.push(
-            "vouch verify --read-data, restic check --read-data, borg check --verify-data; \
+            "vouch verify --read-data, restic and rustic check --read-data, borg check --verify-data; \
              MiB/s and files/s refer to the last source tree, not to the repository"
                 .into(),
         );
