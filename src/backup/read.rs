@@ -241,12 +241,10 @@ fn read_file(ctx: &ReaderContext, job: &FileJob) -> Result<FileResult> {
     // pseudo and FUSE file systems) is flagged, never read without bound.
     // This is the read that would have seen end-of-file anyway (a small
     // file's own read already made it).
-    if grew.is_none() {
+    let grew = grew.unwrap_or_else(|| {
         let mut probe = [0u8; 1];
-        grew =
-            Some(std::os::unix::fs::FileExt::read_at(&file, &mut probe, len).is_ok_and(|n| n > 0));
-    }
-    let grew = grew == Some(true);
+        std::os::unix::fs::FileExt::read_at(&file, &mut probe, len).is_ok_and(|n| n > 0)
+    });
     let after = file.metadata().map_err(io("stat"))?;
     let changed = grew
         || after.len() != before.len()

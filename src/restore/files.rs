@@ -40,7 +40,7 @@ pub fn make_dir(dir: &OwnedFd, name: &CStr, path: &Path) -> Result<()> {
 /// A file ready to receive its extents.
 pub struct Prepared {
     /// The file restored into, open read-write (none for a file created
-    /// beforehand by [`create_fresh`]: the writers open it themselves).
+    /// beforehand by [`create_new`]: the writers open it themselves).
     pub file: Option<File>,
     /// Its `(dev, ino)`: every later open checks it.
     pub id: (u64, u64),
@@ -52,19 +52,15 @@ pub struct Prepared {
     pub old: Option<File>,
 }
 
-fn create_new(dir: &OwnedFd, name: &CStr, path: &Path) -> Result<File> {
+/// Creates file `name` in `dir`, which must not exist yet (owner-only until
+/// its metadata is applied).
+pub fn create_new(dir: &OwnedFd, name: &CStr, path: &Path) -> Result<File> {
     let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
     Ok(File::from(open_at(dir, name, flags, 0o600, path)?))
 }
 
-/// Creates file `name` in `dir`, which must not exist yet (owner-only until
-/// its metadata is applied).
-pub fn create_fresh(dir: &OwnedFd, name: &CStr, path: &Path) -> Result<File> {
-    create_new(dir, name, path)
-}
-
 impl Prepared {
-    /// A file [`create_fresh`] made: empty, nothing to keep or copy.
+    /// A file [`create_new`] made: empty, nothing to keep or copy.
     pub fn created(id: (u64, u64)) -> Prepared {
         Prepared {
             file: None,

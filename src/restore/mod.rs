@@ -743,7 +743,7 @@ fn create_files(
     let create = |i: usize| -> Result<(u64, u64)> {
         let item = &items[i];
         let parent = dirs.get(item.dir())?;
-        let p = files::create_fresh(&parent, &item.name, &item.path)?;
+        let p = files::create_new(&parent, &item.name, &item.path)?;
         let writes_size = item.node.content.last().is_some_and(|e| e.blob.is_some())
             && !only_extents.contains_key(&item.rel);
         if item.node.size > 0 && !writes_size {

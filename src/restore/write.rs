@@ -51,9 +51,7 @@ impl Out<'_> {
         let parent = self.dirs.get(item.dir())?;
         dirfd::open_file_at(&parent, &item.name, flags, self.id(as_of)?, &item.path)
     }
-}
 
-impl Out<'_> {
     /// Applies the metadata of file `i`, whose last blob was just written
     /// through `f`.
     fn finish(&self, i: usize, f: &File) -> Result<()> {
