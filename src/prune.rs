@@ -353,7 +353,6 @@ pub fn prune(repo: &Repository, opts: &PruneOptions) -> Result<PruneReport> {
             let Some((_, entry)) = index.get(blob) else {
                 continue;
             };
-            let entry = *entry;
             let plain = repo.read_blob(&index, blob)?;
             let (compression, stored) = compressor.compress(&plain);
             let b = builder

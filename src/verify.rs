@@ -273,7 +273,7 @@ fn read_packs(
     let threads = crate::util::io_threads(threads);
     let mut by_pack: HashMap<PackId, Vec<BlobEntry>> = HashMap::new();
     for (p, e) in index.iter() {
-        by_pack.entry(p.id).or_default().push(*e);
+        by_pack.entry(p.id).or_default().push(e);
     }
     let queue = Mutex::new(packs.into_iter());
     let found = Mutex::new(PackReads::default());
@@ -597,7 +597,7 @@ fn tree_problems(index: &MasterIndex, id: &BlobId, tree: &Tree) -> Vec<(String, 
             ));
         }
         for e in &n.content {
-            if let Some(entry) = e.blob.and_then(|b| index.location(&b)).map(|l| l.entry) {
+            if let Some(entry) = e.blob.and_then(|b| index.location(&b).map(|l| l.entry(b))) {
                 if u64::from(entry.raw_length) != e.length {
                     out.push((
                         name.clone(),

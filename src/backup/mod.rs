@@ -515,8 +515,7 @@ pub fn backup(
             index,
         });
     }
-    let written = packs.clone();
-    let snapshot = commit::commit(repo, &guard, packs, &manifest, opts.sync)?;
+    let snapshot = commit::commit(repo, &guard, &packs, &manifest, opts.sync)?;
     drop(guard);
     if let Some(s) = &session {
         s.clear();
@@ -524,7 +523,8 @@ pub fn backup(
     tracing::info!(snapshot = %snapshot.short(), "backup committed");
     drop(dedup);
     let mut index = Arc::try_unwrap(index).unwrap_or_else(|shared| (*shared).clone());
-    for pack in &written {
+    index.reserve(packs.iter().map(|p| p.blobs.len()).sum());
+    for pack in &packs {
         index.add_pack(pack);
     }
     Ok(BackupOutcome {

@@ -241,7 +241,7 @@ pub fn rewrite(
                 summary,
                 ..m.clone()
             };
-            let new = commit::commit(repo, &guard, packs, &manifest, SyncLevel::Filesystem)?;
+            let new = commit::commit(repo, &guard, &packs, &manifest, SyncLevel::Filesystem)?;
             done.new = Some(new.to_hex());
             if opts.forget {
                 let mut locks = repo.point_locks()?;

@@ -156,13 +156,13 @@ pub fn backup_stream(
             index,
         });
     }
-    let written = packs.clone();
-    let snapshot = commit::commit(repo, &guard, packs, &manifest, opts.sync)?;
+    let snapshot = commit::commit(repo, &guard, &packs, &manifest, opts.sync)?;
     drop(guard);
     tracing::info!(snapshot = %snapshot.short(), bytes = size, "stream backup committed");
     drop(dedup);
     let mut index = Arc::try_unwrap(index).unwrap_or_else(|shared| (*shared).clone());
-    for pack in &written {
+    index.reserve(packs.iter().map(|p| p.blobs.len()).sum());
+    for pack in &packs {
         index.add_pack(pack);
     }
     Ok(BackupOutcome {

@@ -22,8 +22,8 @@ use crate::chunker::Chunker;
 use crate::crypto::{FileCipher, KdfParams, MasterKey};
 use crate::error::{Error, Result};
 use crate::format::{
-    decode, encode, Config, IndexFile, KeyFile, Manifest, SealedKind, Tree, FORMAT_VERSION,
-    KEY_WRAP_AAD, MAX_SUPPORTED_VERSION,
+    decode, encode, encode_compact, Config, IndexFile, KeyFile, Manifest, SealedKind, Tree,
+    FORMAT_VERSION, KEY_WRAP_AAD, MAX_SUPPORTED_VERSION,
 };
 use crate::id::{BlobId, IndexId, KeyId, RepoId, SnapshotId};
 use crate::util::{host_name, now_rfc3339, user_name};
@@ -151,7 +151,7 @@ pub struct KeyInfo {
 
 /// An index file sealed with `key`, as stored, and its id.
 pub fn seal_index_file(key: &MasterKey, file: &IndexFile) -> (IndexId, Vec<u8>) {
-    let bytes = sealed::seal(key, SealedKind::Index, &encode(file));
+    let bytes = sealed::seal(key, SealedKind::Index, &encode_compact(file));
     (IndexId::hash_of(&bytes), bytes)
 }
 
@@ -780,11 +780,21 @@ impl Repository {
             .flat_map(|(_, f)| f.supersedes.iter().copied())
             .collect();
         let mut index = MasterIndex::default();
-        for (id, file) in &files {
-            if superseded.contains(id) {
-                index.superseded.push(*id);
+        index.reserve(
+            files
+                .iter()
+                .filter(|(id, _)| !superseded.contains(id))
+                .flat_map(|(_, f)| &f.packs)
+                .map(|p| p.blobs.len())
+                .sum(),
+        );
+        // Each file is dropped once merged: the decoded files and the full
+        // map are never all held together.
+        for (id, file) in files {
+            if superseded.contains(&id) {
+                index.superseded.push(id);
             } else {
-                index.add_file(*id, file);
+                index.add_file(id, &file);
             }
         }
         index.unreadable = unreadable;
@@ -807,7 +817,7 @@ impl Repository {
             .ok_or_else(|| Error::Damaged(format!("blob {id} is not in the index")))?;
         let (offset, length) = (u64::from(entry.offset), entry.length as usize);
         if let Some(sealed) = cache.tree(&pack.id, offset, length) {
-            match pack::open_blob(&self.key, &pack.salt, entry, &sealed) {
+            match pack::open_blob(&self.key, &pack.salt, &entry, &sealed) {
                 Ok(plain) => return Ok(plain),
                 // A hole (never cached), a torn write or damage: fetched
                 // again and written over below.
@@ -818,7 +828,7 @@ impl Repository {
             .backend
             .read_range(FileKind::Pack, &pack.id.to_hex(), offset, length)
             .map_err(|e| Error::Damaged(format!("pack {} unreadable: {e}", pack.id)))?;
-        let plain = pack::open_blob(&self.key, &pack.salt, entry, &sealed)?;
+        let plain = pack::open_blob(&self.key, &pack.salt, &entry, &sealed)?;
         cache.put_trees(&pack.id, [(offset, &sealed[..])]);
         Ok(plain)
     }
@@ -837,7 +847,7 @@ impl Repository {
                 entry.length as usize,
             )
             .map_err(|e| Error::Damaged(format!("pack {} unreadable: {e}", pack.id)))?;
-        pack::open_blob(&self.key, &pack.salt, entry, &sealed)
+        pack::open_blob(&self.key, &pack.salt, &entry, &sealed)
     }
 
     /// Reads a tree blob (from the cache when it has it).

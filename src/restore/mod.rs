@@ -514,15 +514,15 @@ pub fn restore(
                             item.path.display()
                         ))
                     })?;
-                    if u64::from(loc.entry.raw_length) != ext.length {
+                    if u64::from(loc.raw_length) != ext.length {
                         return Err(Error::Damaged(format!(
                             "{}: an extent of {} bytes names blob {blob} of {} bytes",
                             item.path.display(),
                             ext.length,
-                            loc.entry.raw_length
+                            loc.raw_length
                         )));
                     }
-                    Some((loc.pack, loc.entry))
+                    Some((loc.pack, loc.entry(blob)))
                 }
                 None => None,
             };
