@@ -33,6 +33,9 @@ pub enum DataKind {
     Incompressible,
     /// Real files (source trees): for real-world figures.
     Real,
+    /// Generated, half random and half text-like: the scale figures of a
+    /// mixed tree (bytes per second of the source, not of what is stored).
+    Mixed,
 }
 
 /// A described data set.
@@ -311,20 +314,24 @@ pub(crate) fn ensure_random_file(path: &Path, bytes: u64) -> Result<()> {
     generate_random_file(path, bytes)
 }
 
-/// `count` random files of `size` bytes in `dir` (in subdirectories of 1000),
-/// generated unless a completion marker says they are there.
-pub(crate) fn ensure_random_files(dir: &Path, count: u64, size: usize) -> Result<()> {
+/// `count` random files of `size` bytes in `dir`, `per_dir` to a
+/// subdirectory, generated unless a completion marker says they are there
+/// in this layout (a set made in another layout is made again).
+pub(crate) fn ensure_random_files(dir: &Path, count: u64, size: usize, per_dir: u64) -> Result<()> {
     let marker = dir.with_extension("done");
-    if marker.exists() && dir.exists() {
+    let layout = format!("{count} files of {size} bytes, {per_dir} per directory\n");
+    if dir.exists() && fs::read_to_string(&marker).is_ok_and(|m| m == layout) {
         return Ok(());
     }
+    let _ = fs::remove_file(&marker);
     if dir.exists() {
         fs::remove_dir_all(dir).ctx(|| format!("removing {}", dir.display()))?;
     }
+    let per_dir = per_dir.max(1);
     let mut buf = vec![0u8; size];
     for i in 0..count {
-        let sub = dir.join(format!("d{:04}", i / 1000));
-        if i % 1000 == 0 {
+        let sub = dir.join(format!("d{:05}", i / per_dir));
+        if i % per_dir == 0 {
             fs::create_dir_all(&sub).ctx(|| format!("creating {}", sub.display()))?;
             if crate::util::interrupted() {
                 return Err(BenchError::Interrupted);
@@ -334,8 +341,154 @@ pub(crate) fn ensure_random_files(dir: &Path, count: u64, size: usize) -> Result
         let p = sub.join(format!("f{i:07}"));
         fs::write(&p, &buf).ctx(|| format!("writing {}", p.display()))?;
     }
-    File::create(&marker).ctx(|| format!("creating {}", marker.display()))?;
+    fs::write(&marker, layout).ctx(|| format!("creating {}", marker.display()))?;
     Ok(())
+}
+
+/// Words of the text-like half of a mixed tree.
+const WORDS: [&str; 32] = [
+    "backup",
+    "restore",
+    "verify",
+    "pack",
+    "index",
+    "snapshot",
+    "tree",
+    "blob",
+    "chunk",
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "that",
+    "for",
+    "with",
+    "on",
+    "file",
+    "data",
+    "error",
+    "point",
+    "plan",
+    "job",
+    "lock",
+    "key",
+    "repository",
+    "agent",
+    "event",
+    "log",
+    "proof",
+];
+
+/// Fills `buf` with text of random words and numbers (zstd-3 keeps about a
+/// third of it; no two buffers alike).
+pub fn fill_text(buf: &mut [u8]) {
+    let mut rnd = vec![0u8; buf.len() / 4 + 16];
+    fill_random(&mut rnd);
+    let mut at = 0;
+    let mut r = rnd.iter().copied();
+    while at < buf.len() {
+        let b = r.next().unwrap_or(0);
+        let piece: std::borrow::Cow<'_, str> = if b < 200 {
+            WORDS[usize::from(b) % WORDS.len()].into()
+        } else {
+            format!("{}", u16::from_le_bytes([b, r.next().unwrap_or(0)])).into()
+        };
+        let sep: &[u8] = if b % 16 == 0 { b"\n" } else { b" " };
+        for &c in piece.as_bytes().iter().chain(sep) {
+            if at == buf.len() {
+                break;
+            }
+            buf[at] = c;
+            at += 1;
+        }
+    }
+}
+
+/// A tree of `total` bytes in files of `file_bytes`, 64 to a directory,
+/// alternately random and text-like (see [`fill_text`]); generated unless a
+/// completion marker says it is there.
+pub(crate) fn ensure_mixed_tree(dir: &Path, total: u64, file_bytes: u64) -> Result<()> {
+    let marker = dir.with_extension("done");
+    let layout = format!("{total} bytes in files of {file_bytes}, random and text alternating\n");
+    if dir.exists() && fs::read_to_string(&marker).is_ok_and(|m| m == layout) {
+        return Ok(());
+    }
+    let _ = fs::remove_file(&marker);
+    if dir.exists() {
+        fs::remove_dir_all(dir).ctx(|| format!("removing {}", dir.display()))?;
+    }
+    let mut block = vec![0u8; 1 << 20];
+    let files = total.div_ceil(file_bytes.max(1));
+    for i in 0..files {
+        let sub = dir.join(format!("d{:03}", i / 64));
+        if i % 64 == 0 {
+            fs::create_dir_all(&sub).ctx(|| format!("creating {}", sub.display()))?;
+        }
+        if crate::util::interrupted() {
+            return Err(BenchError::Interrupted);
+        }
+        let p = sub.join(format!("f{i:05}"));
+        let mut f = File::create(&p).ctx(|| format!("creating {}", p.display()))?;
+        let mut left = file_bytes.min(total - i * file_bytes);
+        while left > 0 {
+            let n = left.min(block.len() as u64) as usize;
+            if i % 2 == 0 {
+                fill_random(&mut block[..n]);
+            } else {
+                fill_text(&mut block[..n]);
+            }
+            f.write_all(&block[..n])
+                .ctx(|| format!("writing {}", p.display()))?;
+            left -= n as u64;
+        }
+    }
+    fs::write(&marker, layout).ctx(|| format!("creating {}", marker.display()))?;
+    Ok(())
+}
+
+/// Generated data, half random and half text-like: for the scale figures of
+/// a mixed tree. Refused when it is incompressible (then it is not mixed)
+/// or periodic.
+#[derive(Clone, Debug)]
+pub struct Mixed(DataSet);
+
+impl Mixed {
+    /// Samples the tree at `path`.
+    pub fn check(path: &Path, description: impl Into<String>) -> Result<Self> {
+        let description = description.into();
+        let (files, bytes, pieces) = sample_path(path)?;
+        if bytes == 0 {
+            return Err(BenchError::NoData(path.to_path_buf()));
+        }
+        let stats = check_samples(&pieces);
+        if stats.duplicates > 0 {
+            return Err(BenchError::Periodic {
+                what: description,
+                duplicates: stats.duplicates,
+            });
+        }
+        if stats.ratio() >= MIN_INCOMPRESSIBLE_RATIO {
+            return Err(BenchError::Workdir(format!(
+                "{description}: the sample compresses to {:.2} of its size, not a mixed tree",
+                stats.ratio()
+            )));
+        }
+        Ok(Self(DataSet {
+            path: path.to_path_buf(),
+            description,
+            kind: DataKind::Mixed,
+            bytes,
+            files,
+            sample_ratio: stats.ratio(),
+        }))
+    }
+
+    /// The data set.
+    pub fn data(&self) -> &DataSet {
+        &self.0
+    }
 }
 
 #[cfg(test)]
@@ -346,6 +499,42 @@ mod tests {
         let mut v = vec![0u8; n];
         fill_random(&mut v);
         v
+    }
+
+    #[test]
+    fn a_set_in_another_layout_is_made_again_and_one_in_the_same_is_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("files");
+        ensure_random_files(&dir, 10, 16, 5).unwrap();
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 2);
+        let f = dir.join("d00001").join("f0000009");
+        let before = fs::read(&f).unwrap();
+        ensure_random_files(&dir, 10, 16, 5).unwrap();
+        assert_eq!(fs::read(&f).unwrap(), before, "kept");
+        ensure_random_files(&dir, 10, 16, 2).unwrap();
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 5, "made again");
+        assert!(!f.exists());
+    }
+
+    #[test]
+    fn a_mixed_tree_is_half_text_and_is_told_from_random_data() {
+        let mut t = vec![0u8; PIECE];
+        fill_text(&mut t);
+        let s = check_samples(&[&t]);
+        assert!(
+            s.ratio() > 0.1 && s.ratio() < 0.6,
+            "text ratio {}",
+            s.ratio()
+        );
+        let d = tempfile::tempdir().unwrap();
+        let tree = d.path().join("mixed");
+        ensure_mixed_tree(&tree, 4 * 300_000 + 5, 300_000).unwrap();
+        let m = Mixed::check(&tree, "mixed").unwrap();
+        assert_eq!((m.data().files, m.data().bytes), (5, 4 * 300_000 + 5));
+        assert!(m.data().sample_ratio > 0.4 && m.data().sample_ratio < 0.9);
+        let random = d.path().join("random");
+        ensure_random_files(&random, 4, PIECE, 4).unwrap();
+        assert!(Mixed::check(&random, "random").is_err());
     }
 
     #[test]

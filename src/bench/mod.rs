@@ -215,11 +215,14 @@ pub enum Scenario {
     SlowTarget,
     /// One million small files (large scale only).
     MillionFiles,
+    /// Cost against the size of the work: files, bytes, a mixed tree
+    /// (large scale only).
+    Scale,
 }
 
 impl Scenario {
     /// All scenarios in run order.
-    pub const ALL: [Scenario; 10] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::LargeFile,
         Scenario::ManySmall,
         Scenario::RerunUnchanged,
@@ -230,6 +233,7 @@ impl Scenario {
         Scenario::LowMemory,
         Scenario::SlowTarget,
         Scenario::MillionFiles,
+        Scenario::Scale,
     ];
 
     /// The command-line name.
@@ -245,6 +249,7 @@ impl Scenario {
             Scenario::LowMemory => "low-memory",
             Scenario::SlowTarget => "slow-target",
             Scenario::MillionFiles => "million-files",
+            Scenario::Scale => "scale",
         }
     }
 }

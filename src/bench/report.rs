@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::conditions::Conditions;
-use super::data::{DataKind, DataSet, Incompressible, RealData};
+use super::data::{DataKind, DataSet, Incompressible, Mixed, RealData};
 use super::measure::{CacheState, MemoryOutcome, Usage};
 
 const MIB: f64 = 1048576.0;
@@ -145,6 +145,11 @@ impl StepResult {
 
     /// A real-world step on real data.
     pub fn real(name: impl Into<String>, data: &RealData) -> Self {
+        Self::new(name.into(), data.data())
+    }
+
+    /// A scale step on a generated mixed tree.
+    pub fn mixed(name: impl Into<String>, data: &Mixed) -> Self {
         Self::new(name.into(), data.data())
     }
 
@@ -287,12 +292,13 @@ impl Report {
         let _ = writeln!(md, "{head}\n{rule}");
         for sc in &self.scenarios {
             for st in &sc.steps {
-                let throughput = st.data_kind == DataKind::Incompressible;
+                let throughput = st.data_kind != DataKind::Real;
                 let data = format!(
                     "{}, {} files, {}",
                     match st.data_kind {
                         DataKind::Incompressible => "random",
                         DataKind::Real => "real",
+                        DataKind::Mixed => "mixed",
                     },
                     st.data_files,
                     mib(st.data_bytes as f64 / MIB)

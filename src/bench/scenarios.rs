@@ -5,6 +5,7 @@
 //! reuses one), `logs/` (each tool's output per step), `cache/` (restic's
 //! and borg's caches, reset per run), `results/<run id>.json`.
 
+mod scale;
 mod slow_target;
 
 use std::fs;
@@ -102,6 +103,7 @@ pub fn run(o: &RunOptions) -> Result<Report> {
             Scenario::LowMemory => r.low_memory(),
             Scenario::SlowTarget => r.slow_target(),
             Scenario::MillionFiles => r.million_files(),
+            Scenario::Scale => r.scale(),
         }?;
         if let Some(why) = &res.skipped {
             r.say(&format!("   skipped: {why}"));
@@ -291,7 +293,7 @@ impl Runner<'_> {
     fn many_small_data(&self) -> Result<Incompressible> {
         let n = many_small_count(self.o.scale);
         let dir = self.work().join("data").join(format!("many-small-{n}"));
-        ensure_random_files(&dir, n, 16 * 1024)?;
+        ensure_random_files(&dir, n, 16 * 1024, 1000)?;
         Incompressible::check(&dir, format!("{n} files of 16 KiB random data"))
     }
 
@@ -696,9 +698,15 @@ impl Runner<'_> {
                 "large scale only (--scale large)",
             ));
         }
-        let dir = self.work().join("data").join("million-files");
-        ensure_random_files(&dir, 1_000_000, 1024)?;
-        let data = Incompressible::check(&dir, "1 000 000 files of 1 KiB random data")?;
+        let dir = scale::files_dir(self.work(), 1_000_000);
+        ensure_random_files(&dir, 1_000_000, 1024, scale::FILES_PER_DIR)?;
+        let data = Incompressible::check(
+            &dir,
+            format!(
+                "1 000 000 files of 1 KiB random data, {} per directory",
+                scale::FILES_PER_DIR
+            ),
+        )?;
         let mut sc = ScenarioResult::new("million-files");
         sc.data.push(data.data().clone());
         let mut first = StepResult::throughput("first backup", &data);
