@@ -310,3 +310,71 @@ fn smoke_service_tiny_scale() {
     assert!(v["conditions"]["cores"].as_u64().unwrap() >= 1);
     assert!(v["log_bytes"].as_u64().unwrap() > 0);
 }
+
+/// The smoke test of `vouch bench point`: the real `vouch serve` backs up a
+/// small tree, the point becomes recoverable through the service's own
+/// verification and restore test, and every route that reads it answers
+/// 200 under load. Asserts the report, never a timing.
+#[test]
+fn smoke_point_small_tree() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    for d in ["a", "b"] {
+        std::fs::create_dir_all(src.join(d)).unwrap();
+        for i in 0..20 {
+            std::fs::write(
+                src.join(d).join(format!("f{i}")),
+                format!("{d}{i}").repeat(50),
+            )
+            .unwrap();
+        }
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_vouch"))
+        .args([
+            "--json",
+            "bench",
+            "point",
+            "--clients",
+            "2",
+            "--warmup",
+            "0.1",
+            "--seconds",
+            "0.5",
+            "--max-requests",
+            "100",
+            "--timeout",
+            "5min",
+        ])
+        .arg("--workdir")
+        .arg(work.path().join("work"))
+        .arg("--source")
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["state"], "recoverable", "{v}");
+    assert_eq!(v["files"], 40, "{v}");
+    assert_eq!(v["restore_test"]["passed"], true, "{v}");
+    assert_eq!(v["restore_test"]["evidence"]["files"], 40, "{v}");
+    let loads = v["loads"].as_array().unwrap();
+    let routes: Vec<&str> = loads
+        .iter()
+        .map(|l| l["endpoint"].as_str().unwrap())
+        .collect();
+    // The detail, the source's listing, its first directory's, the plan's
+    // points, the overview, /metrics.
+    assert_eq!(routes.len(), 6, "{routes:?}");
+    assert!(routes[2].ends_with("/src/a"), "{routes:?}");
+    for l in loads {
+        let n = l["requests"].as_u64().unwrap();
+        assert!(n > 0 && n <= 100, "{l}");
+        assert_eq!(l["ok"], l["requests"], "{l}");
+        assert!(l["body_bytes"].as_u64().unwrap() > 0, "{l}");
+    }
+    assert!(v["serve_peak_rss_mib"].as_f64().unwrap() > 0.0);
+}

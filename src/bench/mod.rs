@@ -42,8 +42,8 @@ pub use primitives::{run_primitives, PrimitiveRow, PrimitivesOptions, Primitives
 pub use report::{ratios, Ratio, Report, ScenarioResult, StepResult, ToolResult};
 pub use scenarios::run;
 pub use service::{
-    points_from_metrics, run_service, Checks, RestartResult, ServiceConditions, ServiceOptions,
-    ServiceReport, TargetRow,
+    points_from_metrics, run_point, run_service, Checks, PointOptions, PointReport, RestartResult,
+    ServiceConditions, ServiceOptions, ServiceReport, TargetRow,
 };
 pub use tools::Tool;
 

@@ -10,6 +10,13 @@
 //! (restart after a crash). Each start is timed from spawn to serve's
 //! `listening on` line and to the first 200 of `/readyz`. The server is
 //! always stopped by the harness, on errors too.
+//!
+//! `vouch bench point` ([`point`]) runs one real backup through serve and
+//! measures how the service handles the point it made.
+
+mod point;
+
+pub use point::{run_point, PointOptions, PointReport};
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -105,6 +112,36 @@ pub struct ServiceConditions {
     pub vouch: String,
     /// The command line.
     pub command_line: String,
+}
+
+impl ServiceConditions {
+    /// The machine now, the work directory and the binary measured.
+    pub fn record(workdir: &Path, vouch: &Path, command_line: &str) -> Self {
+        let c = Conditions::record(
+            workdir,
+            Scale::Small,
+            CachePolicy::Warm,
+            Vec::new(),
+            command_line.to_owned(),
+        );
+        ServiceConditions {
+            date_utc: c.date_utc,
+            cpu_model: c.cpu_model,
+            cores: c.cores,
+            memory_mib: c.memory_mib,
+            kernel: c.kernel,
+            workdir: c.workdir,
+            fs: c.fs,
+            loadavg_start: c.loadavg_start,
+            build_profile: if cfg!(debug_assertions) {
+                "debug".into()
+            } else {
+                "release".into()
+            },
+            vouch: vouch.display().to_string(),
+            command_line: command_line.to_owned(),
+        }
+    }
 }
 
 /// One start of serve.
@@ -316,14 +353,21 @@ struct Server {
 
 impl Server {
     fn spawn(vouch: &Path, data_dir: &Path, log: &Path) -> Result<Server> {
+        // The plans' source never exists: the load is the API's, no
+        // backup reads anything.
+        Self::spawn_allowing(vouch, data_dir, log, Path::new("/nonexistent/vouch-bench"))
+    }
+
+    /// Serve with `allow` as the only root plans may back up.
+    fn spawn_allowing(vouch: &Path, data_dir: &Path, log: &Path, allow: &Path) -> Result<Server> {
         let err = std::fs::File::create(log).ctx(|| format!("creating {}", log.display()))?;
         let config = log.with_extension("toml");
+        let allow = serde_json::to_string(&allow.display().to_string())
+            .map_err(|e| BenchError::Workdir(format!("quoting {}: {e}", allow.display())))?;
         std::fs::write(
             &config,
-            // The plans' source never exists: the load is the API's, no
-            // backup reads anything.
             format!(
-                "[sources]\nallow = [\"/nonexistent/vouch-bench\"]\n\n[read_store]\ncheckpoint_every = \"{CHECKPOINT_EVERY}\"\n"
+                "[sources]\nallow = [{allow}]\n\n[read_store]\ncheckpoint_every = \"{CHECKPOINT_EVERY}\"\n"
             ),
         )
         .ctx(|| format!("writing {}", config.display()))?;
@@ -719,30 +763,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
 pub fn run_service(o: &ServiceOptions) -> Result<ServiceReport> {
     std::fs::create_dir_all(&o.workdir).ctx(|| format!("creating {}", o.workdir.display()))?;
     let workdir = std::path::absolute(&o.workdir).ctx(|| "resolving the work directory".into())?;
-    let c = Conditions::record(
-        &workdir,
-        Scale::Small,
-        CachePolicy::Warm,
-        Vec::new(),
-        o.command_line.clone(),
-    );
-    let conditions = ServiceConditions {
-        date_utc: c.date_utc,
-        cpu_model: c.cpu_model,
-        cores: c.cores,
-        memory_mib: c.memory_mib,
-        kernel: c.kernel,
-        workdir: c.workdir,
-        fs: c.fs,
-        loadavg_start: c.loadavg_start,
-        build_profile: if cfg!(debug_assertions) {
-            "debug".into()
-        } else {
-            "release".into()
-        },
-        vouch: o.vouch.display().to_string(),
-        command_line: o.command_line.clone(),
-    };
+    let conditions = ServiceConditions::record(&workdir, &o.vouch, &o.command_line);
     let logs = workdir.join("logs");
     std::fs::create_dir_all(&logs).ctx(|| format!("creating {}", logs.display()))?;
     let mut run = Run {

@@ -1,4 +1,5 @@
-//! `vouch bench run`, `vouch bench primitives` and `vouch bench service`.
+//! `vouch bench run`, `vouch bench primitives`, `vouch bench service` and
+//! `vouch bench point`.
 
 use std::path::PathBuf;
 
@@ -36,6 +37,43 @@ pub enum BenchCommand {
     /// `vouch serve` at scale: restart to ready and latency under load, on a
     /// generated event log.
     Service(ServiceArgs),
+    /// `vouch serve` handling one large point: one real backup through the
+    /// service, the way to recoverable, the routes that read the point
+    /// under load.
+    Point(PointArgs),
+}
+
+/// `vouch bench point`.
+#[derive(Args, Debug)]
+pub struct PointArgs {
+    /// Work directory: serve's data directory and log go there.
+    #[arg(long)]
+    pub workdir: PathBuf,
+    /// The tree the service backs up (the million-files data set of
+    /// `vouch bench run --scale large`, say).
+    #[arg(long)]
+    pub source: PathBuf,
+    /// Concurrent keep-alive clients of the load generator.
+    #[arg(long, default_value_t = 4)]
+    pub clients: usize,
+    /// Warm-up seconds per route (not measured).
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Longest measured seconds per route.
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Most measured requests per route.
+    #[arg(long, default_value_t = 5_000)]
+    pub max_requests: u64,
+    /// Longest wait for the backup, and again for the point to settle.
+    #[arg(long, default_value = "30min", value_parser = humantime::parse_duration)]
+    pub timeout: std::time::Duration,
+    /// The vouch binary to measure (default: this one).
+    #[arg(long)]
+    pub vouch_bin: Option<PathBuf>,
+    /// Write the Markdown report to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// `vouch bench service`.
@@ -147,6 +185,7 @@ pub fn run(ctx: &Ctx, a: BenchArgs) -> Result<i32> {
         BenchCommand::Run(r) => run_scenarios(ctx, r),
         BenchCommand::Primitives(p) => primitives(ctx, p),
         BenchCommand::Service(s) => service(ctx, s),
+        BenchCommand::Point(p) => point(ctx, p),
     };
     match outcome {
         Ok(()) => Ok(exit_code::OK),
@@ -238,6 +277,30 @@ fn primitives(ctx: &Ctx, a: PrimitivesArgs) -> anyhow::Result<()> {
 fn seconds(s: f64, what: &str) -> anyhow::Result<std::time::Duration> {
     std::time::Duration::try_from_secs_f64(s)
         .map_err(|_| anyhow::anyhow!("--{what} must be a number of seconds, not {s}"))
+}
+
+fn point(ctx: &Ctx, a: PointArgs) -> anyhow::Result<()> {
+    let vouch = match a.vouch_bin {
+        Some(p) => p,
+        None => std::env::current_exe().context("finding this vouch binary")?,
+    };
+    let o = bench::PointOptions {
+        workdir: a.workdir,
+        source: a.source,
+        load: LoadOptions {
+            clients: a.clients.max(1),
+            warmup: seconds(a.warmup, "warmup")?,
+            duration: seconds(a.seconds, "seconds")?,
+            max_requests: a.max_requests.max(1),
+        },
+        timeout: a.timeout,
+        vouch,
+        command_line: command_line(),
+        quiet: ctx.out.quiet || ctx.out.json,
+    };
+    let report = bench::run_point(&o).context("point benchmark")?;
+    let md = report.to_markdown();
+    emit(ctx, &report, md, a.out)
 }
 
 fn service(ctx: &Ctx, a: ServiceArgs) -> anyhow::Result<()> {
