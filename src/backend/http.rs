@@ -203,16 +203,18 @@ impl Backend for HttpBackend {
     }
 
     fn write(&self, kind: FileKind, name: &str, data: &[u8], sync: WriteSync) -> Result<()> {
-        let path = self.url(kind, name);
-        let mut r = Request::new(Method::PUT, &path).octets(Bytes::copy_from_slice(data));
-        if sync == WriteSync::Now {
-            r = r.header("x-vouch-sync", "now");
-        }
-        let a = self.call(self.leased(r))?;
-        if a.ok() {
-            return Ok(());
-        }
-        Err(self.refused(&a, &format!("writing {path}")))
+        self.put(kind, name, Bytes::copy_from_slice(data), sync)
+    }
+
+    fn write_owned(
+        &self,
+        kind: FileKind,
+        name: &str,
+        data: Vec<u8>,
+        sync: WriteSync,
+    ) -> Result<()> {
+        // The body is the caller's buffer itself: retries share it.
+        self.put(kind, name, Bytes::from(data), sync)
     }
 
     fn delete(&self, kind: FileKind, name: &str) -> Result<()> {
@@ -255,6 +257,20 @@ impl Backend for HttpBackend {
 }
 
 impl HttpBackend {
+    /// `PUT` of `body` as the file `kind/name`.
+    fn put(&self, kind: FileKind, name: &str, body: Bytes, sync: WriteSync) -> Result<()> {
+        let path = self.url(kind, name);
+        let mut r = Request::new(Method::PUT, &path).octets(body);
+        if sync == WriteSync::Now {
+            r = r.header("x-vouch-sync", "now");
+        }
+        let a = self.call(self.leased(r))?;
+        if a.ok() {
+            return Ok(());
+        }
+        Err(self.refused(&a, &format!("writing {path}")))
+    }
+
     fn sync(&self, deletes: Option<FileKind>) -> Result<()> {
         let path = format!("{}/sync", self.base);
         let body = match deletes {

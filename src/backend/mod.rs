@@ -127,6 +127,19 @@ pub trait Backend: Send + Sync {
     }
     /// Atomically creates or replaces a file.
     fn write(&self, kind: FileKind, name: &str, data: &[u8], sync: WriteSync) -> Result<()>;
+
+    /// [`Backend::write`] of a buffer the caller gives up, so that a remote
+    /// backend sends it as it is instead of copying it into a request body
+    /// first (a pack is 16 MiB, and three are in flight).
+    fn write_owned(
+        &self,
+        kind: FileKind,
+        name: &str,
+        data: Vec<u8>,
+        sync: WriteSync,
+    ) -> Result<()> {
+        self.write(kind, name, &data, sync)
+    }
     /// Removes a file; removing a missing file is not an error.
     fn delete(&self, kind: FileKind, name: &str) -> Result<()>;
     /// Makes every write done through this handle durable, including writes

@@ -201,18 +201,24 @@ impl Saver {
                         continue;
                     }
                     crate::failpoint::hit("writer", backend.location().as_bytes());
-                    match backend.write(FileKind::Pack, &pack.id.to_hex(), &pack.bytes, sync) {
+                    // The trees go to the cache first: the write takes the
+                    // pack's buffer (a remote backend sends it as it is).
+                    // Trees of a pack whose write fails are never looked up
+                    // (no index names the pack) and go at the next load.
+                    if let Some(c) = &cache {
+                        cache_trees(c, &pack);
+                    }
+                    let FinishedPack { id, bytes, index } = pack;
+                    let stored = bytes.len() as u64;
+                    match backend.write_owned(FileKind::Pack, &id.to_hex(), bytes, sync) {
                         Ok(()) => {
-                            Progress::add(&progress.bytes_stored, pack.bytes.len() as u64);
-                            if let Some(c) = &cache {
-                                cache_trees(c, &pack);
-                            }
+                            Progress::add(&progress.bytes_stored, stored);
                             if let Some(s) = &session {
-                                if let Err(e) = s.record(&pack.index) {
+                                if let Err(e) = s.record(&index) {
                                     tracing::warn!("the session journal could not be written ({e}); an interrupted backup will send this pack again");
                                 }
                             }
-                            written.push(pack.index);
+                            written.push(index);
                         }
                         Err(e) => abort.set(e),
                     }
