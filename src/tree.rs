@@ -16,6 +16,9 @@
 //! crafted DAG (a tree naming the same subtree twice, sixty levels deep)
 //! from expanding exponentially.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
 use crate::error::{Error, Result};
 use crate::format::{Node, NodeKind, Tree};
 use crate::id::BlobId;
@@ -214,28 +217,117 @@ pub fn find_node(
     root: &BlobId,
     path: &str,
 ) -> Result<Option<Node>> {
-    let mut tree = load(repo, index, root)?;
+    find_node_with(&mut |id| load(repo, index, id).map(Arc::new), root, path)
+}
+
+/// [`find_node`] with the trees taken from `cache`.
+pub fn find_node_cached(
+    cache: &TreeCache,
+    repo: &Repository,
+    index: &MasterIndex,
+    root: &BlobId,
+    path: &str,
+) -> Result<Option<Node>> {
+    find_node_with(&mut |id| cache.load(repo, index, id), root, path)
+}
+
+fn find_node_with(
+    load: &mut dyn FnMut(&BlobId) -> Result<Arc<Tree>>,
+    root: &BlobId,
+    path: &str,
+) -> Result<Option<Node>> {
+    let mut tree = load(root)?;
     let comps: Vec<&str> = path
         .split('/')
         .filter(|c| !c.is_empty() && *c != ".")
         .collect();
     let mut found = None;
     for (i, comp) in comps.iter().enumerate() {
+        // Names are strictly sorted (`check_tree`).
         let node = tree
             .nodes
-            .iter()
-            .find(|n| n.name == comp.as_bytes())
-            .cloned()
-            .ok_or_else(|| Error::NotFound(format!("no path {path:?} in the snapshot")))?;
+            .binary_search_by(|n| n.name.as_slice().cmp(comp.as_bytes()))
+            .map(|at| tree.nodes[at].clone())
+            .map_err(|_| Error::NotFound(format!("no path {path:?} in the snapshot")))?;
         if i + 1 < comps.len() {
             let sub = node
                 .subtree
                 .ok_or_else(|| Error::NotFound(format!("{path:?}: {comp:?} is not a directory")))?;
-            tree = load(repo, index, &sub)?;
+            tree = load(&sub)?;
         }
         found = Some(node);
     }
     Ok(found)
+}
+
+/// Checked trees by id, for a reader that comes back to the same trees (the
+/// API's listings and downloads walk from the root every time). A tree is
+/// content-addressed, so an entry never goes stale. Bounded by the nodes
+/// held; the least recently used trees go first, and a tree larger than
+/// the bound is returned without being kept.
+pub struct TreeCache {
+    max_nodes: usize,
+    inner: Mutex<CacheInner>,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    trees: HashMap<BlobId, (Arc<Tree>, u64)>,
+    nodes: usize,
+    clock: u64,
+}
+
+impl TreeCache {
+    /// A cache holding trees of at most `max_nodes` nodes together.
+    pub fn new(max_nodes: usize) -> Self {
+        TreeCache {
+            max_nodes,
+            inner: Mutex::default(),
+        }
+    }
+
+    /// The tree `id`, from the cache or loaded ([`load`]) and kept.
+    pub fn load(&self, repo: &Repository, index: &MasterIndex, id: &BlobId) -> Result<Arc<Tree>> {
+        {
+            let mut c = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            c.clock += 1;
+            let now = c.clock;
+            if let Some((tree, used)) = c.trees.get_mut(id) {
+                *used = now;
+                return Ok(tree.clone());
+            }
+        }
+        // Loaded outside the lock: two callers may load it both, once.
+        let tree = Arc::new(load(repo, index, id)?);
+        let n = tree.nodes.len();
+        if n <= self.max_nodes {
+            let mut c = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = c.clock;
+            if c.trees.insert(*id, (tree.clone(), now)).is_none() {
+                c.nodes += n;
+            }
+            while c.nodes > self.max_nodes {
+                let Some(oldest) = c
+                    .trees
+                    .iter()
+                    .min_by_key(|(_, (_, used))| *used)
+                    .map(|(k, _)| *k)
+                else {
+                    break;
+                };
+                if let Some((t, _)) = c.trees.remove(&oldest) {
+                    c.nodes -= t.nodes.len();
+                }
+            }
+        }
+        Ok(tree)
+    }
+
+    /// Trees and nodes held.
+    pub fn held(&self) -> (usize, usize) {
+        let c = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        (c.trees.len(), c.nodes)
+    }
 }
 
 #[cfg(test)]
@@ -255,6 +347,59 @@ mod tests {
             nodes: names.iter().map(|n| node(n)).collect(),
         };
         check_tree(&BlobId([7; 32]), &tree)
+    }
+
+    #[test]
+    fn cached_trees_are_the_loaded_ones_kept_within_the_bound() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = crate::workers::tests::new_repo(d.path());
+        let src = crate::workers::tests::source(d.path(), "src", 6, "t");
+        let snap = crate::workers::tests::backup_of(&repo, &src, "p");
+        let m = repo.load_snapshot(&snap).unwrap();
+        let index = repo.load_index().unwrap();
+        let path = format!("{}/sub/f3", src.display());
+        let plain = find_node(&repo, &index, &m.tree, &path).unwrap().unwrap();
+        let cache = TreeCache::new(1_000);
+        let cached = find_node_cached(&cache, &repo, &index, &m.tree, &path)
+            .unwrap()
+            .unwrap();
+        assert_eq!(cached, plain);
+        assert_eq!(cached.name, b"f3");
+        // One tree per directory from `/` to `sub`, each kept once.
+        let depth = src.components().count() + 1;
+        let (trees, nodes) = cache.held();
+        assert_eq!(trees, depth);
+        let root = cache.load(&repo, &index, &m.tree).unwrap();
+        assert!(Arc::ptr_eq(
+            &root,
+            &cache.load(&repo, &index, &m.tree).unwrap()
+        ));
+        assert_eq!(cache.held(), (trees, nodes), "a hit adds nothing");
+        assert!(find_node_cached(&cache, &repo, &index, &m.tree, "/no/such").is_err());
+
+        // `sub` holds 3 files, `src` 3 files and `sub`: a bound of 4 nodes
+        // keeps one of them, the last used.
+        let small = TreeCache::new(4);
+        let sub = find_node(&repo, &index, &m.tree, &format!("{}/sub", src.display()))
+            .unwrap()
+            .unwrap()
+            .subtree
+            .unwrap();
+        let top = find_node(&repo, &index, &m.tree, &src.display().to_string())
+            .unwrap()
+            .unwrap()
+            .subtree
+            .unwrap();
+        small.load(&repo, &index, &sub).unwrap();
+        assert_eq!(small.held(), (1, 3));
+        small.load(&repo, &index, &top).unwrap();
+        assert_eq!(small.held(), (1, 4), "the older tree made room");
+        let again = small.load(&repo, &index, &top).unwrap();
+        assert_eq!(again.nodes.len(), 4);
+        // A tree larger than the bound is returned, not kept.
+        let tiny = TreeCache::new(2);
+        assert_eq!(tiny.load(&repo, &index, &top).unwrap().nodes.len(), 4);
+        assert_eq!(tiny.held(), (0, 0));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::format::NodeKind;
 use crate::id::SnapshotId;
 use crate::repo::MasterIndex;
 use crate::repo::Repository;
-use crate::tree::find_node;
+use crate::tree::{find_node_cached, TreeCache};
 
 use crate::dump::{write_archive, ArchiveFormat, ContentReader};
 
@@ -37,8 +37,15 @@ struct CachedIndex {
 pub struct EngineBrowser {
     repos: Arc<RepoSet>,
     indexes: Arc<Mutex<HashMap<RepositoryId, CachedIndex>>>,
+    /// Every listing and download walks from the point's root: the trees
+    /// near the root are decoded once, not per request.
+    trees: Arc<TreeCache>,
     mirror: Option<Arc<crate::workers::log_mirror::MirrorStatus>>,
 }
+
+/// Nodes the browser's tree cache holds at most (a few hundred bytes each:
+/// tens of MiB at most).
+pub const TREE_CACHE_NODES: usize = 100_000;
 
 fn kind_of(k: NodeKind) -> EntryKind {
     match k {
@@ -72,6 +79,7 @@ impl EngineBrowser {
         EngineBrowser {
             repos,
             indexes: Arc::new(Mutex::new(HashMap::new())),
+            trees: Arc::new(TreeCache::new(TREE_CACHE_NODES)),
             mirror: None,
         }
     }
@@ -162,7 +170,7 @@ impl EngineBrowser {
     ) -> Result<Vec<BrowseEntry>> {
         let (repo, index) = self.open(repository, point)?;
         let manifest = repo.load_snapshot(point)?;
-        let tree_id = match find_node(&repo, &index, &manifest.tree, path)? {
+        let tree_id = match find_node_cached(&self.trees, &repo, &index, &manifest.tree, path)? {
             None => manifest.tree,
             Some(node) if node.kind == NodeKind::Dir => node
                 .subtree
@@ -173,7 +181,7 @@ impl EngineBrowser {
                 )))
             }
         };
-        let tree = crate::tree::load(&repo, &index, &tree_id)?;
+        let tree = self.trees.load(&repo, &index, &tree_id)?;
         Ok(tree
             .nodes
             .iter()
@@ -196,7 +204,7 @@ impl EngineBrowser {
     ) -> Result<(u64, ContentReader)> {
         let (repo, index) = self.open(repository, point)?;
         let manifest = repo.load_snapshot(point)?;
-        let node = find_node(&repo, &index, &manifest.tree, path)?
+        let node = find_node_cached(&self.trees, &repo, &index, &manifest.tree, path)?
             .ok_or_else(|| Error::InvalidArgument("the root is a directory, not a file".into()))?;
         if node.kind != NodeKind::File {
             return Err(Error::InvalidArgument(format!(
@@ -216,7 +224,7 @@ impl EngineBrowser {
     ) -> Result<impl FnOnce(&mut dyn Write) -> Result<()> + Send + 'static> {
         let (repo, index) = self.open(repository, point)?;
         let manifest = repo.load_snapshot(point)?;
-        let tree_id = match find_node(&repo, &index, &manifest.tree, path)? {
+        let tree_id = match find_node_cached(&self.trees, &repo, &index, &manifest.tree, path)? {
             None => manifest.tree,
             Some(node) if node.kind == NodeKind::Dir => node
                 .subtree
