@@ -9,9 +9,9 @@
 //!
 //! The large data sets need room: a step is skipped, with a note, when the
 //! work directory's file system has less free space than the data plus a
-//! repository as large. Each repository is removed after its step, and the
-//! 16 GiB file and the 20 GiB tree after theirs (generating them again costs
-//! less than keeping 36 GiB).
+//! repository as large. Each repository is removed after its step, and so
+//! is the data of the bytes curve and of the tree (generating it again
+//! costs less than keeping 41 GiB, and the next step needs the room).
 
 use std::fs;
 use std::path::Path;
@@ -31,8 +31,6 @@ pub const TREE_GIB: u64 = 20;
 const TREE_FILE_BYTES: u64 = 32 << 20;
 /// Files per directory in the files curve (and in `million-files`).
 pub const FILES_PER_DIR: u64 = 100;
-/// Data sets larger than this are removed after their step.
-const KEEP_AT_MOST: u64 = 4 << 30;
 
 /// Free bytes of the file system holding `path` (0 when unknown).
 fn free_bytes(path: &Path) -> u64 {
@@ -146,11 +144,9 @@ impl Runner<'_> {
             fs::remove_dir_all(&repo).ctx(|| format!("removing {}", repo.display()))?;
         }
         sc.steps.push(st);
-        if bytes > KEEP_AT_MOST {
-            fs::remove_dir_all(&dir).ctx(|| format!("removing {}", dir.display()))?;
-            sc.notes
-                .push(format!("{what}: the data was removed after the step"));
-        }
+        fs::remove_dir_all(&dir).ctx(|| format!("removing {}", dir.display()))?;
+        sc.notes
+            .push(format!("{what}: the data was removed after the step"));
         Ok(())
     }
 
