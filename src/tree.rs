@@ -94,6 +94,18 @@ pub fn walk(
     root: &BlobId,
     visit: &mut dyn FnMut(&[u8], &Node) -> Result<bool>,
 ) -> Result<()> {
+    walk_keeping(repo, index, root, KEEP_NODES, visit)
+}
+
+/// [`walk`], keeping at most `keep_nodes` nodes of the trees loaded to
+/// count the walk's entries.
+fn walk_keeping(
+    repo: &Repository,
+    index: &MasterIndex,
+    root: &BlobId,
+    keep_nodes: usize,
+    visit: &mut dyn FnMut(&[u8], &Node) -> Result<bool>,
+) -> Result<()> {
     // One frame per open directory: its nodes, the next one to visit, and
     // the length of the path prefix of its parent.
     struct Frame {
@@ -102,7 +114,7 @@ pub fn walk(
     }
     // First count what the walk would visit, each distinct tree once, and
     // refuse a DAG that expands beyond the cap before visiting anything.
-    let mut trees = count(repo, index, root)?;
+    let mut trees = count(repo, index, root, keep_nodes)?;
     let mut take = |id: &BlobId| match trees.remove(id) {
         Some(t) => Ok(t),
         None => load(repo, index, id),
@@ -152,17 +164,49 @@ pub fn walk(
     Ok(())
 }
 
+/// Nodes of the trees [`count`] keeps for the walk that follows (about
+/// 300 bytes each in memory); trees past that are loaded a second time by
+/// the walk instead of all being held at once (a point of a million files
+/// held 400 MB here).
+const KEEP_NODES: usize = 200_000;
+
+/// What [`count`] learnt of one tree.
+enum Counted {
+    /// The tree itself, kept for the walk.
+    Kept(Tree),
+    /// Its number of nodes and the subtree of each directory node (a
+    /// subtree named twice is listed twice).
+    Summary(usize, Vec<BlobId>),
+}
+
+impl Counted {
+    fn subtrees(&self) -> Vec<BlobId> {
+        match self {
+            Counted::Kept(t) => t.nodes.iter().filter_map(subtree_of).collect(),
+            Counted::Summary(_, subs) => subs.clone(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Counted::Kept(t) => t.nodes.len(),
+            Counted::Summary(n, _) => *n,
+        }
+    }
+}
+
 /// Loads (and checks) every distinct tree under `root`, iteratively, and
 /// counts the entries a walk of `root` visits, memoized per tree. Fails as
-/// damage beyond [`MAX_ENTRIES`] or [`MAX_DEPTH`]. Returns the trees, so
-/// the walk does not load them again.
+/// damage beyond [`MAX_ENTRIES`] or [`MAX_DEPTH`]. Returns the trees it
+/// kept (up to `keep_nodes` nodes), so the walk does not load them again.
 fn count(
     repo: &Repository,
     index: &MasterIndex,
     root: &BlobId,
-) -> Result<std::collections::HashMap<BlobId, Tree>> {
-    use std::collections::HashMap;
-    let mut trees: HashMap<BlobId, Tree> = HashMap::new();
+    keep_nodes: usize,
+) -> Result<HashMap<BlobId, Tree>> {
+    let mut seen: HashMap<BlobId, Counted> = HashMap::new();
+    let mut kept_nodes = 0usize;
     let mut counts: HashMap<BlobId, u64> = HashMap::new();
     // (tree, depth, whether its subtrees are counted already)
     let mut stack = vec![(*root, 0usize, false)];
@@ -176,21 +220,28 @@ fn count(
                     "the trees of {root} nest deeper than {MAX_DEPTH} directories"
                 )));
             }
-            if let std::collections::hash_map::Entry::Vacant(e) = trees.entry(id) {
-                e.insert(load(repo, index, &id)?);
+            if let std::collections::hash_map::Entry::Vacant(e) = seen.entry(id) {
+                let tree = load(repo, index, &id)?;
+                if kept_nodes + tree.nodes.len() <= keep_nodes {
+                    kept_nodes += tree.nodes.len();
+                    e.insert(Counted::Kept(tree));
+                } else {
+                    let subs = tree.nodes.iter().filter_map(subtree_of).collect();
+                    e.insert(Counted::Summary(tree.nodes.len(), subs));
+                }
             }
             stack.push((id, depth, true));
-            for sub in trees[&id].nodes.iter().filter_map(subtree_of) {
+            for sub in seen[&id].subtrees() {
                 if !counts.contains_key(&sub) {
                     stack.push((sub, depth + 1, false));
                 }
             }
             continue;
         }
-        let mut n = 0u64;
-        for node in &trees[&id].nodes {
-            let below = subtree_of(node).and_then(|s| counts.get(&s).copied());
-            n = n.saturating_add(1).saturating_add(below.unwrap_or(0));
+        let c = &seen[&id];
+        let mut n = c.len() as u64;
+        for sub in c.subtrees() {
+            n = n.saturating_add(counts.get(&sub).copied().unwrap_or(0));
         }
         if n > MAX_ENTRIES {
             return Err(Error::Damaged(format!(
@@ -200,7 +251,13 @@ fn count(
         }
         counts.insert(id, n);
     }
-    Ok(trees)
+    Ok(seen
+        .into_iter()
+        .filter_map(|(id, c)| match c {
+            Counted::Kept(t) => Some((id, t)),
+            Counted::Summary(..) => None,
+        })
+        .collect())
 }
 
 fn subtree_of(node: &Node) -> Option<BlobId> {
@@ -400,6 +457,43 @@ mod tests {
         let tiny = TreeCache::new(2);
         assert_eq!(tiny.load(&repo, &index, &top).unwrap().nodes.len(), 4);
         assert_eq!(tiny.held(), (0, 0));
+    }
+
+    #[test]
+    fn a_walk_visits_the_same_whether_it_keeps_the_counted_trees_or_loads_them_again() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = crate::workers::tests::new_repo(d.path());
+        let src = crate::workers::tests::source(d.path(), "src", 9, "w");
+        // A second subdirectory (a tree of its own: its files are other
+        // inodes).
+        std::fs::create_dir(src.join("again")).unwrap();
+        for f in std::fs::read_dir(src.join("sub")).unwrap() {
+            let f = f.unwrap();
+            std::fs::copy(f.path(), src.join("again").join(f.file_name())).unwrap();
+        }
+        let snap = crate::workers::tests::backup_of(&repo, &src, "p");
+        let m = repo.load_snapshot(&snap).unwrap();
+        let index = repo.load_index().unwrap();
+        let visits = |keep: usize| {
+            let mut seen = Vec::new();
+            walk_keeping(&repo, &index, &m.tree, keep, &mut |p, n| {
+                seen.push((p.to_vec(), n.size, n.subtree));
+                Ok(true)
+            })
+            .unwrap();
+            seen
+        };
+        let all = visits(usize::MAX);
+        assert!(all.iter().any(|(p, ..)| p.ends_with(b"again/f1")));
+        assert!(all.iter().any(|(p, ..)| p.ends_with(b"sub/f1")));
+        for keep in [0, 1, 5] {
+            assert_eq!(visits(keep), all, "keeping {keep} nodes");
+        }
+        // Counting keeps within the bound and still sees every tree.
+        assert!(count(&repo, &index, &m.tree, 0).unwrap().is_empty());
+        let kept = count(&repo, &index, &m.tree, usize::MAX).unwrap();
+        // One tree per directory from `/` to `src`, and `sub` and `again`.
+        assert_eq!(kept.len(), src.components().count() + 2);
     }
 
     #[test]
