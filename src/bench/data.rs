@@ -407,11 +407,13 @@ pub fn fill_text(buf: &mut [u8]) {
 }
 
 /// A tree of `total` bytes in files of `file_bytes`, 64 to a directory,
-/// alternately random and text-like (see [`fill_text`]); generated unless a
-/// completion marker says it is there.
+/// each random or text-like (see [`fill_text`]) as a hash of its number
+/// says: half of each, in no period an evenly spread sample could fall in
+/// step with (strict alternation did: every sampled piece was random); made
+/// unless a completion marker says it is there.
 pub(crate) fn ensure_mixed_tree(dir: &Path, total: u64, file_bytes: u64) -> Result<()> {
     let marker = dir.with_extension("done");
-    let layout = format!("{total} bytes in files of {file_bytes}, random and text alternating\n");
+    let layout = format!("{total} bytes in files of {file_bytes}, random or text by hash\n");
     if dir.exists() && fs::read_to_string(&marker).is_ok_and(|m| m == layout) {
         return Ok(());
     }
@@ -434,10 +436,10 @@ pub(crate) fn ensure_mixed_tree(dir: &Path, total: u64, file_bytes: u64) -> Resu
         let mut left = file_bytes.min(total - i * file_bytes);
         while left > 0 {
             let n = left.min(block.len() as u64) as usize;
-            if i % 2 == 0 {
-                fill_random(&mut block[..n]);
-            } else {
+            if is_text_file(i) {
                 fill_text(&mut block[..n]);
+            } else {
+                fill_random(&mut block[..n]);
             }
             f.write_all(&block[..n])
                 .ctx(|| format!("writing {}", p.display()))?;
@@ -446,6 +448,11 @@ pub(crate) fn ensure_mixed_tree(dir: &Path, total: u64, file_bytes: u64) -> Resu
     }
     fs::write(&marker, layout).ctx(|| format!("creating {}", marker.display()))?;
     Ok(())
+}
+
+/// Whether file `i` of a mixed tree is text-like (half of them, by hash).
+fn is_text_file(i: u64) -> bool {
+    blake3::hash(&i.to_le_bytes()).as_bytes()[0] & 1 == 1
 }
 
 /// Generated data, half random and half text-like: for the scale figures of
@@ -528,10 +535,25 @@ mod tests {
         );
         let d = tempfile::tempdir().unwrap();
         let tree = d.path().join("mixed");
-        ensure_mixed_tree(&tree, 4 * 300_000 + 5, 300_000).unwrap();
+        ensure_mixed_tree(&tree, 39 * 100_000 + 5, 100_000).unwrap();
         let m = Mixed::check(&tree, "mixed").unwrap();
-        assert_eq!((m.data().files, m.data().bytes), (5, 4 * 300_000 + 5));
-        assert!(m.data().sample_ratio > 0.4 && m.data().sample_ratio < 0.9);
+        assert_eq!((m.data().files, m.data().bytes), (40, 39 * 100_000 + 5));
+        assert!(
+            m.data().sample_ratio > 0.3 && m.data().sample_ratio < 0.9,
+            "{}",
+            m.data().sample_ratio
+        );
+        // Text and random in every evenly spaced selection, whatever its
+        // step (the 20 GiB tree's sampler took every tenth file, and with
+        // strict alternation saw random data only).
+        for step in [2, 4, 10, 64] {
+            let text = (0..640).step_by(step).filter(|&i| is_text_file(i)).count();
+            let all = 640usize.div_ceil(step);
+            assert!(
+                text * 4 > all && text * 4 < 3 * all,
+                "step {step}: {text} of {all}"
+            );
+        }
         let random = d.path().join("random");
         ensure_random_files(&random, 4, PIECE, 4).unwrap();
         assert!(Mixed::check(&random, "random").is_err());

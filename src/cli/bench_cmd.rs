@@ -279,22 +279,36 @@ fn seconds(s: f64, what: &str) -> anyhow::Result<std::time::Duration> {
         .map_err(|_| anyhow::anyhow!("--{what} must be a number of seconds, not {s}"))
 }
 
+/// The vouch binary a service benchmark measures: `--vouch-bin`, else this one.
+fn vouch_bin(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    match given {
+        Some(p) => Ok(p),
+        None => std::env::current_exe().context("finding this vouch binary"),
+    }
+}
+
+/// The load generator's bounds from the command line.
+fn load_options(
+    clients: usize,
+    warmup: f64,
+    secs: f64,
+    max_requests: u64,
+) -> anyhow::Result<LoadOptions> {
+    Ok(LoadOptions {
+        clients: clients.max(1),
+        warmup: seconds(warmup, "warmup")?,
+        duration: seconds(secs, "seconds")?,
+        max_requests: max_requests.max(1),
+    })
+}
+
 fn point(ctx: &Ctx, a: PointArgs) -> anyhow::Result<()> {
-    let vouch = match a.vouch_bin {
-        Some(p) => p,
-        None => std::env::current_exe().context("finding this vouch binary")?,
-    };
     let o = bench::PointOptions {
         workdir: a.workdir,
         source: a.source,
-        load: LoadOptions {
-            clients: a.clients.max(1),
-            warmup: seconds(a.warmup, "warmup")?,
-            duration: seconds(a.seconds, "seconds")?,
-            max_requests: a.max_requests.max(1),
-        },
+        load: load_options(a.clients, a.warmup, a.seconds, a.max_requests)?,
         timeout: a.timeout,
-        vouch,
+        vouch: vouch_bin(a.vouch_bin)?,
         command_line: command_line(),
         quiet: ctx.out.quiet || ctx.out.json,
     };
@@ -304,23 +318,14 @@ fn point(ctx: &Ctx, a: PointArgs) -> anyhow::Result<()> {
 }
 
 fn service(ctx: &Ctx, a: ServiceArgs) -> anyhow::Result<()> {
-    let vouch = match a.vouch_bin {
-        Some(p) => p,
-        None => std::env::current_exe().context("finding this vouch binary")?,
-    };
     let o = ServiceOptions {
         workdir: a.workdir,
         events: a.events,
         points: a.points,
         plans: a.plans,
-        load: LoadOptions {
-            clients: a.clients.max(1),
-            warmup: seconds(a.warmup, "warmup")?,
-            duration: seconds(a.seconds, "seconds")?,
-            max_requests: a.max_requests.max(1),
-        },
+        load: load_options(a.clients, a.warmup, a.seconds, a.max_requests)?,
         reuse: a.reuse,
-        vouch,
+        vouch: vouch_bin(a.vouch_bin)?,
         command_line: command_line(),
         quiet: ctx.out.quiet || ctx.out.json,
     };

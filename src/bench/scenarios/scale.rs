@@ -5,7 +5,7 @@
 //! - files: 10 000, 100 000 and 1 000 000 files of 1 KiB random data, 100
 //!   to a directory; a first backup and an unchanged re-run of each;
 //! - bytes: one random file of 1, 4 and 16 GiB;
-//! - a 20 GiB tree of 32 MiB files, random and text-like alternating.
+//! - a 20 GiB tree of 32 MiB files, half random and half text-like.
 //!
 //! The large data sets need room: a step is skipped, with a note, when the
 //! work directory's file system has less free space than the data plus a
@@ -16,7 +16,9 @@
 use std::fs;
 use std::path::Path;
 
-use super::super::data::{ensure_mixed_tree, ensure_random_file, ensure_random_files, Mixed};
+use super::super::data::{
+    ensure_mixed_tree, ensure_random_file, ensure_random_files, DataSet, Mixed,
+};
 use super::super::report::{ScenarioResult, StepResult};
 use super::super::{Ctx as _, Result, Scale};
 use super::{Incompressible, Runner};
@@ -94,6 +96,29 @@ impl Runner<'_> {
         false
     }
 
+    /// One first backup of `d` per tool into a fresh repository (removed
+    /// after), as step `st`; then `d` is removed.
+    fn first_backups(
+        &mut self,
+        sc: &mut ScenarioResult,
+        mut st: StepResult,
+        d: &DataSet,
+        what: &str,
+    ) -> Result<()> {
+        for tool in self.tools.clone() {
+            let repo = self.fresh_repo("scale", &tool)?;
+            let cmd = tool.backup(self.work(), &repo, &d.path, "s1");
+            let r = self.measured(&tool, &st.name, cmd, &repo, (d.bytes, d.files), true, None)?;
+            st.push(r);
+            fs::remove_dir_all(&repo).ctx(|| format!("removing {}", repo.display()))?;
+        }
+        sc.steps.push(st);
+        fs::remove_dir_all(&d.path).ctx(|| format!("removing {}", d.path.display()))?;
+        sc.notes
+            .push(format!("{what}: the data was removed after the step"));
+        Ok(())
+    }
+
     fn files_point(&mut self, sc: &mut ScenarioResult, count: u64) -> Result<()> {
         let dir = files_dir(self.work(), count);
         ensure_random_files(&dir, count, 1024, FILES_PER_DIR)?;
@@ -134,20 +159,8 @@ impl Runner<'_> {
         ensure_random_file(&file, bytes)?;
         let data = Incompressible::check(&dir, format!("one file of {gib} GiB random data"))?;
         sc.data.push(data.data().clone());
-        let name = format!("backup, {what}");
-        let mut st = StepResult::throughput(&name, &data);
-        for tool in self.tools.clone() {
-            let repo = self.fresh_repo("scale", &tool)?;
-            let d = data.data();
-            let cmd = tool.backup(self.work(), &repo, &d.path, "s1");
-            st.push(self.measured(&tool, &name, cmd, &repo, (d.bytes, d.files), true, None)?);
-            fs::remove_dir_all(&repo).ctx(|| format!("removing {}", repo.display()))?;
-        }
-        sc.steps.push(st);
-        fs::remove_dir_all(&dir).ctx(|| format!("removing {}", dir.display()))?;
-        sc.notes
-            .push(format!("{what}: the data was removed after the step"));
-        Ok(())
+        let st = StepResult::throughput(format!("backup, {what}"), &data);
+        self.first_backups(sc, st, data.data(), &what)
     }
 
     fn tree_point(&mut self, sc: &mut ScenarioResult) -> Result<()> {
@@ -156,7 +169,7 @@ impl Runner<'_> {
             .work()
             .join("data")
             .join(format!("scale-tree-{TREE_GIB}g"));
-        let what = format!("a {TREE_GIB} GiB tree, random and text-like files alternating");
+        let what = format!("a {TREE_GIB} GiB tree, half random and half text-like files");
         // The data and a repository of about 2/3 of it, with 1 GiB to spare.
         let have = if dir.exists() { bytes } else { 0 };
         if !self.room_for(sc, &what, (bytes - have) + bytes / 3 * 2 + (1 << 30)) {
@@ -166,25 +179,13 @@ impl Runner<'_> {
         let data = Mixed::check(
             &dir,
             format!(
-                "{TREE_GIB} GiB in files of {} MiB, random and text-like alternating",
+                "{TREE_GIB} GiB in files of {} MiB, half random and half text-like",
                 TREE_FILE_BYTES >> 20
             ),
         )?;
         sc.data.push(data.data().clone());
-        let name = format!("backup, {what}");
-        let mut st = StepResult::mixed(&name, &data);
-        for tool in self.tools.clone() {
-            let repo = self.fresh_repo("scale", &tool)?;
-            let d = data.data();
-            let cmd = tool.backup(self.work(), &repo, &d.path, "s1");
-            st.push(self.measured(&tool, &name, cmd, &repo, (d.bytes, d.files), true, None)?);
-            fs::remove_dir_all(&repo).ctx(|| format!("removing {}", repo.display()))?;
-        }
-        sc.steps.push(st);
-        fs::remove_dir_all(&dir).ctx(|| format!("removing {}", dir.display()))?;
-        sc.notes
-            .push(format!("{what}: the data was removed after the step"));
-        Ok(())
+        let st = StepResult::mixed(format!("backup, {what}"), &data);
+        self.first_backups(sc, st, data.data(), &what)
     }
 }
 
