@@ -384,7 +384,10 @@ const WORDS: [&str; 32] = [
 /// Fills `buf` with text of random words and numbers (zstd-3 keeps about a
 /// third of it; no two buffers alike).
 pub fn fill_text(buf: &mut [u8]) {
-    let mut rnd = vec![0u8; buf.len() / 4 + 16];
+    // A piece takes at most two random bytes and writes at least two (a
+    // word of two letters or a digit, and its separator): this never runs
+    // out, so the text never turns into a repeated fallback word.
+    let mut rnd = vec![0u8; buf.len() + 2];
     fill_random(&mut rnd);
     let mut at = 0;
     let mut r = rnd.iter().copied();

@@ -788,8 +788,9 @@ impl Repository {
                 .map(|p| p.blobs.len())
                 .sum(),
         );
-        // Each file is dropped once merged: the decoded files and the full
-        // map are never all held together.
+        // The table is allocated once for every blob (no doubling while
+        // it grows), and each decoded file is dropped as soon as it is
+        // merged.
         for (id, file) in files {
             if superseded.contains(&id) {
                 index.superseded.push(id);
