@@ -556,8 +556,7 @@ impl S3Backend {
         Ok(out)
     }
 
-    fn put(&self, key: &str, data: &[u8]) -> Result<()> {
-        let body = Bytes::copy_from_slice(data);
+    fn put(&self, key: &str, body: Bytes) -> Result<()> {
         let hash = sigv4::sha256_hex(&body);
         let r = Request::new(Method::PUT, self.path(key, &[]))
             .header("x-amz-content-sha256", hash)
@@ -837,7 +836,23 @@ impl Backend for S3Backend {
         if data.len() as u64 > self.options.multipart_threshold {
             self.put_multipart(&key, data)
         } else {
-            self.put(&key, data)
+            self.put(&key, Bytes::copy_from_slice(data))
+        }
+    }
+
+    fn write_owned(
+        &self,
+        kind: FileKind,
+        name: &str,
+        data: Vec<u8>,
+        _sync: WriteSync,
+    ) -> Result<()> {
+        let key = self.key(kind, name);
+        if data.len() as u64 > self.options.multipart_threshold {
+            self.put_multipart(&key, &data)
+        } else {
+            // The body is the caller's buffer itself (a pack: 16 MiB).
+            self.put(&key, Bytes::from(data))
         }
     }
 
