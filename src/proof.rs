@@ -276,7 +276,7 @@ fn tree_fault(
 fn restore_fault(
     repo: &Repository,
     index: &MasterIndex,
-    chosen: &[Chosen],
+    tested: Tested<'_>,
     err: &Error,
 ) -> PointFault {
     let listed: Option<HashSet<String>> = repo
@@ -284,22 +284,49 @@ fn restore_fault(
         .list(FileKind::Pack)
         .ok()
         .map(|l| l.into_iter().map(|(n, _)| n).collect());
-    for Chosen { path, node, .. } in chosen {
+    // The first blob of a tested file that is not in the index, or whose
+    // pack is not in the repository.
+    let missing = |path: &[u8], node: &Node| -> Option<PointFault> {
         for blob in node.content.iter().filter_map(|e| e.blob) {
             let Some((pack, _)) = index.get(&blob) else {
-                return not_in_index(index, &blob, Part::Blob);
+                return Some(not_in_index(index, &blob, Part::Blob));
             };
             if listed
                 .as_ref()
                 .is_some_and(|l| !l.contains(&pack.id.to_hex()))
             {
-                return PointFault::new(
+                return Some(PointFault::new(
                     Part::Pack,
                     FaultCause::Missing,
-                    format!("{} (holding data of /{path}) is missing", pack.id),
-                );
+                    format!(
+                        "{} (holding data of /{}) is missing",
+                        pack.id,
+                        String::from_utf8_lossy(path)
+                    ),
+                ));
             }
         }
+        None
+    };
+    let found = match tested {
+        Tested::Sample(chosen) => chosen
+            .iter()
+            .find_map(|c| missing(c.path.as_bytes(), &c.node)),
+        Tested::Whole(root) => {
+            let mut found = None;
+            // A walk that fails finds nothing more: the error's text says
+            // what it can.
+            let _ = walk(repo, index, root, &mut |path, node| {
+                if found.is_none() && node.kind == NodeKind::File {
+                    found = missing(path, node);
+                }
+                Ok(found.is_none())
+            });
+            found
+        }
+    };
+    if let Some(fault) = found {
+        return fault;
     }
     let text = err.to_string();
     let part = if text.starts_with("pack ") {
@@ -421,8 +448,11 @@ pub fn verify_point(
 /// What a restore test found.
 #[derive(Clone, Debug, Default)]
 pub struct RestoreTestReport {
-    /// Paths restored and compared (all of them, or the sample).
+    /// The first [`LISTED`] paths restored and compared.
     pub restored: Vec<String>,
+    /// Paths restored and compared (all of the point's files, or the
+    /// sample).
+    pub restored_total: u64,
     /// Whether `restored` is a sample of the point's files.
     pub sampled: bool,
     /// Files in the point.
@@ -442,8 +472,10 @@ pub struct RestoreTestReport {
     /// Of which matched.
     pub digests_matched: u64,
     /// Mismatches of content or metadata (size, mode, mtime), for humans
-    /// (empty: passed).
+    /// (empty: passed): the first [`LISTED`].
     pub mismatches: Vec<String>,
+    /// Mismatches found, listed or not.
+    pub mismatches_total: u64,
     /// Wall time.
     pub duration_ms: u64,
     /// The fault of the point's data that stopped the test before its end
@@ -458,11 +490,31 @@ pub struct RestoreTestReport {
 }
 
 impl RestoreTestReport {
+    /// Records a mismatch (listed while fewer than [`LISTED`] are).
+    fn mismatch(&mut self, what: String) {
+        self.mismatches_total += 1;
+        if self.mismatches.len() < LISTED {
+            self.mismatches.push(what);
+        }
+    }
+
+    /// Records a file restored and compared.
+    fn restored(&mut self, rel: &str) {
+        self.restored_total += 1;
+        if self.restored.len() < LISTED {
+            self.restored.push(format!("/{rel}"));
+        }
+    }
+
     /// Every file of the point was restored and compared.
     pub fn complete(&self) -> bool {
         self.fault.is_none() && !self.sampled && self.files == self.files_in_point
     }
 }
+
+/// Paths and mismatches a report lists at most (a test of a million files
+/// counts the rest: its memory does not grow with the point).
+pub const LISTED: usize = 1000;
 
 /// The largest piece of a restored file read at once by the comparison:
 /// a data extent is hashed and a hole checked piece by piece, so memory
@@ -485,40 +537,41 @@ struct Chosen {
     extents: Option<Vec<usize>>,
 }
 
-/// Picks the files to restore: all when at most `sample_files` and at most
-/// `max_bytes`, else an even, stable spread over the point within both
-/// limits. Every file counts its whole size against `max_bytes`, the first
-/// one too. The files of the spread that fit are taken whole first; each
-/// larger one is then compared in sampled ranges within an equal share of
-/// what is left: at most [`MAX_RANGES`] of its extents, evenly spread,
-/// whose lengths fit in its share (holes count their length too); a file
-/// of which no extent fits is left out. The second value says whether
-/// this is a sample (a file compared in ranges always makes it one, so such
-/// a test is never `complete`).
-fn choose(
-    files: Vec<(String, Node)>,
-    sample_files: Option<u64>,
-    max_bytes: u64,
-) -> (Vec<Chosen>, bool) {
-    let total_bytes: u64 = files.iter().map(|(_, n)| n.size).sum();
-    let limit = sample_files.unwrap_or(u64::MAX) as usize;
+/// Whether a point of `files` files holding `bytes` bytes is restored and
+/// compared whole: at most `sample_files` files and `max_bytes` bytes.
+fn whole_point(files: u64, bytes: u64, sample_files: Option<u64>, max_bytes: u64) -> bool {
+    files <= sample_files.unwrap_or(u64::MAX) && bytes <= max_bytes
+}
+
+/// The stride of a sample's even spread over the point's `files` files:
+/// every `step`-th file of the walk is a candidate.
+fn spread_step(files: u64, sample_files: Option<u64>) -> u64 {
+    (files / sample_files.unwrap_or(u64::MAX).max(1)).max(1)
+}
+
+/// Picks a sample of a point too large to test whole, from `spread`: the
+/// files of its even spread ([`spread_step`]), in walk order. At most
+/// `sample_files` files and `max_bytes` bytes, every file counting its
+/// whole size, the first one too. The files of the spread that fit are
+/// taken whole first; each larger one is then compared in sampled ranges
+/// within an equal share of what is left: at most [`MAX_RANGES`] of its
+/// extents, evenly spread, whose lengths fit in its share (holes count
+/// their length too); a file of which no extent fits is left out.
+fn choose(spread: Vec<(String, Node)>, sample_files: Option<u64>, max_bytes: u64) -> Vec<Chosen> {
+    let limit = usize::try_from(sample_files.unwrap_or(u64::MAX)).unwrap_or(usize::MAX);
     let whole = |(path, node): (String, Node)| Chosen {
         path,
         node,
         extents: None,
     };
-    if files.len() <= limit && total_bytes <= max_bytes {
-        return (files.into_iter().map(whole).collect(), false);
-    }
-    let step = (files.len() / limit.max(1)).max(1);
     // First the files of the spread that fit whole, in order; then the
     // larger ones share what is left equally (so one large file does not
     // crowd out the others).
     let mut out: Vec<(usize, Chosen)> = Vec::new();
     let mut larger = Vec::new();
     let mut bytes = 0u64;
-    for (i, f) in files.into_iter().enumerate() {
-        if i % step != 0 || out.len() >= limit {
+    for (i, f) in spread.into_iter().enumerate() {
+        if out.len() >= limit {
             continue;
         }
         if f.1.size <= max_bytes - bytes {
@@ -548,7 +601,7 @@ fn choose(
         }
     }
     out.sort_by_key(|(i, _)| *i);
-    (out.into_iter().map(|(_, c)| c).collect(), true)
+    out.into_iter().map(|(_, c)| c).collect()
 }
 
 /// At most [`MAX_RANGES`] extents of `node`, evenly spread from its first
@@ -708,7 +761,7 @@ fn compare_file(
         Some(i) => (&rel[..i], &rel[i + 1..]),
         None => (&rel[..0], rel),
     };
-    let mut mismatch = |what: String| report.mismatches.push(what);
+    let mut mismatch = |what: String| report.mismatch(what);
     let parent = match dirs.get(parent_rel) {
         Ok(p) => p,
         Err(e) if path_error(&e) => {
@@ -797,7 +850,7 @@ fn compare_file(
         compared += 1;
         // Never past the recorded size, nor past what the file holds.
         if offset > node.size || offset > len {
-            report.mismatches.push(format!(
+            report.mismatch(format!(
                 "{}: shorter than the manifest says",
                 path.display()
             ));
@@ -819,12 +872,12 @@ fn compare_file(
         };
         match read {
             Read::Same => matched += 1,
-            Read::Differs => report.mismatches.push(format!(
+            Read::Differs => report.mismatch(format!(
                 "{}: content differs from the manifest",
                 path.display()
             )),
             Read::Short => {
-                report.mismatches.push(format!(
+                report.mismatch(format!(
                     "{}: shorter than the manifest says",
                     path.display()
                 ));
@@ -842,29 +895,46 @@ fn compare_file(
     Ok(())
 }
 
-/// Compares every chosen file restored into `sandbox` with the manifest,
+/// The files a restore test restores and compares.
+#[derive(Clone, Copy)]
+enum Tested<'a> {
+    /// Every file under this root tree, found again by a walk (nothing of
+    /// the point is held: a test of a million files runs in the memory of
+    /// one).
+    Whole(&'a BlobId),
+    /// The chosen sample.
+    Sample(&'a [Chosen]),
+}
+
+/// Compares every tested file restored into `sandbox` with the manifest,
 /// with one buffer of [`COMPARE_PIECE`] bytes for the whole test.
 fn compare_restored(
     repo: &Repository,
+    index: &MasterIndex,
     sandbox: &Path,
-    chosen: &[Chosen],
+    tested: Tested<'_>,
     report: &mut RestoreTestReport,
 ) -> Result<()> {
     let dirs = Dirs::open(sandbox)?;
     let mut buf = vec![0u8; COMPARE_PIECE];
-    for c in chosen {
-        compare_file(
-            repo,
-            &dirs,
-            c.path.as_bytes(),
-            &c.node,
-            c.extents.as_deref(),
-            &mut buf,
-            report,
-        )?;
-        report.restored.push(format!("/{}", c.path));
+    match tested {
+        Tested::Sample(chosen) => {
+            for c in chosen {
+                let (rel, extents) = (c.path.as_bytes(), c.extents.as_deref());
+                compare_file(repo, &dirs, rel, &c.node, extents, &mut buf, report)?;
+                report.restored(&c.path);
+            }
+            Ok(())
+        }
+        Tested::Whole(root) => walk(repo, index, root, &mut |rel, node| {
+            if node.kind == NodeKind::File {
+                crate::util::check_interrupted()?;
+                compare_file(repo, &dirs, rel, node, None, &mut buf, report)?;
+                report.restored(&String::from_utf8_lossy(rel));
+            }
+            Ok(true)
+        }),
     }
-    Ok(())
 }
 
 /// Restores `id` (all of it, or a sample of its files) into `sandbox`
@@ -930,14 +1000,16 @@ pub fn restore_test_then(
         }
     };
     let index = repo.load_index()?;
-    let mut files = Vec::new();
-    let walked = walk(repo, &index, &manifest.tree, &mut |path, node| {
+    // The point's size first; nothing of it is held.
+    let (mut files, mut bytes) = (0u64, 0u64);
+    let counted = walk(repo, &index, &manifest.tree, &mut |_, node| {
         if node.kind == NodeKind::File {
-            files.push((String::from_utf8_lossy(path).into_owned(), node.clone()));
+            files += 1;
+            bytes = bytes.saturating_add(node.size);
         }
         Ok(true)
     });
-    match walked {
+    match counted {
         Ok(()) => {}
         Err(e @ Error::Damaged(_)) => {
             report.fault = Some(tree_fault(repo, &index, &manifest.tree, &e));
@@ -945,14 +1017,37 @@ pub fn restore_test_then(
         }
         Err(e) => return Err(e),
     }
-    report.files_in_point = files.len() as u64;
-    report.bytes_in_point = files.iter().map(|(_, n)| n.size).sum();
-    if files.is_empty() {
+    report.files_in_point = files;
+    report.bytes_in_point = bytes;
+    if files == 0 {
         return done(report);
     }
-    let (chosen, sampled) = choose(files, sample_files, max_bytes);
-    report.sampled = sampled;
-    if chosen.is_empty() {
+    // A point within the limits is restored and compared whole, file by
+    // file as a walk finds them again; a larger one in a sample of its
+    // even spread.
+    let chosen = if whole_point(files, bytes, sample_files, max_bytes) {
+        None
+    } else {
+        let step = spread_step(files, sample_files);
+        let mut spread = Vec::new();
+        let mut i = 0u64;
+        walk(repo, &index, &manifest.tree, &mut |path, node| {
+            if node.kind == NodeKind::File {
+                if i.is_multiple_of(step) {
+                    spread.push((String::from_utf8_lossy(path).into_owned(), node.clone()));
+                }
+                i += 1;
+            }
+            Ok(true)
+        })?;
+        Some(choose(spread, sample_files, max_bytes))
+    };
+    report.sampled = chosen.is_some();
+    let tested = match &chosen {
+        None => Tested::Whole(&manifest.tree),
+        Some(chosen) => Tested::Sample(chosen),
+    };
+    if chosen.as_ref().is_some_and(Vec::is_empty) {
         // No includes would restore everything: nothing fits the budget,
         // so nothing is restored (a pass over 0 files proves nothing).
         tracing::warn!(
@@ -961,12 +1056,9 @@ pub fn restore_test_then(
         );
         return done(report);
     }
-    let includes = if sampled {
-        chosen.iter().map(|c| glob_escape(&c.path)).collect()
-    } else {
-        Vec::new()
-    };
-    let only_extents = chosen
+    let sample = chosen.as_deref().unwrap_or_default();
+    let includes = sample.iter().map(|c| glob_escape(&c.path)).collect();
+    let only_extents = sample
         .iter()
         .filter_map(|c| Some((c.path.as_bytes().to_vec(), c.extents.clone()?)))
         .collect();
@@ -983,7 +1075,7 @@ pub fn restore_test_then(
         match restore(repo, id, &opts, progress) {
             Ok(_) => {}
             Err(e @ Error::Damaged(_)) => {
-                report.fault = Some(restore_fault(repo, &index, &chosen, &e));
+                report.fault = Some(restore_fault(repo, &index, tested, &e));
                 return Ok(());
             }
             Err(e @ (Error::CorruptMetadata { .. } | Error::Io { .. })) => {
@@ -994,7 +1086,7 @@ pub fn restore_test_then(
             }
             Err(e) => return Err(e),
         }
-        compare_restored(repo, sandbox, &chosen, &mut report)?;
+        compare_restored(repo, &index, sandbox, tested, &mut report)?;
         if let Some(after) = after {
             if report.fault.is_none() && report.mismatches.is_empty() {
                 match after(sandbox, &manifest.tags) {
@@ -1168,6 +1260,34 @@ mod tests {
         }
     }
 
+    /// The files a test of a point of `files` restores, as the test picks
+    /// them: all, or a sample of the spread (which the test gathers in its
+    /// walk); and whether it is a sample.
+    fn pick(
+        files: Vec<(String, Node)>,
+        sample_files: Option<u64>,
+        max_bytes: u64,
+    ) -> (Vec<Chosen>, bool) {
+        let bytes = files.iter().map(|(_, n)| n.size).sum();
+        let count = files.len() as u64;
+        if whole_point(count, bytes, sample_files, max_bytes) {
+            let all = files.into_iter().map(|(path, node)| Chosen {
+                path,
+                node,
+                extents: None,
+            });
+            return (all.collect(), false);
+        }
+        let step = spread_step(count, sample_files);
+        let spread = files
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| (*i as u64).is_multiple_of(step))
+            .map(|(_, f)| f)
+            .collect();
+        (choose(spread, sample_files, max_bytes), true)
+    }
+
     fn paths(chosen: &[Chosen]) -> Vec<&str> {
         chosen.iter().map(|c| c.path.as_str()).collect()
     }
@@ -1177,21 +1297,21 @@ mod tests {
         let files: Vec<(String, Node)> = (0..100)
             .map(|i| (format!("f{i:03}"), file_node(10)))
             .collect();
-        let (all, sampled) = choose(files.clone(), None, u64::MAX);
+        let (all, sampled) = pick(files.clone(), None, u64::MAX);
         assert_eq!(all.len(), 100);
         assert!(!sampled);
         assert!(all.iter().all(|c| c.extents.is_none()));
-        let (some, sampled) = choose(files.clone(), Some(10), u64::MAX);
+        let (some, sampled) = pick(files.clone(), Some(10), u64::MAX);
         assert!(sampled);
         assert_eq!(some.len(), 10);
         assert_eq!(some[0].path, "f000");
         assert_eq!(some[9].path, "f090");
-        let (capped, sampled) = choose(files.clone(), None, 55);
+        let (capped, sampled) = pick(files.clone(), None, 55);
         assert!(sampled);
         assert!(capped.iter().map(|c| c.node.size).sum::<u64>() <= 55);
         // Found by `cargo mutants` (`>=` for `>`, `*` for `+` in the byte
         // budget): files that fill the budget exactly are all taken.
-        let (full, _) = choose(files, None, 50);
+        let (full, _) = pick(files, None, 50);
         assert_eq!(full.len(), 5, "five files of 10 bytes fill 50");
     }
 
@@ -1221,7 +1341,7 @@ mod tests {
             ("small".to_string(), file_node(100)),
         ];
         let budget = 64 << 10;
-        let (chosen, sampled) = choose(files.clone(), None, budget);
+        let (chosen, sampled) = pick(files.clone(), None, budget);
         assert!(sampled, "a file compared in ranges makes a sample");
         assert_eq!(paths(&chosen), ["big", "small"]);
         let picks = chosen[0].extents.as_deref().expect("compared in ranges");
@@ -1238,11 +1358,11 @@ mod tests {
         // The last extent is tried first too.
         assert!(picks.contains(&(big.content.len() - 1)), "{picks:?}");
         // Nothing of the big file fits: it is left out, the small one taken.
-        let (chosen, sampled) = choose(files.clone(), None, 512);
+        let (chosen, sampled) = pick(files.clone(), None, 512);
         assert!(sampled);
         assert_eq!(paths(&chosen), ["small"]);
         // A budget of nothing takes nothing (not everything).
-        let (chosen, _) = choose(files, None, 0);
+        let (chosen, _) = pick(files, None, 0);
         assert!(chosen.is_empty());
     }
 
@@ -1498,6 +1618,42 @@ mod tests {
         assert!(ranged.bytes <= budget, "{} bytes compared", ranged.bytes);
         assert!(ranged.digests_compared > 0);
         println!("restore-test peak rss delta kib={}", peak_rss_kib() - base);
+    }
+
+    /// A point within the limits is tested whole without being held: the
+    /// files are found again by a walk. Every file is compared and
+    /// counted, the report lists the first [`LISTED`] paths, and the test
+    /// is complete; a sample of the same point counts only its files.
+    #[test]
+    fn a_whole_point_is_compared_file_by_file_and_listed_up_to_the_limit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = crate::workers::tests::new_repo(dir.path());
+        let src = dir.path().join("src");
+        let files = LISTED + 234;
+        for i in 0..files {
+            let sub = src.join(format!("d{}", i % 7));
+            std::fs::create_dir_all(&sub).expect("dir");
+            std::fs::write(sub.join(format!("f{i:05}")), format!("file {i}")).expect("file");
+        }
+        let snap = crate::workers::tests::backup_of(&repo, &src, "many");
+        let sandbox = dir.path().join("sandbox");
+        let report =
+            restore_test(&repo, &snap, &sandbox, None, u64::MAX, Arc::default()).expect("test");
+        assert!(report.complete(), "{report:?}");
+        assert_eq!(report.files, files as u64);
+        assert_eq!(report.restored_total, files as u64);
+        assert_eq!(report.restored.len(), LISTED);
+        assert_eq!(report.digests_compared, report.digests_matched);
+        assert!(report.digests_compared >= files as u64);
+        assert!(report.mismatches.is_empty() && report.mismatches_total == 0);
+        assert!(!sandbox.exists(), "the sandbox is deleted");
+
+        let sample = restore_test(&repo, &snap, &sandbox, Some(100), u64::MAX, Arc::default())
+            .expect("sampled test");
+        assert!(sample.sampled && !sample.complete());
+        assert_eq!(sample.files, sample.restored_total);
+        assert!((100..=101).contains(&sample.files), "{}", sample.files);
+        assert_eq!(sample.files_in_point, files as u64);
     }
 
     /// A file restored for a test in ranges gets only its sampled extents

@@ -346,3 +346,171 @@ fn restore_include_and_exclude() {
     assert!(t2.join("a/y.bin").exists() && t2.join("b/z.txt").exists());
     assert!(!t2.join("a/deep").exists());
 }
+
+/// Sets the modification time of every directory under `root` (and of
+/// `root`) to a day in 2001, so that a directory whose time the restore
+/// failed to set (or set before writing into it) cannot pass for the
+/// source's by being made in the same second.
+fn age_directories(root: &std::path::Path) {
+    let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            }
+        }
+        let f = fs::File::open(&dir).unwrap();
+        f.set_times(fs::FileTimes::new().set_modified(old)).unwrap();
+    }
+}
+
+/// A restore in batches of a few entries (directories made as the walk
+/// reaches them, each one's metadata set once everything below it is
+/// written, hard links to files of earlier batches) restores what one
+/// batch does: in full with `--verify`, with `--include`, with `--delete`
+/// over a target holding extras, and as a dry run.
+#[test]
+fn a_restore_in_small_batches_is_the_same_as_in_one() {
+    let env = Env::new();
+    env.init();
+    let src = env.path("src");
+    special_tree(&src);
+    // A hard-link group whose members lie far apart in the walk.
+    fs::hard_link(
+        src.join("dir/random.bin"),
+        src.join("deep/level-0/level-1/random-link"),
+    )
+    .unwrap();
+    age_directories(&src);
+    let snap = env.backup(&[&src]);
+    let spec = format!("{snap}:{}", src.display());
+    let expected = describe(&src);
+    let counts = |s: &serde_json::Value| {
+        let s = &s["summary"];
+        [
+            "files",
+            "dirs",
+            "others",
+            "total_bytes",
+            "files_verified",
+            "deleted",
+            "skipped",
+        ]
+        .map(|k| s[k].as_u64().unwrap_or(0))
+    };
+
+    let one = env.path("one");
+    let out = env.ok(&[
+        "restore",
+        &spec,
+        "--target",
+        one.to_str().unwrap(),
+        "--verify",
+        "--json",
+    ]);
+    let whole = counts(&summary_of(&out));
+    assert_eq!(describe(&one), expected);
+    for batch in ["1", "2", "3", "5"] {
+        let t = env.path(&format!("batch-{batch}"));
+        let out = env.ok(&[
+            "restore",
+            &spec,
+            "--target",
+            t.to_str().unwrap(),
+            "--verify",
+            "--json",
+            "--batch",
+            batch,
+        ]);
+        assert_eq!(describe(&t), expected, "batches of {batch}");
+        assert_eq!(counts(&summary_of(&out)), whole, "batches of {batch}");
+        let (a, b) = (fs::metadata(&src).unwrap(), fs::metadata(&t).unwrap());
+        assert_eq!(
+            (a.mode(), a.mtime()),
+            (b.mode(), b.mtime()),
+            "the target's own metadata"
+        );
+        let link = |p: &str| fs::metadata(t.join(p)).unwrap().ino();
+        assert_eq!(
+            link("dir/random.bin"),
+            link("deep/level-0/level-1/random-link")
+        );
+        assert!(!t.join(".vouch-restore-in-progress").exists());
+    }
+
+    // --include: directories with nothing included are not made.
+    let included = |batch: &str| {
+        let t = env.path(&format!("include-{batch}"));
+        let mut args = vec![
+            "restore",
+            &spec,
+            "--target",
+            t.to_str().unwrap(),
+            "--include",
+            "*.txt",
+        ];
+        args.extend(["--batch", batch]);
+        env.ok(&args);
+        describe(&t)
+    };
+    let whole_include = included("0");
+    assert!(
+        whole_include.contains_key("dir/sub/text.txt"),
+        "{whole_include:?}"
+    );
+    assert!(
+        !whole_include.contains_key("empty-dir"),
+        "{whole_include:?}"
+    );
+    assert_eq!(included("1"), whole_include);
+    assert_eq!(included("2"), whole_include);
+
+    // --delete over a target with extras at several depths, and its dry run.
+    let with_extras = |name: &str| {
+        let t = env.path(name);
+        env.ok(&["restore", &spec, "--target", t.to_str().unwrap()]);
+        fs::write(t.join("extra-top"), b"x").unwrap();
+        fs::create_dir_all(t.join("dir/sub/extra-dir/inner")).unwrap();
+        fs::write(t.join("dir/sub/extra-dir/inner/f"), b"y").unwrap();
+        fs::write(t.join("deep/level-0/level-1/extra"), b"z").unwrap();
+        t
+    };
+    let delete = |t: &std::path::Path, batch: &str, dry: bool| {
+        let mut args = vec![
+            "restore",
+            &spec,
+            "--target",
+            t.to_str().unwrap(),
+            "--overwrite",
+            "--delete",
+            "--json",
+            "--batch",
+            batch,
+        ];
+        if dry {
+            args.push("--dry-run");
+        }
+        let s = summary_of(&env.ok(&args));
+        let mut paths: Vec<String> = s["summary"]["deleted_paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap().to_string())
+            .collect();
+        paths.sort();
+        (counts(&s), paths)
+    };
+    let a = with_extras("delete-whole");
+    let b = with_extras("delete-batched");
+    let dry_whole = delete(&a, "0", true);
+    assert_eq!(dry_whole.1.len(), 3, "{dry_whole:?}");
+    let dry_batched = delete(&b, "1", true);
+    assert_eq!(dry_whole.0, dry_batched.0);
+    let whole_delete = delete(&a, "0", false);
+    let batched_delete = delete(&b, "1", false);
+    assert_eq!(whole_delete.0, batched_delete.0);
+    assert_eq!(whole_delete.0[5], 3, "three extras deleted");
+    assert_eq!(describe(&a), expected);
+    assert_eq!(describe(&b), expected);
+}

@@ -70,6 +70,11 @@ pub struct RestoreArgs {
     /// Pack reader threads (0 = automatic).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// Entries planned and written at once (0 = 65,536, about 40 MB of
+    /// plan for small files): memory is bounded by a batch whatever the
+    /// snapshot's size; lower it on a machine short of memory.
+    #[arg(long, value_name = "ENTRIES", default_value_t = 0)]
+    pub batch: usize,
     /// What to write: `files` (the snapshot's tree, the default), `vma` (a
     /// Proxmox VE VM snapshot as one VMA archive at the target path, for
     /// `qmrestore`) or `qcow2` (its disks as qcow2 images in the target
@@ -211,6 +216,7 @@ pub fn run(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
         dry_run: a.dry_run,
         verify: a.verify,
         threads: a.threads,
+        batch_entries: a.batch,
         ..Default::default()
     };
     let progress = Arc::new(Progress::default());

@@ -45,11 +45,12 @@ impl Out<'_> {
         })
     }
 
-    /// Opens item `i`, which must be the inode written for item `as_of`.
-    pub(super) fn open(&self, i: usize, as_of: usize, flags: libc::c_int) -> Result<File> {
+    /// Opens item `i`, which must be the inode `id` (its own, or a hard
+    /// link's first file's).
+    pub(super) fn open(&self, i: usize, id: (u64, u64), flags: libc::c_int) -> Result<File> {
         let item = &self.items[i];
         let parent = self.dirs.get(item.dir())?;
-        dirfd::open_file_at(&parent, &item.name, flags, self.id(as_of)?, &item.path)
+        dirfd::open_file_at(&parent, &item.name, flags, id, &item.path)
     }
 
     /// Applies the metadata of file `i`, whose last blob was just written
@@ -156,7 +157,7 @@ pub(super) fn restore_pack(
                 .ok_or_else(|| Error::Damaged(format!("pack {} is short", pack.id)))?;
             let plain = crate::repo::pack::open_blob(repo.key(), &pack.salt, entry, sealed)?;
             for &(item, offset) in targets {
-                let f = out.open(item, item, libc::O_WRONLY)?;
+                let f = out.open(item, out.id(item)?, libc::O_WRONLY)?;
                 let path = &out.items[item].path;
                 f.write_all_at(&plain, offset)
                     .ctx(|| format!("writing {}", path.display()))?;

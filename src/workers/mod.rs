@@ -820,10 +820,10 @@ fn restore_test_events(
         .take(EVIDENCE_PATHS)
         .cloned()
         .collect();
-    if report.restored.len() > EVIDENCE_PATHS {
+    if report.restored_total > EVIDENCE_PATHS as u64 {
         restored.push(format!(
             "... and {} more",
-            report.restored.len() - EVIDENCE_PATHS
+            report.restored_total - EVIDENCE_PATHS as u64
         ));
     }
     let complete = report.complete();
