@@ -48,7 +48,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::format::{BlobEntry, Node, NodeKind};
 use crate::id::SnapshotId;
 use crate::progress::Progress;
-use crate::repo::Repository;
+use crate::repo::{MasterIndex, Repository};
 use dirfd::Dirs;
 use session::Session;
 pub use session::BATCH_ENTRIES;
@@ -284,10 +284,23 @@ pub fn restore(
     opts: &RestoreOptions,
     progress: Arc<Progress>,
 ) -> Result<RestoreSummary> {
-    let started = Instant::now();
-    let manifest = repo.load_snapshot(snapshot)?;
     let _guard = repo.lock(false, "restore")?;
     let index = repo.load_index()?;
+    restore_with_index(repo, &index, snapshot, opts, progress)
+}
+
+/// [`restore`] with the repository's index loaded already, by a caller
+/// that holds a lock of the repository (a restore test: one index in
+/// memory, not two).
+pub fn restore_with_index(
+    repo: &Repository,
+    index: &MasterIndex,
+    snapshot: &SnapshotId,
+    opts: &RestoreOptions,
+    progress: Arc<Progress>,
+) -> Result<RestoreSummary> {
+    let started = Instant::now();
+    let manifest = repo.load_snapshot(snapshot)?;
     let filter = Filter {
         include: globset(&opts.includes)?,
         exclude: globset(&opts.excludes)?,
@@ -303,7 +316,7 @@ pub fn restore(
     let (root_tree, base, single, target_node) = match sub {
         None => (Some(manifest.tree), String::new(), None, None),
         Some(p) => {
-            let node = crate::tree::find_node(repo, &index, &manifest.tree, p)?
+            let node = crate::tree::find_node(repo, index, &manifest.tree, p)?
                 .ok_or_else(|| Error::NotFound(format!("no path {p:?} in the snapshot")))?;
             let base = format!("/{}", p.trim_start_matches('/'));
             if node.kind == NodeKind::Dir {
@@ -332,7 +345,7 @@ pub fn restore(
     let (resumed, by_marker) = target_state(&opts.target, snapshot, &opts.subpath, opts.overwrite)?;
     let cx = batch::Ctx {
         repo,
-        index: &index,
+        index,
         opts,
         progress: &progress,
         threads: crate::util::io_threads(opts.threads),
@@ -357,9 +370,7 @@ pub fn restore(
         }
         session.visit(&node.name, node)?;
     } else if let Some(root) = &root_tree {
-        crate::tree::walk(repo, &index, root, &mut |rel, node| {
-            session.visit(rel, node)
-        })?;
+        crate::tree::walk(repo, index, root, &mut |rel, node| session.visit(rel, node))?;
     }
     let (dirs, mut summary) = session.finish()?;
     let Some(dirs) = dirs else {

@@ -218,7 +218,15 @@ impl Handler<RunJob> for EngineWorker {
         let clock = self.clock.clone();
         Box::pin(async move {
             let job = msg.job.clone();
-            match tokio::task::spawn_blocking(move || run(&repos, &*clock, msg)).await {
+            let ran = tokio::task::spawn_blocking(move || {
+                let outcome = run(&repos, &*clock, msg);
+                // A job's index, plan and trees are freed when it ends;
+                // hand those pages back, so that the service's memory is
+                // its live memory between jobs, not its largest job's.
+                crate::util::return_free_memory();
+                outcome
+            });
+            match ran.await {
                 Ok(outcome) => outcome,
                 Err(e) => {
                     tracing::error!(job = %job, error = %e, "a worker thread panicked");
