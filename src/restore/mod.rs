@@ -277,7 +277,6 @@ fn target_state(
 /// unsorted names, is damage and nothing of the snapshot is written. All
 /// work below the target goes through directory descriptors ([`dirfd`]),
 /// so no symlink is ever followed, whoever made it.
-#[tracing::instrument(skip_all, fields(snapshot = %snapshot.short(), target = %opts.target.display()))]
 pub fn restore(
     repo: &Repository,
     snapshot: &SnapshotId,
@@ -292,6 +291,7 @@ pub fn restore(
 /// [`restore`] with the repository's index loaded already, by a caller
 /// that holds a lock of the repository (a restore test: one index in
 /// memory, not two).
+#[tracing::instrument(skip_all, fields(snapshot = %snapshot.short(), target = %opts.target.display()))]
 pub fn restore_with_index(
     repo: &Repository,
     index: &MasterIndex,
