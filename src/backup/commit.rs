@@ -95,8 +95,9 @@ fn index_parts(packs: &[IndexPack]) -> Vec<&[IndexPack]> {
 
 /// Removes what a session that lost its lock (or failed to write all its
 /// index files) wrote of its commit: its manifest (which may name packs a
-/// prune removed) and its index files (which may describe them), durably. Failures are logged: the error that stopped
-/// the commit is what the caller reports.
+/// prune removed) and its index files (which may describe them), durably.
+/// Failures are logged: the error that stopped the commit is what the
+/// caller reports.
 fn undo(repo: &Repository, snapshot: Option<SnapshotId>, index: &[IndexId]) {
     let backend = repo.backend();
     if let Some(s) = snapshot {
